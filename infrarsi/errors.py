@@ -1,0 +1,77 @@
+"""The typed error hierarchy of infrarsi.
+
+Every error raised on bad user input is an ``InfrarsiError`` subclass whose message names the
+file, the field, the rule, the value and the fix. The CLI maps ``UserInputError`` subclasses to
+exit code 2 and everything else to exit code 1.
+"""
+
+from __future__ import annotations
+
+
+class InfrarsiError(Exception):
+    """Base class of every error infrarsi raises on purpose."""
+
+
+class UserInputError(InfrarsiError):
+    """Bad input from the user (a file, a flag, a value). The CLI exits with code 2."""
+
+
+class SearchSpaceError(UserInputError):
+    """A search-space YAML (or a config checked against it) breaks a rule."""
+
+
+class ExpressionError(SearchSpaceError):
+    """A ``when`` or ``constraints`` expression is outside the safe grammar."""
+
+
+class WorkloadError(UserInputError):
+    """A workload YAML breaks a rule (missing field, bad value, indivisible batch...)."""
+
+
+class KnobError(UserInputError):
+    """A knob is unknown, has no registered handler, or got a value it cannot apply."""
+
+
+class ContractError(UserInputError):
+    """The task contract is missing, malformed, or its hash no longer matches."""
+
+
+class ConfigError(UserInputError):
+    """A CLI flag or option value is malformed (a size, a duration, a ``--set k=v``)."""
+
+
+class PatchError(UserInputError):
+    """A code patch touches paths outside the contract's editable scope, or does not apply."""
+
+
+class ApplyError(UserInputError):
+    """``apply`` refused: protected branch, dirty tree, existing branch..."""
+
+
+class StudyError(InfrarsiError):
+    """A study directory is missing something a stage needs (run the earlier stage first)."""
+
+
+class TrialError(InfrarsiError):
+    """A trial could not be started or its workers misbehaved (not a classified trial status)."""
+
+
+class LogError(InfrarsiError):
+    """The Arrow trial log cannot be written or read."""
+
+
+__all__ = [
+    "ApplyError",
+    "ConfigError",
+    "ContractError",
+    "ExpressionError",
+    "InfrarsiError",
+    "KnobError",
+    "LogError",
+    "PatchError",
+    "SearchSpaceError",
+    "StudyError",
+    "TrialError",
+    "UserInputError",
+    "WorkloadError",
+]
