@@ -1,0 +1,175 @@
+"""Invariant checks: is a trial's result the same training job as the baseline, only faster?
+
+``check_invariants(result, baseline, contract)`` compares one trial with the contract and the
+baseline's reference (same seed and data order) and returns ``(ok, reasons)``. Each reason names
+the cheat it detects in plain words, e.g.
+``"optimizer_steps: expected 10, harness counted 5 (skipped optimizer steps)"``.
+
+Checked (only results with ``status == "ok"``; any other status already disqualifies a trial):
+
+- NaN/inf in the loss, the eval loss or the step time;
+- ``tokens_per_step`` counted by the harness == the contract's (shrunk batch);
+- per-step ``extra["tokens_seen"]`` (tokens the harness saw enter the model at each optimizer
+  step), every entry == the contract's tokens per step (training on fewer tokens);
+- ``optimizer_steps`` counted by the harness == the contract's, and one loss per step;
+- loss per step within ``atol + rtol*|baseline|`` of the baseline's loss (fake loss);
+- ``eval_loss`` (reference model code on a held-out batch) within the eval tolerance;
+- replica divergence: ``extra["param_checksum_spread"]`` (relative max-min of the parameter
+  checksum over data-parallel ranks) or ``extra["rank_param_checksums"]`` above the contract's
+  ``replica_checksum_rtol`` (gradient all-reduce skipped).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from infrarsi.contract import Contract
+from infrarsi.result import TrialResult
+
+
+@dataclass
+class Reference:
+    """What a candidate is compared with: the baseline's losses (same seed and data order)."""
+
+    loss: list[float]
+    """Baseline training loss per optimizer step."""
+    eval_loss: float | None = None
+    """Baseline held-out eval loss (None: the eval check is skipped)."""
+
+    @classmethod
+    def of(cls, baseline: TrialResult | Reference | Sequence[float] | None) -> Reference | None:
+        if baseline is None or isinstance(baseline, Reference):
+            return baseline
+        if isinstance(baseline, TrialResult):
+            return cls(loss=list(baseline.loss), eval_loss=baseline.eval_loss)
+        return cls(loss=[float(x) for x in baseline])
+
+
+def check_invariants(
+    result: TrialResult,
+    baseline: TrialResult | Reference | Sequence[float] | None,
+    contract: Contract,
+) -> tuple[bool, list[str]]:
+    """Check ``result`` against the contract and the baseline reference.
+
+    Args:
+        result: the trial to check (only ``status == "ok"`` results are checked).
+        baseline: the baseline trial, a ``Reference``, or its per-step losses; None skips the
+            loss and eval comparisons (e.g. while the baseline itself runs).
+        contract: the study's contract (its ``invariants`` give the numbers and tolerances).
+
+    Returns:
+        ``(ok, reasons)``: ``ok`` is True when no invariant is violated; each reason names the
+        field, the expected and counted values, and the cheat it points to.
+    """
+    if result.status != "ok":
+        return True, []
+    inv = contract.invariants
+    reasons: list[str] = []
+    ref = Reference.of(baseline)
+
+    # --- NaN / inf
+    bad = [i for i, x in enumerate(result.loss) if not math.isfinite(x)]
+    if bad:
+        reasons.append(f"nan: loss is not finite at step(s) {bad[:5]} (numerical blow-up)")
+    if result.eval_loss is not None and not math.isfinite(result.eval_loss):
+        reasons.append("nan: eval_loss is not finite (numerical blow-up)")
+    if result.step_time_s is not None and not math.isfinite(result.step_time_s):
+        reasons.append(f"nan: step_time_s is {result.step_time_s} (broken timing)")
+
+    # --- tokens per step (harness-counted) and per-step tokens seen
+    want_tok = inv.tokens_per_step
+    if result.tokens_per_step is None:
+        reasons.append(f"tokens_per_step: expected {want_tok}, harness counted nothing "
+                       f"(token counting missing: cannot prove the batch is intact)")
+    elif result.tokens_per_step != want_tok:
+        kind = "shrunk batch" if result.tokens_per_step < want_tok else "grown batch"
+        reasons.append(f"tokens_per_step: expected {want_tok}, harness counted "
+                       f"{result.tokens_per_step} ({kind}: the batch per optimizer step changed)")
+    seqs = result.extra.get("sequences_per_step")
+    wl_seq = contract.workload.get("data", {}).get("seq_len")
+    if seqs is not None and wl_seq:
+        want_seqs = want_tok // int(wl_seq)
+        if int(seqs) != want_seqs:
+            reasons.append(f"sequences_per_step: expected {want_seqs}, harness counted {seqs} "
+                           f"(shrunk batch)")
+    seen = result.extra.get("tokens_seen")
+    if isinstance(seen, (list, tuple)) and seen:
+        short = [(i, int(t)) for i, t in enumerate(seen) if int(t) != want_tok]
+        if short:
+            i, t = short[0]
+            reasons.append(f"tokens_seen: step {i} fed {t} tokens to the model, contract fixes "
+                           f"{want_tok} ({len(short)} of {len(seen)} steps differ: training on "
+                           f"fewer tokens)" if t < want_tok else
+                           f"tokens_seen: step {i} fed {t} tokens, contract fixes {want_tok} "
+                           f"({len(short)} of {len(seen)} steps differ: token count changed)")
+        if len(seen) != inv.optimizer_steps and result.optimizer_steps == inv.optimizer_steps:
+            reasons.append(f"tokens_seen: {len(seen)} steps recorded, expected "
+                           f"{inv.optimizer_steps} (token count incomplete)")
+
+    # --- optimizer steps
+    want_steps = inv.optimizer_steps
+    if result.optimizer_steps is None:
+        reasons.append(f"optimizer_steps: expected {want_steps}, harness counted nothing "
+                       f"(step counting missing)")
+    elif result.optimizer_steps != want_steps:
+        what = "skipped optimizer steps" if result.optimizer_steps < want_steps else "extra optimizer steps"
+        reasons.append(f"optimizer_steps: expected {want_steps}, harness counted "
+                       f"{result.optimizer_steps} ({what})")
+    if result.loss and len(result.loss) != want_steps:
+        reasons.append(f"loss: {len(result.loss)} per-step values, expected {want_steps} "
+                       f"(one per optimizer step; steps skipped or loss not from training)")
+
+    # --- loss per step vs baseline
+    if ref is not None and ref.loss:
+        atol, rtol = inv.loss_tolerance()
+        if not result.loss:
+            reasons.append("loss: no per-step loss recorded, cannot compare with the baseline")
+        worst: tuple[float, int, float, float, float] | None = None
+        n_bad = 0
+        for i, (x, b) in enumerate(zip(result.loss, ref.loss, strict=False)):
+            if not (math.isfinite(x) and math.isfinite(b)):
+                continue
+            tol = atol + rtol * abs(b)
+            d = abs(x - b)
+            if d > tol:
+                n_bad += 1
+                if worst is None or d - tol > worst[0]:
+                    worst = (d - tol, i, x, b, tol)
+        if worst is not None:
+            _, i, x, b, tol = worst
+            reasons.append(f"loss: step {i} is {x:.6g} vs baseline {b:.6g} (|diff| {abs(x - b):.3g} "
+                           f"> tolerance {tol:.3g}; {n_bad} of {min(len(result.loss), len(ref.loss))} "
+                           f"steps off: fake or wrong loss, or a different training computation)")
+
+    # --- eval loss vs baseline (reference model code on a held-out batch)
+    ref_eval = ref.eval_loss if ref is not None else None
+    if ref_eval is not None and math.isfinite(ref_eval):
+        atol, rtol = inv.eval_tolerance()
+        tol = atol + rtol * abs(ref_eval)
+        if result.eval_loss is None:
+            reasons.append("eval_loss: missing, but the baseline has one (eval check not run)")
+        elif math.isfinite(result.eval_loss) and abs(result.eval_loss - ref_eval) > tol:
+            reasons.append(f"eval_loss: {result.eval_loss:.6g} vs baseline {ref_eval:.6g} "
+                           f"(|diff| {abs(result.eval_loss - ref_eval):.3g} > tolerance "
+                           f"{tol:.3g}: the trained parameters differ from the baseline's)")
+
+    # --- replica divergence
+    spread = result.extra.get("param_checksum_spread")
+    checks = result.extra.get("rank_param_checksums")
+    if spread is None and isinstance(checks, (list, tuple)) and len(checks) > 1:
+        vals = [float(c) for c in checks]
+        scale = max(max(abs(v) for v in vals), 1e-30)
+        spread = (max(vals) - min(vals)) / scale
+    if spread is not None and (not math.isfinite(float(spread))
+                               or float(spread) > inv.replica_checksum_rtol):
+        reasons.append(f"replicas diverged: parameter checksums differ across ranks by "
+                       f"{float(spread):.3g} (relative; tolerance {inv.replica_checksum_rtol:.1g}): "
+                       f"gradient all-reduce skipped?")
+
+    return (not reasons), reasons
+
+
+__all__ = ["Reference", "check_invariants"]
