@@ -16,7 +16,11 @@ Checked (only results with ``status == "ok"``; any other status already disquali
 - ``eval_loss`` (reference model code on a held-out batch) within the eval tolerance;
 - replica divergence: ``extra["param_checksum_spread"]`` (relative max-min of the parameter
   checksum over data-parallel ranks) or ``extra["rank_param_checksums"]`` above the contract's
-  ``replica_checksum_rtol`` (gradient all-reduce skipped).
+  ``replica_checksum_rtol``, or ``extra["param_checksums_agree"] is False`` (gradient
+  all-reduce skipped).
+
+Also read: ``extra["tokens_per_step_varied"]`` (the distinct per-step token counts when they
+varied, as the trial engine's aggregate records them) and ``extra["sequences_per_step"]``.
 """
 
 from __future__ import annotations
@@ -109,6 +113,14 @@ def check_invariants(
             reasons.append(f"tokens_seen: {len(seen)} steps recorded, expected "
                            f"{inv.optimizer_steps} (token count incomplete)")
 
+    varied = result.extra.get("tokens_per_step_varied")
+    if isinstance(varied, (list, tuple)) and not seen:
+        off = sorted({int(t) for t in varied if int(t) != want_tok})
+        if off:
+            what = ("training on fewer tokens" if min(off) < want_tok else "token count changed")
+            reasons.append(f"tokens_seen: some steps fed {off} tokens to the model, contract "
+                           f"fixes {want_tok} ({what})")
+
     # --- optimizer steps
     want_steps = inv.optimizer_steps
     if result.optimizer_steps is None:
@@ -163,6 +175,9 @@ def check_invariants(
         vals = [float(c) for c in checks]
         scale = max(max(abs(v) for v in vals), 1e-30)
         spread = (max(vals) - min(vals)) / scale
+    if spread is None and result.extra.get("param_checksums_agree") is False:
+        reasons.append("replicas diverged: the ranks' parameter checksums disagree after "
+                       "training (param_checksums_agree is false): gradient all-reduce skipped?")
     if spread is not None and (not math.isfinite(float(spread))
                                or float(spread) > inv.replica_checksum_rtol):
         reasons.append(f"replicas diverged: parameter checksums differ across ranks by "

@@ -82,6 +82,18 @@ def test_fewer_tokens(contract: Contract) -> None:
                for x in reasons)
 
 
+def test_engine_style_extras(contract: Contract) -> None:
+    # The trial engine's aggregate records these keys (tokens_seen is not carried over).
+    r = honest(extra={"tokens_per_step_varied": [512, 2048]})
+    ok, reasons = check_invariants(r, BASELINE, contract)
+    assert not ok and any("training on fewer tokens" in x for x in reasons)
+    r = honest(extra={"param_checksum": 12.5, "param_checksums_agree": False})
+    ok, reasons = check_invariants(r, BASELINE, contract)
+    assert not ok and any("gradient all-reduce skipped?" in x for x in reasons)
+    r = honest(extra={"param_checksum": 12.5, "param_checksums_agree": True})
+    assert check_invariants(r, BASELINE, contract) == (True, [])
+
+
 def test_skip_allreduce(contract: Contract) -> None:
     r = honest(extra={"tokens_seen": [TOKENS] * STEPS, "rank_param_checksums": [1234.5, 1229.1]})
     ok, reasons = check_invariants(r, BASELINE, contract)
