@@ -1,0 +1,106 @@
+"""Pure analysis of the doctor's repeated baseline trials: noise, stragglers, phases, peak, tolerance."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from infrarsi.result import TrialResult
+
+LOSS_TOLERANCE_FLOOR = 1e-4
+"""Absolute per-step loss tolerance floor. Measured on CPU: fp32 configs agree to <= 1.2e-6 over
+20 steps, MoE ZeRO-3 vs ZeRO-0 differ by ~1.2e-4, bf16 vs fp32 by ~2e-4 (NOTES.md). The floor lets
+reduction-order differences pass and leaves precision changes to the contract's choice."""
+
+LOSS_TOLERANCE_FACTOR = 10.0
+"""The calibrated tolerance is this factor times the largest run-to-run loss difference."""
+
+NOISE_MARGIN_FACTOR = 2.0
+"""Verify's noise margin is this factor times the run-to-run coefficient of variation of the
+per-trial median step time (one-sided, roughly a 2-sigma band)."""
+
+
+def _cv(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if mean > 0 else 0.0
+
+
+def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_TOLERANCE_FLOOR) -> dict[str, Any]:
+    """Summarise R baseline trials. Only ``ok`` rows count; the caller decides what to do when
+    fewer than two are ok (the analysis still returns what it can, with ``ok_trials``)."""
+    ok = [r for r in rows if r.status == "ok" and r.step_time_s]
+    out: dict[str, Any] = {
+        "trials": len(rows),
+        "ok_trials": len(ok),
+        "statuses": {s: sum(1 for r in rows if r.status == s) for s in sorted({r.status for r in rows})},
+    }
+    if not ok:
+        return out
+    medians = [float(r.step_time_s or 0.0) for r in ok]
+    within = [_cv(list(r.step_time_samples_s)) for r in ok if len(r.step_time_samples_s) > 1]
+    run_cv = _cv(medians)
+    within_cv = statistics.median(within) if within else 0.0
+    out["step_time_s"] = {
+        "median": statistics.median(medians),
+        "per_trial": medians,
+        "run_to_run_cv": run_cv,
+        "within_trial_cv": within_cv,
+    }
+    # The noise margin verify must clear: the larger of the run-to-run and the within-trial CV
+    # (the latter divided by sqrt(steps) would understate drift between trials).
+    out["noise_margin"] = NOISE_MARGIN_FACTOR * max(run_cv, within_cv / 2)
+    out["stragglers"] = _stragglers(ok, max(run_cv, within_cv))
+    phases: dict[str, list[float]] = {}
+    for r in ok:
+        for k, v in (r.phase_times_s or {}).items():
+            phases.setdefault(k, []).append(float(v))
+    out["phase_times_s"] = {k: statistics.median(v) for k, v in phases.items()}
+    out["peak_memory_bytes"] = max(int(r.peak_memory_bytes or 0) for r in ok)
+    out["tokens_per_s"] = statistics.median(float(r.tokens_per_s or 0.0) for r in ok)
+    mfus = [float(r.mfu) for r in ok if r.mfu is not None]
+    out["mfu"] = statistics.median(mfus) if mfus else None
+    peaks = [r.hardware.get("peak_flops_per_s") for r in ok if r.hardware.get("peak_flops_per_s")]
+    out["peak_flops_per_s"] = statistics.median(peaks) if peaks else None
+    out["hardware"] = ok[0].hardware
+    # Loss: run-to-run spread per step, and the reference loss curve (the per-step median).
+    n = min(len(r.loss) for r in ok)
+    spread = 0.0
+    reference: list[float] = []
+    for i in range(n):
+        vals = [r.loss[i] for r in ok]
+        spread = max(spread, max(vals) - min(vals))
+        reference.append(statistics.median(vals))
+    out["loss_run_to_run_max_abs_diff"] = spread
+    out["loss_tolerance"] = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * spread)
+    out["loss_tolerance_floor"] = tolerance_floor
+    out["reference_loss"] = reference
+    evals = [r.eval_loss for r in ok if r.eval_loss is not None]
+    out["reference_eval_loss"] = statistics.median(evals) if evals else None
+    out["eval_run_to_run_abs_diff"] = (max(evals) - min(evals)) if len(evals) > 1 else 0.0
+    out["tokens_per_step"] = ok[0].tokens_per_step
+    out["optimizer_steps"] = ok[0].optimizer_steps
+    out["setup_time_s"] = statistics.median(float(r.setup_time_s or 0.0) for r in ok)
+    out["warmup_time_s"] = statistics.median(float(r.warmup_time_s or 0.0) for r in ok)
+    return out
+
+
+def _stragglers(ok: list[TrialResult], cv: float) -> dict[str, Any]:
+    """A rank is a straggler when it is the slowest in every trial and its median step is slower
+    than the median rank by more than the noise (at least 5%)."""
+    per_trial = [list(r.rank_step_time_s) for r in ok if len(r.rank_step_time_s) > 1]
+    if not per_trial:
+        return {"flag": False, "rank": None, "spread": 0.0, "reason": "fewer than two ranks"}
+    slowest = [max(range(len(t)), key=lambda i: t[i]) for t in per_trial]
+    spreads = [max(t) / statistics.median(t) - 1.0 for t in per_trial if statistics.median(t) > 0]
+    spread = statistics.median(spreads) if spreads else 0.0
+    same = len(set(slowest)) == 1
+    flag = bool(same and len(per_trial) >= 2 and spread > max(0.05, 2 * cv))
+    return {
+        "flag": flag,
+        "rank": slowest[0] if flag else None,
+        "spread": spread,
+        "slowest_rank_per_trial": slowest,
+        "rule": "slowest in every trial and > max(5%, 2 x CV) above the median rank",
+    }

@@ -1,0 +1,70 @@
+"""Stage 1, ``init``: lock the task contract of a new study directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from infrarsi.errors import ContractError
+from infrarsi.knobs import check_handlers
+from infrarsi.workload import Workload
+
+
+def init_stage(
+    workload_path: str | Path,
+    study_dir: str | Path,
+    *,
+    request: str = "",
+    editable_globs: list[str] | None = None,
+    editable_knobs: list[str] | None = None,
+    space: str | Path | None = None,
+    memory_capacity_bytes: int | None = None,
+    trials: int | None = None,
+    wall_time_s: float | None = None,
+    device_hours: float | None = None,
+    loss_tolerance: float | None = None,
+    eval_tolerance: float | None = None,
+) -> Any:
+    """Write ``DIR/contract.yaml`` (frozen, hashed) and a copy of the search space.
+
+    Everything that can be checked before a trial is checked here: the workload and the search
+    space parse, every knob has a handler, the baseline recipe is a valid config, and the global
+    batch divides over the ranks.
+    """
+    from infrarsi.contract import Contract
+    from infrarsi.search import SearchSpace
+    from infrarsi.stages.common import copy_space
+
+    d = Path(study_dir)
+    wl = Workload.from_yaml(workload_path)
+    space_path = Path(space) if space else wl.search_space_path()
+    sp = SearchSpace.from_yaml(space_path)
+    if wl.backend == "deepspeed":
+        check_handlers(sp.knob_names, source=str(space_path))
+    try:
+        sp.validate(dict(wl.baseline))
+    except Exception as e:
+        raise ContractError(
+            f"{workload_path}: field 'baseline' is not a valid config of {space_path}: {e}"
+        ) from e
+    if wl.global_batch_size % wl.world_size:
+        raise ContractError(
+            f"{workload_path}: tokens_per_step / seq_len = {wl.global_batch_size} sequences do not "
+            f"divide over {wl.world_size} ranks; pick tokens_per_step so that they do."
+        )
+    contract = Contract.create(
+        wl,
+        study_dir=d,
+        request=request,
+        editable_knobs=editable_knobs,
+        editable_globs=editable_globs,
+        search_space=space_path,
+        memory_capacity_bytes=memory_capacity_bytes,
+        trials=trials,
+        wall_time_s=wall_time_s,
+        device_hours=device_hours,
+        loss_atol=loss_tolerance,
+        eval_atol=eval_tolerance,
+    )
+    copy_space(contract, d)
+    return contract

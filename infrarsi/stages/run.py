@@ -1,0 +1,150 @@
+"""Stage 3, ``run``: Ray Tune schedules trials proposed by the infrarsi searcher.
+
+Each Tune trial is a thin function trainable that asks the study's executor actor (which holds the
+warm worker pool) to run one real trial; the executor checks the invariants and logs the row, and
+the trainable reports the row back to Tune, whose ``InfrarsiSearcher`` tells the optimizer.
+
+A ``ConcurrencyLimiter`` keeps timed trials from sharing devices or cores (two trials at once on
+2 cores distort step time by 1.63x, NOTES.md). ``--resume`` rebuilds the optimizer from the log,
+logs trials that were in flight at the crash as interrupted, and runs only the remaining budget.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from infrarsi.errors import StudyError
+from infrarsi.study import StudyPaths
+
+log = structlog.get_logger(__name__)
+
+INFO_KEY = "__infrarsi_ask_info__"
+"""Reserved config key carrying the optimizer's prediction for a suggested config to the trainable."""
+
+_REPORTED = ("status", "step_time_s", "peak_memory_bytes", "memory_censored", "tokens_per_s", "mfu",
+             "device_seconds", "trial_id", "error")
+
+
+def _make_trainable(executor_name: str, namespace: str):
+    def infrarsi_trial(config: dict[str, Any]) -> None:
+        import ray
+        from ray import tune
+
+        cfg = dict(config)
+        info = cfg.pop(INFO_KEY, None) or {}
+        executor = ray.get_actor(executor_name, namespace=namespace)
+        ctx = tune.get_context()
+        extra = {"tune_trial_id": ctx.get_trial_id(), "ask_info": info}
+        if info.get("predicted_peak_memory_bytes") is not None:
+            extra["predicted_peak_memory_bytes"] = info["predicted_peak_memory_bytes"]
+        row = ray.get(executor.run_trial.remote(cfg, "run", extra=extra))
+        metrics = {k: row.get(k) for k in _REPORTED}
+        st = row.get("step_time_s")
+        metrics["step_time_s"] = float(st) if st is not None else float("nan")
+        tune.report(metrics)
+
+    return infrarsi_trial
+
+
+def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool = False,
+              time_budget_s: float | None = None, address: str | None = None,
+              seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Run the search. Returns a summary: trials run, best config, its step time and speedup."""
+    import ray
+    from ray import tune
+    from ray.tune.search import ConcurrencyLimiter
+
+    from infrarsi.contract import Contract
+    from infrarsi.execution.cluster import ensure_ray
+    from infrarsi.log import read_trials
+    from infrarsi.log import rows as rows_from_table
+    from infrarsi.stages.common import device_budget_s
+    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.stages.progress import RunProgress
+    from infrarsi.stages.searcher_factory import build_optimizer, make_searcher
+
+    paths = StudyPaths(Path(study_dir).resolve())
+    contract = Contract.load(paths.root)
+    paths.require("the doctor's report", paths.doctor, "doctor")
+    prior = [r for r in rows_from_table(read_trials(paths.root))]
+    done_run = [r for r in prior if r.stage == "run" and not r.extra.get("interrupted")]
+    if done_run and not resume:
+        raise StudyError(
+            f"{paths.root}: the study already has {len(done_run)} run trial(s). Pass --resume to "
+            f"continue it, or start a new study directory."
+        )
+    budget = int(trials if trials is not None else (contract.budgets.trials or 24))
+    remaining = max(0, budget - len(done_run))
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    ensure_ray(address)
+    namespace = "infrarsi"
+    name = f"infrarsi-exec-{uuid.uuid4().hex[:8]}"
+    Executor = ray.remote(num_cpus=0)(StudyExecutor)
+    executor = Executor.options(name=name, namespace=namespace, lifetime=None).remote(
+        str(paths.root), address=address)
+    try:
+        recovered = ray.get(executor.recover_inflight.remote())
+        if recovered:
+            log.warning("run.recovered_inflight", trials=[r["trial_id"] for r in recovered])
+        prior = rows_from_table(read_trials(paths.root))
+        optimizer = build_optimizer(contract, prior, seed=seed, study_dir=paths.root)
+        if remaining == 0:
+            log.info("run.budget_done", trials=len(done_run))
+        else:
+            searcher = make_searcher(optimizer, info_key=INFO_KEY)
+            limiter = ConcurrencyLimiter(searcher, max_concurrent=1)
+            baseline_s = _baseline_step(paths)
+            prog = RunProgress(total=budget, done=len(done_run), baseline_step_time_s=baseline_s,
+                               enabled=progress, prior=done_run)
+            wall = time_budget_s if time_budget_s is not None else contract.budgets.wall_time_s
+            tuner = tune.Tuner(
+                tune.with_resources(_make_trainable(name, namespace), {"cpu": 0, "memory": 1}),
+                tune_config=tune.TuneConfig(
+                    search_alg=limiter, num_samples=remaining, metric="step_time_s", mode="min",
+                    time_budget_s=wall,
+                ),
+                run_config=tune.RunConfig(
+                    name=f"run-{int(time.time())}", storage_path=str(paths.root / "tune"),
+                    verbose=0, callbacks=[prog], stop=prog.stopper(device_budget_s(contract)),
+                    log_to_file=True,
+                ),
+            )
+            with prog:
+                tuner.fit()
+            optimizer = searcher.optimizer
+        optimizer.save(str(paths.optimizer_state))
+    finally:
+        try:
+            ray.get(executor.close.remote(), timeout=120)
+        except Exception as e:  # pragma: no cover - best effort cleanup
+            log.warning("run.close_failed", error=str(e))
+        ray.kill(executor)
+    final = [r for r in rows_from_table(read_trials(paths.root)) if r.stage == "run"]
+    ok = [r for r in final if r.status == "ok" and r.step_time_s]
+    best = min(ok, key=lambda r: r.step_time_s or math.inf) if ok else None
+    base = _baseline_step(paths)
+    return {
+        "trials": len([r for r in final if not r.extra.get("interrupted")]),
+        "statuses": {s: sum(1 for r in final if r.status == s) for s in sorted({r.status for r in final})},
+        "best_config": best.config if best else None,
+        "best_step_time_s": best.step_time_s if best else None,
+        "baseline_step_time_s": base,
+        "raw_speedup": (base / best.step_time_s) if (best and base and best.step_time_s) else None,
+    }
+
+
+def _baseline_step(paths: StudyPaths) -> float | None:
+    import json
+
+    if not paths.doctor.exists():
+        return None
+    doc = json.loads(paths.doctor.read_text())
+    st = doc.get("step_time_s") or {}
+    return st.get("median")

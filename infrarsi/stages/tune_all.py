@@ -1,0 +1,59 @@
+"""``infrarsi tune``: every stage in order on one study directory (init, doctor, run, verify,
+report). A stage whose output already exists is skipped, so re-running ``tune`` on the same
+directory resumes where it stopped (``run`` resumes from the log)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from infrarsi.study import StudyPaths
+
+log = structlog.get_logger(__name__)
+
+
+def tune_stage(
+    workload_path: str | Path,
+    study_dir: str | Path,
+    *,
+    trials: int | None = None,
+    time_budget_s: float | None = None,
+    memory_capacity_bytes: int | None = None,
+    address: str | None = None,
+    request: str = "",
+    doctor_repeats: int = 3,
+    top_k: int = 3,
+    pairs: int = 3,
+    rounds: int = 2,
+    loss_tolerance: float | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    from infrarsi.execution.cluster import ensure_ray
+    from infrarsi.log import read_trials, rows
+    from infrarsi.stages.doctor import doctor_stage
+    from infrarsi.stages.init import init_stage
+    from infrarsi.stages.report import write_report
+    from infrarsi.stages.run import run_stage
+    from infrarsi.stages.verify import verify_stage
+
+    paths = StudyPaths(Path(study_dir).resolve())
+    ensure_ray(address)
+    if not paths.contract.exists():
+        init_stage(workload_path, paths.root, request=request, memory_capacity_bytes=memory_capacity_bytes,
+                   trials=trials, wall_time_s=time_budget_s, loss_tolerance=loss_tolerance)
+        log.info("tune.init_done", study=str(paths.root))
+    if not paths.doctor.exists():
+        doctor_stage(paths.root, repeats=doctor_repeats, address=address)
+    existing = [r for r in rows(read_trials(paths.root)) if r.stage == "run"]
+    run_summary = run_stage(paths.root, trials=trials, resume=bool(existing), time_budget_s=time_budget_s,
+                            address=address, seed=seed, progress=progress)
+    if not paths.verify.exists():
+        verify_stage(paths.root, top_k=top_k, pairs=pairs, rounds=rounds, address=address, seed=seed)
+    verify = json.loads(paths.verify.read_text())
+    write_report(paths.root)
+    return {"run": run_summary, "verify": verify, "report_html": str(paths.report_html),
+            "report_md": str(paths.report_md)}

@@ -1,0 +1,130 @@
+"""A study directory: everything a stage needs, so any stage can be re-run from the directory alone.
+
+Layout::
+
+    DIR/contract.yaml      frozen task contract (init)
+    DIR/doctor.json        noise, phases, peak, loss tolerance (doctor)
+    DIR/trials/*.arrows    the Arrow trial log, one stream file per harness process
+    DIR/inflight/*.json    a marker per trial in flight; a leftover marker means the harness died
+    DIR/optimizer.pt       the optimizer's saved state (run)
+    DIR/verify.json        verified candidates (verify)
+    DIR/report.md, DIR/report.html
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infrarsi.errors import StudyError
+
+_ID = re.compile(r"^(?P<stage>[a-z]+)-(?P<n>\d+)$")
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    """The files of one study directory."""
+
+    root: Path
+    """The study directory."""
+
+    @property
+    def contract(self) -> Path:
+        return self.root / "contract.yaml"
+
+    @property
+    def doctor(self) -> Path:
+        return self.root / "doctor.json"
+
+    @property
+    def trials(self) -> Path:
+        return self.root / "trials"
+
+    @property
+    def inflight(self) -> Path:
+        return self.root / "inflight"
+
+    @property
+    def optimizer_state(self) -> Path:
+        return self.root / "optimizer.pt"
+
+    @property
+    def verify(self) -> Path:
+        return self.root / "verify.json"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / "report.html"
+
+    def require(self, what: str, path: Path, stage: str) -> Path:
+        if not path.exists():
+            raise StudyError(
+                f"{self.root}: {what} ({path.name}) is missing; run `infrarsi {stage} {self.root}` first."
+            )
+        return path
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` via a temp file and ``os.replace`` (never a half-written file)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+class TrialIds:
+    """Allocates ``<stage>-<n>`` trial ids that are never reused, also across resumes.
+
+    The next number is one past the largest seen in the log and in leftover in-flight markers.
+    """
+
+    def __init__(self, used: list[str]) -> None:
+        self._next: dict[str, int] = {}
+        for tid in used:
+            m = _ID.match(tid)
+            if m:
+                n = int(m.group("n"))
+                self._next[m.group("stage")] = max(self._next.get(m.group("stage"), 0), n + 1)
+
+    def new(self, stage: str) -> str:
+        n = self._next.get(stage, 0)
+        self._next[stage] = n + 1
+        return f"{stage}-{n:04d}"
+
+
+class InflightMarkers:
+    """One JSON file per trial in flight. A marker left behind means the harness was killed."""
+
+    def __init__(self, paths: StudyPaths) -> None:
+        self.dir = paths.inflight
+
+    def start(self, trial_id: str, stage: str, config: dict[str, Any], world_size: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(
+            self.dir / f"{trial_id}.json",
+            {"trial_id": trial_id, "stage": stage, "config": config,
+             "world_size": world_size, "started_at": time.time(), "pid": os.getpid()},
+        )
+
+    def done(self, trial_id: str) -> None:
+        (self.dir / f"{trial_id}.json").unlink(missing_ok=True)
+
+    def leftovers(self) -> list[dict[str, Any]]:
+        if not self.dir.exists():
+            return []
+        out = []
+        for p in sorted(self.dir.glob("*.json")):
+            try:
+                out.append(json.loads(p.read_text()))
+            except (OSError, json.JSONDecodeError):
+                out.append({"trial_id": p.stem, "stage": "run", "config": {}, "world_size": 0,
+                            "started_at": p.stat().st_mtime})
+        return out
