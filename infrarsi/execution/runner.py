@@ -1,0 +1,308 @@
+"""``TrialRunner``: run one trial of a workload with a knob config and get its ``TrialResult``.
+
+    from infrarsi.workload import Workload
+    from infrarsi.execution.runner import TrialRunner
+
+    wl = Workload.from_yaml("workloads/dense_debug.yaml")
+    with TrialRunner(wl, memory_capacity_bytes=None) as runner:      # local Ray, or address=...
+        res = runner.run({"zero_stage": 2, "micro_batch_size": 4}, trial_id="t0")
+
+Before any trial it loads the workload's search space and checks that every knob has a handler
+(``infrarsi.knobs.check_handlers``); every config is validated against the space (unknown knob,
+bad value, broken constraint -> ``SearchSpaceError``, exit code 2 in the CLI). Trials run on a
+warm ``WorkerPool``; the peak FLOP/s of a device is probed once per runner. A ``backend:
+surrogate`` workload is answered by ``infrarsi.execution.surrogate`` without Ray.
+
+Ray Tune trainables share one runner (and so one warm pool) through a named actor:
+``get_or_create_remote_runner(name, workload, ...)`` in the driver, ``ray.get_actor(name)`` or the
+same call in the trainable, then ``ray.get(handle.run.remote(config, trial_id=...))``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from infrarsi.errors import TrialError
+from infrarsi.execution.aggregate import aggregate
+from infrarsi.execution.worker import DEFAULT_ENTRY
+from infrarsi.knobs import KNOB_HANDLERS, KnobContext, TrialBuild, check_handlers
+from infrarsi.logging import get_logger
+from infrarsi.result import TrialResult
+from infrarsi.units import parse_size
+from infrarsi.workload import Workload
+
+log = get_logger(__name__)
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> bool:
+    """Connect to ``address`` (or ``RAY_ADDRESS``), or start a local Ray. True if it started one.
+
+    Does nothing when Ray is already initialised in this process (a test fixture, a Tune actor).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        return False
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return True
+
+
+def default_timeout_s(workload: Workload) -> float:
+    """Trial deadline when none is given: 120 s of set-up plus 30 s per optimizer step."""
+    return 120.0 + 30.0 * (workload.steps.warmup + workload.steps.measured)
+
+
+def default_code_dir(workload: Workload) -> str:
+    """The directory holding the ``workloads`` package: next to the YAML's folder, else importable."""
+    if workload.path:
+        folder = Path(workload.path).resolve().parent
+        if folder.name == "workloads" and (folder / "__init__.py").exists():
+            return str(folder.parent)
+    spec = importlib.util.find_spec("workloads")
+    if spec is not None and spec.submodule_search_locations:
+        return str(Path(next(iter(spec.submodule_search_locations))).parent)
+    return str(Path(__file__).resolve().parents[2])
+
+
+def knob_env(config: dict[str, Any], workload: Workload) -> dict[str, str]:
+    """Environment variables the knob handlers set for ``config`` (they need a fresh process).
+
+    Handlers are run with an approximate context; one that fails here is skipped (the worker runs
+    it for real and reports its error).
+    """
+    build = TrialBuild()
+    ctx = KnobContext(
+        world_size=workload.world_size, num_params=0, hidden_size=0,
+        global_batch_size=workload.global_batch_size, seq_len=workload.data.seq_len,
+        device=workload.resources.device, config=dict(config),
+    )
+    for name, value in config.items():
+        handler = KNOB_HANDLERS.get(name)
+        if handler is None:
+            continue
+        try:
+            handler(value, build, ctx)
+        except Exception:
+            continue
+    return {k: str(v) for k, v in build.env.items()}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class TrialRunner:
+    """Runs trials of one workload on a warm Ray worker pool (or the surrogate backend)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        memory_capacity_bytes: int | None = None,
+        address: str | None = None,
+        code_dir: str | None = None,
+        *,
+        entry: str = DEFAULT_ENTRY,
+        warm: bool = True,
+        seed: int = 0,
+        peak_flops_per_s: float | None = None,
+        check_knobs: bool = True,
+        start_timeout_s: float = 180.0,
+    ) -> None:
+        self.workload = workload
+        """The workload every trial trains."""
+        if memory_capacity_bytes is None and workload.memory_capacity is not None:
+            memory_capacity_bytes = parse_size(workload.memory_capacity, what="workload memory_capacity")
+        self.memory_capacity_bytes = memory_capacity_bytes
+        """Per-device capacity enforced in the ranks (None: the device's own)."""
+        self.address = address
+        """Ray address (else ``RAY_ADDRESS``, else a local Ray)."""
+        self.code_dir = code_dir or default_code_dir(workload)
+        """Directory with the ``workloads`` package (a patched worktree for patch trials)."""
+        self.entry = entry
+        """Function each rank calls (``module:function``)."""
+        self.warm = warm
+        """Keep the worker group alive across trials."""
+        self.seed = seed
+        """Seed passed to the ranks (model init); data order is fixed by the workload's seed."""
+        self.start_timeout_s = start_timeout_s
+        """How long a group start (placement group, actors, rendezvous) may take."""
+        self._peak_flops = peak_flops_per_s
+        self._peak_probed = peak_flops_per_s is not None
+        self._owns_ray = False
+        self._pool: Any = None
+        self.space = self._load_space()
+        """The workload's ``SearchSpace`` (None if the search package is unavailable)."""
+        if workload.backend == "surrogate":
+            importlib.import_module("infrarsi.execution.surrogate")  # registers surrogate knobs
+        if check_knobs and self.space is not None:
+            check_handlers(self.space.names, source=str(workload.search_space_path()))
+
+    def _load_space(self) -> Any:
+        try:
+            from infrarsi.search.space import SearchSpace
+        except ImportError as e:
+            log.warning("search space unavailable; configs are not validated", error=str(e))
+            return None
+        return SearchSpace.from_yaml(self.workload.search_space_path())
+
+    # ------------------------------------------------------------------ public
+    def validate(self, config: dict[str, Any], *, where: str = "config") -> dict[str, Any]:
+        """The full config (every knob, inactive ones at default) or a ``SearchSpaceError``."""
+        if self.space is None:
+            return dict(config)
+        return dict(self.space.validate(config, where=where))
+
+    @property
+    def pool(self) -> Any:
+        """The warm ``WorkerPool`` (created, and Ray started, on first use)."""
+        if self._pool is None:
+            from infrarsi.execution.group import GroupSpec
+            from infrarsi.execution.pool import WorkerPool
+
+            self._owns_ray = init_ray(self.address) or self._owns_ray
+            base = GroupSpec.from_resources(self.workload.resources)
+            self._pool = WorkerPool(base, start_timeout_s=self.start_timeout_s, warm=self.warm)
+        return self._pool
+
+    @property
+    def peak_flops_per_s(self) -> float | None:
+        """Measured peak FLOP/s of one device (after the first trial; None if no probe)."""
+        return self._peak_flops
+
+    def run(
+        self,
+        config: dict[str, Any],
+        *,
+        trial_id: str,
+        stage: str = "trial",
+        patches: list[str] | tuple[str, ...] = (),
+        timeout_s: float | None = None,
+        code_dir: str | None = None,
+    ) -> TrialResult:
+        """Run one trial; always returns a classified ``TrialResult`` (bad input raises)."""
+        full = self.validate(config, where=f"trial {trial_id} config")
+        if self.workload.backend == "surrogate":
+            from infrarsi.execution.surrogate import run_surrogate
+
+            res = run_surrogate(self.workload, full, trial_id=trial_id, stage=stage,
+                                memory_capacity_bytes=self.memory_capacity_bytes, seed=self.seed)
+            res.patches = list(patches)
+            return res
+        return self._run_real(full, trial_id=trial_id, stage=stage, patches=list(patches),
+                              timeout_s=timeout_s or default_timeout_s(self.workload),
+                              code_dir=code_dir or self.code_dir)
+
+    def _run_real(self, config: dict[str, Any], *, trial_id: str, stage: str, patches: list[str],
+                  timeout_s: float, code_dir: str) -> TrialResult:
+        pool = self.pool
+        env = knob_env(config, self.workload)
+        started = time.time()
+        t0 = time.perf_counter()
+        try:
+            group, warm = pool.acquire(env=env, code_dir=code_dir)
+        except TrialError as e:
+            ended = time.time()
+            return TrialResult(trial_id=trial_id, stage=stage, config=config, status="failed",
+                               error=str(e), patches=patches, world_size=self.workload.world_size,
+                               started_at=started, ended_at=ended)
+        acquire_s = time.perf_counter() - t0
+        if not self._peak_probed:
+            self._peak_probed = True
+            try:
+                self._peak_flops = group.probe_peak_flops()
+            except Exception as e:
+                log.warning("peak FLOP/s probe failed; mfu will be empty", error=str(e))
+            started = time.time()  # the one-off probe is not the trial's cost
+        spec = {
+            "workload": self.workload.to_yaml_dict(), "config": config, "trial_id": trial_id,
+            "memory_capacity_bytes": self.memory_capacity_bytes, "code_dir": code_dir,
+            "peak_flops_per_s": self._peak_flops, "seed": self.seed,
+        }
+        run = group.run(spec, timeout_s=timeout_s, entry=self.entry)
+        ended = time.time()
+        infos = group.infos
+        hosts = sorted({i["hostname"] for i in infos})
+        hardware = {
+            "device": group.spec.device, "world_size": group.spec.world_size,
+            "devices": group.spec.devices, "cpus_per_worker": group.spec.cpus_per_worker,
+            "hosts": hosts, "peak_flops_per_s": self._peak_flops,
+            "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+            "torch": _version("torch"), "deepspeed": _version("deepspeed"), "ray": _version("ray"),
+        }
+        extra = {
+            "warm": warm, "acquire_s": acquire_s, "group_start_s": group.start_time_s if not warm else 0.0,
+            "trial_wall_s": run.wall_s, "pids": group.pids, "actor_ids": group.actor_ids,
+            "placement_group_id": group.placement_group_id,
+            "group_trials_run": group.trials_run, "memory_capacity_bytes": self.memory_capacity_bytes,
+        }
+        res = aggregate(
+            run.rank_results, timed_out=run.timed_out, trial_id=trial_id, stage=stage, config=config,
+            patches=patches, world_size=group.spec.world_size, nodes=len(set(group.node_ids)) or 1,
+            devices=group.spec.devices, started_at=started, ended_at=ended,
+            peak_flops_per_s=self._peak_flops, hardware=hardware, extra=extra,
+        )
+        pool.release(group, res.status)
+        log.info("trial done", trial_id=trial_id, status=res.status, step_time_s=res.step_time_s,
+                 peak_memory_bytes=res.peak_memory_bytes, warm=warm)
+        return res
+
+    def close(self) -> None:
+        """Release every actor and placement group; stop Ray if this runner started it."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        if self._owns_ray:
+            import ray
+
+            ray.shutdown()
+            self._owns_ray = False
+
+    def __enter__(self) -> TrialRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------- Ray Tune
+class RemoteRunner:
+    """Actor wrapper of ``TrialRunner`` (``num_cpus=0``): Tune trainables share its warm pool."""
+
+    def __init__(self, workload: dict[str, Any], workload_path: str | None, kwargs: dict[str, Any]) -> None:
+        wl = Workload.from_dict(workload, source=workload_path or "<workload>")
+        self.runner = TrialRunner(wl, **kwargs)
+
+    def run(self, config: dict[str, Any], **kwargs: Any) -> TrialResult:
+        return self.runner.run(config, **kwargs)
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def get_or_create_remote_runner(name: str, workload: Workload | None = None, **kwargs: Any) -> Any:
+    """The named ``RemoteRunner`` actor, created on first call (call it in the driver first, so
+    the driver owns it). Later calls, e.g. in a trainable, may pass only ``name``.
+    ``kwargs`` are ``TrialRunner`` keyword arguments (memory_capacity_bytes, code_dir, ...)."""
+    import ray
+
+    try:
+        return ray.get_actor(name)
+    except ValueError:
+        if workload is None:
+            raise TrialError(f"no remote runner named {name!r} exists yet; create it with a workload first.") from None
+    cls = ray.remote(num_cpus=0, max_restarts=0)(RemoteRunner)
+    return cls.options(name=name, get_if_exists=True).remote(workload.to_yaml_dict(), workload.path, kwargs)

@@ -1,0 +1,42 @@
+"""Shared test set-up: Ray without token auth, the repo root importable, one local Ray per session.
+
+Integration tests (marked ``integration``) run by default; ``-m "not integration"`` skips them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[str]:
+    """A local Ray (2 CPUs, no dashboard) shared by every integration test; yields its address."""
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        started = True
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        if started:
+            ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The repository root (holds ``workloads/`` and ``search_spaces/``)."""
+    return REPO_ROOT
