@@ -1,0 +1,262 @@
+"""The report's sections, built from a ``StudyData``."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from infrarsi.report import plots
+from infrarsi.report.data import StudyData
+from infrarsi.report.document import Code, Figure, Note, Para, Section, Table
+from infrarsi.report.dsconfig import deepspeed_config, json_diff, knob_diff
+
+GIB = float(1 << 30)
+
+
+def fmt(v: Any, unit: str = "", digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.{digits}g}{unit}"
+    return f"{v}{unit}"
+
+
+def gib(b: float | int | None) -> str:
+    return "-" if b is None else f"{float(b) / GIB:.3g} GiB"
+
+
+def build_sections(data: StudyData) -> list[Section]:
+    """Every section of the report, in order."""
+    secs = [_summary(data), _config_diff(data), _figures(data), _trials(data),
+            _device_seconds(data), _doctor(data), _audit(data), _methods(data)]
+    return [s for s in secs if s.blocks]
+
+
+def _summary(data: StudyData) -> Section:
+    s = Section("Baseline vs verified best")
+    for n in data.notes:
+        s.blocks.append(Note(n))
+    c = data.contract
+    s.blocks.append(Para(f"Study {c.study!r}: workload {c.workload.get('name')!r} "
+                         f"({c.workload_path or 'embedded'}), {c.invariants.tokens_per_step} tokens "
+                         f"per optimizer step, {len(data.trials)} trials logged. Request: "
+                         f"{c.request!r}." if c.request else
+                         f"Study {c.study!r}: workload {c.workload.get('name')!r}, "
+                         f"{c.invariants.tokens_per_step} tokens per optimizer step, "
+                         f"{len(data.trials)} trials logged."))
+    b, w = data.baseline, data.best
+    best = (data.verify or {}).get("best") or {}
+    rows = []
+    for label, attr, unit in (("step time (s)", "step_time_s", ""), ("tokens/s", "tokens_per_s", ""),
+                              ("MFU", "mfu", "")):
+        bv = getattr(b, attr) if b else None
+        wv = getattr(w, attr) if w else None
+        rows.append([label, fmt(bv, unit), fmt(wv, unit)])
+    rows.append(["peak memory per device", gib(b.peak_memory_bytes if b else None),
+                 gib(w.peak_memory_bytes if w else None)])
+    rows.append(["rows measured (stage)", f"{len(b.rows) if b else 0} ({b.source if b else '-'})",
+                 f"{len(w.rows) if w else 0} ({w.source if w else '-'})"])
+    s.blocks.append(Table(["", "baseline", "best"], rows))
+    if best.get("speedup") is not None:
+        ci = (f"[{fmt(best.get('ci_low'))}, {fmt(best.get('ci_high'))}]"
+              if best.get("ci_low") is not None else "-")
+        margin = (data.verify or {}).get("noise_margin")
+        s.blocks.append(Para(
+            f"Speedup (median of interleaved baseline/candidate paired ratios): "
+            f"{fmt(best.get('speedup'))}x, 95% bootstrap CI {ci}; accepted: "
+            f"{'yes' if best.get('accepted') else 'NO'} (rule: CI lower bound > 1 + noise margin "
+            f"{fmt(margin)}, every loss and eval invariant held, in every round)."))
+    elif b and w and b.step_time_s and w.step_time_s:
+        s.blocks.append(Para(f"Observed speedup (unverified, not paired): "
+                             f"{b.step_time_s / w.step_time_s:.3g}x."))
+    return s
+
+
+def _config_diff(data: StudyData) -> Section:
+    s = Section("The winning config, as a diff against the baseline")
+    if not (data.baseline and data.best):
+        s.blocks.append(Para("No best config yet (run and verify have not produced one)."))
+        return s
+    kd = knob_diff(data.baseline.config, data.best.config)
+    s.blocks.append(Table(["knob", "baseline", "best"], [[k, fmt(a), fmt(b)] for k, a, b in kd]
+                          or [["(none)", "", ""]]))
+    base_ds = deepspeed_config(data.contract, data.baseline.config, data.trials)
+    best_ds = deepspeed_config(data.contract, data.best.config, data.trials)
+    if base_ds is not None and best_ds is not None:
+        s.blocks.append(Para("DeepSpeed config (as built by infrarsi.execution.translate), "
+                             "unified diff baseline -> best:"))
+        s.blocks.append(Code(json_diff(base_ds, best_ds) or "(identical)", "diff"))
+    else:
+        s.blocks.append(Para("The DeepSpeed translation is unavailable here; the knob diff above "
+                             "is the complete change."))
+    return s
+
+
+def _figures(data: StudyData) -> Section:
+    s = Section("Figures")
+    for name, fn in plots.FIGURES.items():
+        out = fn(data)
+        if out is None:
+            s.blocks.append(Para(f"({name.replace('_', ' ')}: nothing to draw; "
+                                 f"{_why_empty(name)})"))
+            continue
+        png, caption = out
+        s.blocks.append(Figure(name, png, caption))
+    return s
+
+
+def _why_empty(name: str) -> str:
+    return {
+        "best_so_far": "no run-stage trials logged",
+        "time_vs_memory": "no trial with a step time and a peak memory",
+        "predicted_vs_measured": "no trial recorded extra['predicted_peak_memory_bytes']",
+        "phases": "no phase timings recorded",
+        "device_seconds": "no trials logged",
+        "loss_curves": "no per-step loss recorded",
+    }.get(name, "no data")
+
+
+def _trials(data: StudyData) -> Section:
+    s = Section("Every trial")
+    base = data.baseline.config if data.baseline else {}
+    rows = []
+    for r in data.trials:
+        diff = ", ".join(f"{k}={v}" for k, v in sorted(r.config.items()) if base.get(k) != v)
+        rows.append([r.trial_id, r.stage, r.status, diff or "(baseline)", fmt(r.step_time_s),
+                     fmt(r.tokens_per_s), fmt(r.mfu, digits=3),
+                     gib(r.peak_memory_bytes) + (" (>=, censored)" if r.memory_censored else ""),
+                     fmt(r.device_seconds, digits=3), (r.error or "")[:160]])
+    s.blocks.append(Table(["trial", "stage", "status", "config vs baseline", "step s", "tokens/s",
+                           "MFU", "peak memory", "device-s", "error / reason"], rows))
+    return s
+
+
+def _device_seconds(data: StudyData) -> Section:
+    s = Section("Device-seconds per status")
+    acc: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for r in data.trials:
+        acc[r.status][0] += 1
+        acc[r.status][1] += r.device_seconds
+    total = sum(v[1] for v in acc.values()) or 1.0
+    s.blocks.append(Table(["status", "trials", "device-seconds", "share"],
+                          [[k, int(v[0]), f"{v[1]:.1f}", f"{100 * v[1] / total:.1f}%"]
+                           for k, v in sorted(acc.items())]))
+    return s
+
+
+def _doctor(data: StudyData) -> Section:
+    s = Section("Appendix: noise and calibration (doctor)")
+    d = data.doctor
+    if not d:
+        s.blocks.append(Para("doctor.json is missing: doctor has not run on this study."))
+        return s
+    st = d.get("step_time_s") or {}
+    strag = d.get("stragglers") or {}
+    rows = [
+        ["baseline trials (ok / total)", f"{d.get('ok_trials')} / {d.get('trials')}"],
+        ["median step time", fmt(st.get("median"), " s")],
+        ["run-to-run CV (between trials)", fmt(st.get("run_to_run_cv"))],
+        ["within-trial CV (between steps)", fmt(st.get("within_trial_cv"))],
+        ["noise margin verify must clear", fmt(d.get("noise_margin"))],
+        ["straggler", f"{'rank ' + str(strag.get('rank')) if strag.get('flag') else 'none'} "
+                      f"(spread {fmt(strag.get('spread'))}; {strag.get('rule', '')})"],
+        ["loss run-to-run max |diff|", fmt(d.get("loss_run_to_run_max_abs_diff"))],
+        ["loss tolerance (floor)", f"{fmt(d.get('loss_tolerance'))} ({fmt(d.get('loss_tolerance_floor'))})"],
+        ["eval run-to-run |diff|", fmt(d.get("eval_run_to_run_abs_diff"))],
+        ["measured peak FLOP/s per device", fmt(d.get("peak_flops_per_s"))],
+        ["baseline MFU", fmt(d.get("mfu"))],
+        ["setup / warm-up time", f"{fmt(d.get('setup_time_s'), ' s')} / {fmt(d.get('warmup_time_s'), ' s')}"],
+    ]
+    s.blocks.append(Table(["measure", "value"], rows))
+    if d.get("phase_times_s"):
+        s.blocks.append(Table(["phase", "median s per step"],
+                              [[k, fmt(v)] for k, v in sorted(d["phase_times_s"].items())]))
+    if d.get("how_measured"):
+        s.blocks.append(Para(str(d["how_measured"])))
+    return s
+
+
+def _audit(data: StudyData) -> Section:
+    c = data.contract
+    s = Section("Audit")
+    inv = c.invariants
+    atol, rtol = inv.loss_tolerance()
+    rows = [
+        ["contract hash", c.contract_hash],
+        ["created / infrarsi version", f"{c.created_at} / {c.infrarsi_version}"],
+        ["workload hash (sha256)", c.workload_hash],
+        ["workload code git SHA", (c.workload_git_sha or "not in git")
+         + (" (uncommitted changes at init!)" if c.workload_git_dirty else "")],
+        ["search space (sha256)", f"{c.search_space_path} ({c.search_space_hash[:16]}...)"],
+        ["editable knobs", ", ".join(c.editable.knobs)],
+        ["editable file globs", ", ".join(c.editable.globs)],
+        ["invariants", f"tokens/step {inv.tokens_per_step}, optimizer steps {inv.optimizer_steps} "
+                       f"(warm-up {inv.warmup_steps}), loss |diff| <= {atol:g} + {rtol:g}x|baseline| "
+                       f"({'calibrated' if inv.loss_calibrated else 'default, uncalibrated'})"],
+        ["memory capacity per device", gib(c.memory_capacity_bytes)],
+        ["budgets", f"trials {fmt(c.budgets.trials)}, wall {fmt(c.budgets.wall_time_s, ' s')}, "
+                    f"device-hours {fmt(c.budgets.device_hours)}"],
+        ["amendments", "; ".join(f"{a.at} by {a.by}: {json.dumps(a.changes)} ({a.reason})"
+                                 for a in c.amendments) or "none"],
+    ]
+    s.blocks.append(Table(["item", "value"], rows))
+    patches = sorted({p for r in data.trials for p in r.patches})
+    if data.best and data.best.rows:
+        best_patches = sorted({p for r in data.best.rows for p in r.patches})
+    else:
+        best_patches = []
+    if patches:
+        from infrarsi.patches import Patch
+
+        prow = []
+        for p in patches:
+            try:
+                touched = ", ".join(Patch.load(_resolve(p, c)).paths)
+            except Exception as e:
+                touched = f"(unreadable: {e})"
+            prow.append([p, "yes" if p in best_patches else "no", touched])
+        s.blocks.append(Table(["patch", "in best", "paths touched"], prow))
+    else:
+        s.blocks.append(Para("No code patches were used: every change is a launch knob."))
+    return s
+
+
+def _resolve(p: str, c: Any) -> str:
+    path = Path(p)
+    if path.is_absolute() or path.exists() or not c.workload_path:
+        return str(path)
+    for base in Path(c.workload_path).parents:
+        if (base / path).exists():
+            return str(base / path)
+    return str(path)
+
+
+def _methods(data: StudyData) -> Section:
+    c = data.contract
+    measures = sorted({r.memory_measure for r in data.trials if r.memory_measure})
+    s = Section("How every figure was measured")
+    s.blocks += [
+        Para("Step time: " + c.invariants.timing_rules),
+        Para("Speedup: baseline and candidate are re-run interleaved (A B A B ...) by verify; "
+             "each pair gives baseline_step_time / candidate_step_time, the speedup is the median "
+             "of these ratios, and its 95% CI a seeded percentile bootstrap over pairs."),
+        Para("tokens/s = tokens_per_step (counted by the harness) / step time. MFU = achieved "
+             "model FLOP/s / (world size x the measured peak FLOP/s of one device)."),
+        Para("Peak memory: max over ranks of the per-device peak over the timed steps, measured "
+             f"as {', '.join(measures) or 'recorded by the trial engine'}. An out-of-memory "
+             "trial only gives a lower bound (censored)."),
+        Para("Device-seconds: devices x wall seconds each trial held them, failed trials "
+             "included. Loss and eval-loss checks use the same seed and data order as the "
+             "baseline; tokens and optimizer steps are counted by the harness, never taken "
+             "from the workload."),
+    ]
+    if data.simulated:
+        s.blocks.append(Note("Rows marked simulated come from the analytic surrogate backend."))
+    return s
+
+
+__all__ = ["build_sections"]

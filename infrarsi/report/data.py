@@ -1,0 +1,224 @@
+"""What the report shows, gathered from a study directory alone.
+
+``load_study(DIR)`` reads ``contract.yaml``, ``doctor.json``, ``trials/`` and ``verify.json``
+(each optional except the contract) and derives the baseline and best rows the figures use.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infrarsi.contract import Contract
+from infrarsi.result import TrialResult
+
+
+def read_trial_rows(study_dir: Path) -> list[TrialResult]:
+    """Every logged trial of the study, in start order (via ``infrarsi.log.read_trials``)."""
+    try:
+        from infrarsi.log import read_trials
+
+        table = read_trials(study_dir)
+        records = table.to_pylist()
+    except ImportError:  # the log module is optional for the report
+        records = _read_arrows(study_dir / "trials")
+    out = []
+    for rec in records:
+        data = {k: _cell(v) for k, v in rec.items()}
+        for key in ("patches", "loss", "step_time_samples_s", "rank_step_time_s"):
+            if data.get(key) is None:
+                data[key] = []
+        for key in ("error", "memory_measure"):
+            if data.get(key) is None:
+                data[key] = ""
+        for key in ("world_size", "device_seconds", "started_at", "ended_at"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        out.append(TrialResult.from_dict(data))
+    out.sort(key=lambda r: (r.started_at, r.trial_id))
+    return out
+
+
+def _read_arrows(folder: Path) -> list[dict[str, Any]]:
+    import pyarrow as pa
+
+    records: list[dict[str, Any]] = []
+    for f in sorted(folder.glob("*.arrows")):
+        try:
+            reader = pa.ipc.open_stream(pa.memory_map(str(f)))
+        except (OSError, pa.ArrowInvalid):
+            continue
+        while True:
+            try:
+                records.extend(reader.read_next_batch().to_pylist())
+            except StopIteration:
+                break
+            except (OSError, pa.ArrowInvalid):
+                break
+    return records
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, _dt.datetime):
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=_dt.timezone.utc)
+        return v.timestamp()
+    return v
+
+
+def config_key(cfg: dict[str, Any]) -> str:
+    return json.dumps(cfg, sort_keys=True, default=str)
+
+
+def median_or_none(values: list[float | None]) -> float | None:
+    vals = [float(v) for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+@dataclass
+class Side:
+    """Baseline or best: the rows measuring one config and their summary figures."""
+
+    label: str
+    """``baseline`` or ``best``."""
+    config: dict[str, Any]
+    """Its knob values."""
+    rows: list[TrialResult]
+    """The ok rows measuring it (verify rows when verify ran, else doctor/run rows)."""
+    source: str
+    """Which stage's rows were used."""
+
+    @property
+    def step_time_s(self) -> float | None:
+        return median_or_none([r.step_time_s for r in self.rows])
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return median_or_none([r.tokens_per_s for r in self.rows])
+
+    @property
+    def mfu(self) -> float | None:
+        return median_or_none([r.mfu for r in self.rows])
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        vals = [r.peak_memory_bytes for r in self.rows if r.peak_memory_bytes is not None]
+        return max(vals) if vals else None
+
+    def phases(self) -> dict[str, float]:
+        acc: dict[str, list[float]] = {}
+        for r in self.rows:
+            for k, v in (r.phase_times_s or {}).items():
+                acc.setdefault(k, []).append(float(v))
+        return {k: statistics.median(v) for k, v in acc.items()}
+
+    def loss(self) -> list[float]:
+        return list(self.rows[0].loss) if self.rows else []
+
+
+@dataclass
+class StudyData:
+    """Everything the report needs."""
+
+    study_dir: Path
+    """The study directory."""
+    contract: Contract
+    """The verified contract."""
+    doctor: dict[str, Any] | None
+    """``doctor.json`` (None when doctor has not run)."""
+    verify: dict[str, Any] | None
+    """``verify.json`` (None when verify has not run)."""
+    trials: list[TrialResult]
+    """Every logged trial, in start order."""
+    baseline: Side | None = None
+    """The baseline's figures."""
+    best: Side | None = None
+    """The verified best's figures (or the best observed run config, flagged unverified)."""
+    best_verified: bool = False
+    """True when ``best`` comes from verify.json with ``accepted: true``."""
+    notes: list[str] = field(default_factory=list)
+    """Caveats shown at the top of the report."""
+
+    @property
+    def simulated(self) -> bool:
+        return any(r.simulated for r in self.trials)
+
+    @property
+    def capacity_bytes(self) -> int | None:
+        return self.contract.memory_capacity_bytes
+
+
+def load_study(study_dir: str | Path) -> StudyData:
+    """Read a study directory (the contract is verified: an edited one is refused)."""
+    d = Path(study_dir)
+    contract = Contract.load(d, check_files=False)
+    doctor = _json(d / "doctor.json")
+    verify = _json(d / "verify.json")
+    trials = read_trial_rows(d)
+    data = StudyData(study_dir=d, contract=contract, doctor=doctor, verify=verify, trials=trials)
+    base_cfg = _baseline_config(data)
+    data.baseline = _side("baseline", base_cfg, trials, role="baseline", doctor_ok=True)
+    best = (verify or {}).get("best")
+    if best and best.get("config"):
+        data.best = _side("best", dict(best["config"]), trials, role="candidate")
+        data.best_verified = bool(best.get("accepted"))
+        if not data.best_verified:
+            data.notes.append("verify did not accept any candidate: the 'best' shown is the top "
+                              "candidate verify tried, NOT a verified win.")
+    else:
+        runs = [r for r in trials if r.stage == "run" and r.ok and r.step_time_s]
+        if runs:
+            top = min(runs, key=lambda r: r.step_time_s or float("inf"))
+            data.best = _side("best", dict(top.config), trials, role="candidate")
+            data.notes.append("verify has not accepted a candidate (verify.json missing or no "
+                              "best): the 'best' shown is the fastest run trial, unverified.")
+    if data.simulated:
+        data.notes.insert(0, "SIMULATED: rows come from the analytic surrogate backend, not "
+                             "from real training.")
+    return data
+
+
+def _json(p: Path) -> dict[str, Any] | None:
+    if not p.exists():
+        return None
+    try:
+        out = json.loads(p.read_text())
+    except json.JSONDecodeError:
+        return None
+    return out if isinstance(out, dict) else None
+
+
+def _baseline_config(data: StudyData) -> dict[str, Any]:
+    for src in (data.verify or {}, data.doctor or {}):
+        cfg = src.get("baseline_config")
+        if isinstance(cfg, dict) and cfg:
+            return dict(cfg)
+    doc = [r for r in data.trials if r.stage == "doctor"]
+    if doc:
+        return dict(doc[0].config)
+    return dict(data.contract.workload.get("baseline", {}))
+
+
+def _matches(cfg: dict[str, Any], want: dict[str, Any]) -> bool:
+    return all(cfg.get(k) == v for k, v in want.items())
+
+
+def _side(label: str, cfg: dict[str, Any], trials: list[TrialResult], *, role: str,
+          doctor_ok: bool = False) -> Side:
+    ok = [r for r in trials if r.ok and r.step_time_s is not None]
+    ver = [r for r in ok if r.stage == "verify" and r.extra.get("role") == role and _matches(r.config, cfg)]
+    if ver:
+        return Side(label, cfg, ver, "verify")
+    if doctor_ok:
+        doc = [r for r in ok if r.stage == "doctor"]
+        if doc:
+            return Side(label, cfg, doc, "doctor")
+    run = [r for r in ok if r.stage == "run" and _matches(r.config, cfg)]
+    return Side(label, cfg, run, "run" if run else "none")
+
+
+__all__ = ["Side", "StudyData", "config_key", "load_study", "read_trial_rows"]

@@ -1,0 +1,121 @@
+"""Stage 5, ``report``: ``DIR/report.md`` and a self-contained ``DIR/report.html``.
+
+Reads only the study directory (contract, doctor.json, trials/, verify.json), so it can be re-run
+at any time. Figures are drawn with matplotlib (Agg), embedded in the HTML as base64 PNG data URIs
+and written next to the Markdown under ``DIR/report_files/``. ``pdf=True`` also prints the HTML to
+``DIR/report.pdf`` with headless Chromium (or, without Chromium, collects the figures into a PDF
+with matplotlib).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from infrarsi.errors import StudyError
+from infrarsi.report.build import build_sections
+from infrarsi.report.data import load_study
+from infrarsi.report.document import Figure, to_html, to_markdown
+
+FILES_DIR = "report_files"
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
+
+
+@dataclass
+class ReportPaths:
+    """What ``write_report`` wrote."""
+
+    markdown: Path
+    """``DIR/report.md``."""
+    html: Path
+    """``DIR/report.html`` (self-contained)."""
+    figures: list[Path]
+    """PNG files under ``DIR/report_files/``."""
+    pdf: Path | None = None
+    """``DIR/report.pdf`` when asked for."""
+
+
+def find_chromium() -> str | None:
+    """Path of a Chromium/Chrome binary, or None (``INFRARSI_CHROMIUM`` overrides)."""
+    env = os.environ.get("INFRARSI_CHROMIUM")
+    if env:
+        return env if Path(env).exists() else None
+    for n in CHROMIUM_NAMES:
+        p = shutil.which(n)
+        if p:
+            return p
+    return None
+
+
+def _write(path: Path, data: str | bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data)
+    os.replace(tmp, path)
+
+
+def write_report(study_dir: str | Path, pdf: bool = False) -> ReportPaths:
+    """Render the study's report; returns the paths written."""
+    d = Path(study_dir)
+    if not d.is_dir():
+        raise StudyError(f"study directory {d} does not exist; run `infrarsi init` first.")
+    data = load_study(d)
+    sections = build_sections(data)
+    title = f"infrarsi report: {data.contract.study}"
+    if data.simulated:
+        title += " (SIMULATED)"
+    files = d / FILES_DIR
+    files.mkdir(exist_ok=True)
+    figs = []
+    for s in sections:
+        for b in s.blocks:
+            if isinstance(b, Figure):
+                p = files / f"{b.name}.png"
+                _write(p, b.png)
+                figs.append(p)
+    md = d / "report.md"
+    html = d / "report.html"
+    _write(md, to_markdown(title, sections, FILES_DIR))
+    _write(html, to_html(title, sections))
+    out = ReportPaths(markdown=md, html=html, figures=figs)
+    if pdf:
+        out.pdf = _pdf(html, d / "report.pdf", figs)
+    return out
+
+
+def _pdf(html: Path, dest: Path, figs: list[Path]) -> Path:
+    chrome = find_chromium()
+    if chrome:
+        with tempfile.TemporaryDirectory(prefix="infrarsi-chrome-") as prof:
+            cmd = [chrome, "--headless", "--no-sandbox", "--disable-gpu",
+                   "--disable-background-networking", "--disable-component-update",
+                   "--disable-sync", "--no-first-run", f"--user-data-dir={prof}",
+                   "--no-pdf-header-footer", f"--print-to-pdf={dest}", html.resolve().as_uri()]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if proc.returncode == 0 and dest.exists() and dest.stat().st_size > 0:
+            return dest
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.image as mpimg
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    with PdfPages(dest) as pp:
+        for f in figs:
+            fig = plt.figure(figsize=(8.27, 5.8))
+            ax = fig.add_axes((0, 0, 1, 1))
+            ax.imshow(mpimg.imread(f))
+            ax.axis("off")
+            pp.savefig(fig)
+            plt.close(fig)
+    return dest
+
+
+__all__ = ["ReportPaths", "find_chromium", "write_report"]
