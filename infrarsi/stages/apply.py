@@ -1,0 +1,279 @@
+"""Stage 6, ``apply``: promote the verified winner to a new git branch of the target repository.
+
+``apply(DIR, REPO)`` writes, on a NEW branch (default ``infrarsi/<study>-<config hash>``) that
+starts at the target repository's HEAD:
+
+- ``infrarsi/<study>/deepspeed_config.json``: the DeepSpeed config the winning knobs build;
+- ``infrarsi/<study>/knobs.yaml``: the winning knob values, the baseline's, and the evidence;
+- ``infrarsi/<study>/patches/*.patch``: its code patches, which are also applied to the code;
+- ``infrarsi/<study>/README.md``: speedup, CI, contract hash and how to reproduce.
+
+It tags the baseline commit ``infrarsi/golden/<study>`` if that tag is absent. It works in a
+temporary git worktree, so the user's checkout and its current branch are never touched, and it
+never commits to ``main`` or ``master``. It refuses (``ApplyError``) a protected branch name, a
+dirty tree and an existing branch (the last two unless ``force``), and a study without an
+accepted verified best.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import git
+import yaml
+
+from infrarsi.contract import Contract
+from infrarsi.errors import ApplyError, PatchError
+from infrarsi.result import TrialResult
+
+PROTECTED = ("main", "master")
+"""Branches apply never writes to, even with ``force``."""
+
+
+@dataclass
+class ApplyResult:
+    """What ``apply`` did."""
+
+    branch: str
+    """The branch it created (or, with force, recreated)."""
+    commit_sha: str
+    """The commit at its tip."""
+    base_sha: str
+    """The baseline commit the branch starts from (HEAD of the target repo)."""
+    tag: str
+    """The golden tag ``infrarsi/golden/<study>``."""
+    tag_created: bool
+    """False when the tag already existed (it is never moved)."""
+    files: list[str] = field(default_factory=list)
+    """Repository-relative paths written or changed by the commit."""
+
+    def summary(self) -> str:
+        return (f"branch {self.branch} at {self.commit_sha[:12]} (from {self.base_sha[:12]}); "
+                f"golden tag {self.tag} {'created' if self.tag_created else 'already existed'}")
+
+
+def _ref_safe(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")
+    return s or "study"
+
+
+def _check_ref(repo: git.Repo, branch: str) -> None:
+    try:
+        repo.git.check_ref_format("--branch", branch)
+    except git.GitCommandError:
+        raise ApplyError(f"branch name {branch!r} is not a valid git branch name; pass another "
+                         f"--branch.") from None
+
+
+def _load_best(study_dir: Path) -> dict[str, Any]:
+    p = study_dir / "verify.json"
+    if not p.exists():
+        raise ApplyError(f"{p} is missing: nothing verified to apply. Run `infrarsi verify "
+                         f"{study_dir}` first.")
+    try:
+        best = json.loads(p.read_text()).get("best")
+    except (json.JSONDecodeError, AttributeError) as e:
+        raise ApplyError(f"{p}: not valid JSON ({e}); re-run `infrarsi verify {study_dir}`.") from e
+    if not best or not best.get("config"):
+        raise ApplyError(f"{p}: no best candidate (best is null): verify accepted nothing, so "
+                         f"there is nothing to apply.")
+    if not best.get("accepted"):
+        raise ApplyError(f"{p}: the best candidate was NOT accepted by verify (speedup "
+                         f"{best.get('speedup')}, CI low {best.get('ci_low')}); apply only "
+                         f"promotes verified wins.")
+    return dict(best)
+
+
+def _trial_rows(study_dir: Path) -> list[TrialResult]:
+    try:
+        from infrarsi.report.data import read_trial_rows
+
+        return read_trial_rows(study_dir)
+    except Exception:
+        return []
+
+
+def _best_patches(best: dict[str, Any], rows: list[TrialResult]) -> list[str]:
+    if best.get("patches"):
+        return [str(p) for p in best["patches"]]
+    cfg = best["config"]
+    for stage in ("verify", "run"):
+        for r in rows:
+            if r.stage == stage and r.config == cfg and r.patches:
+                return list(r.patches)
+    return []
+
+
+def _resolve_patch(p: str, contract: Contract, study_dir: Path) -> Path:
+    path = Path(p)
+    if path.is_absolute():
+        return path
+    bases = [study_dir, *(Path(contract.workload_path).parents if contract.workload_path else [])]
+    for b in bases:
+        if (b / path).exists():
+            return b / path
+    return path
+
+
+def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = None,
+          force: bool = False) -> ApplyResult:
+    """Commit the study's verified winner to a new branch of ``repo_path``; see the module doc."""
+    d = Path(study_dir)
+    contract = Contract.load(d)
+    best = _load_best(d)
+    cfg = dict(best["config"])
+    try:
+        repo = git.Repo(str(repo_path))
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise ApplyError(f"{repo_path} is not a git repository (run `git init` there, or pass "
+                         f"--repo PATH of the training code's repository).") from None
+    if repo.bare:
+        raise ApplyError(f"{repo_path} is a bare repository; pass a working clone.")
+    try:
+        base = repo.head.commit
+    except ValueError:
+        raise ApplyError(f"{repo_path} has no commits yet; commit the baseline code first.") from None
+    study = _ref_safe(contract.study)
+    cfg_hash = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:8]
+    branch = branch or f"infrarsi/{study}-{cfg_hash}"
+    short = branch.removeprefix("refs/heads/")
+    if short in PROTECTED:
+        raise ApplyError(f"refusing to write to {short!r}: apply only creates a new branch and "
+                         f"never commits to {' or '.join(PROTECTED)}. Pass another --branch.")
+    _check_ref(repo, short)
+    if not repo.head.is_detached and repo.active_branch.name == short:
+        raise ApplyError(f"branch {short!r} is the one checked out in {repo_path}; apply writes a "
+                         f"new branch. Pass another --branch.")
+    if repo.is_dirty(untracked_files=False) and not force:
+        changed = [x.a_path for x in repo.index.diff(None)] + [x.a_path for x in repo.index.diff("HEAD")]
+        raise ApplyError(f"{repo_path} has uncommitted changes ({sorted(set(changed))[:8]}); the "
+                         f"baseline must be a commit. Commit or stash them, or pass --force.")
+    exists = short in [h.name for h in repo.heads]
+    if exists and not force:
+        raise ApplyError(f"branch {short!r} already exists in {repo_path}; pass another --branch, "
+                         f"or --force to recreate it.")
+
+    # Patches: scope-checked against the contract, applied in the new branch's tree.
+    rows = _trial_rows(d)
+    patch_files = [_resolve_patch(p, contract, d) for p in _best_patches(best, rows)]
+    from infrarsi.patches import Patch, check_scope
+
+    patches = []
+    for pf in patch_files:
+        try:
+            patch = Patch.load(pf)
+            check_scope(patch, contract.editable.globs)
+        except PatchError as e:
+            raise ApplyError(f"cannot apply the winner's patch: {e}") from None
+        patches.append(patch)
+
+    tag = f"infrarsi/golden/{study}"
+    tag_created = tag not in [t.name for t in repo.tags]
+    files: list[str] = []
+    wt = Path(tempfile.mkdtemp(prefix="infrarsi-apply-"))
+    wt.rmdir()
+    try:
+        try:
+            repo.git.worktree("add", "-B" if exists else "-b", short, str(wt), base.hexsha)
+        except git.GitCommandError as e:
+            raise ApplyError(f"cannot create branch {short!r} in {repo_path}: "
+                             f"{str(e.stderr).strip()[:300]}") from None
+        g = git.Git(str(wt))
+        for patch in patches:
+            try:
+                g.apply("--index", str(Path(patch.path).resolve()))
+            except git.GitCommandError as e:
+                raise ApplyError(f"patch {patch.path} does not apply to {base.hexsha[:12]} in "
+                                 f"{repo_path}: {str(e.stderr).strip()[:300]}. Regenerate it "
+                                 f"against that commit.") from None
+            files += patch.paths
+        out = wt / "infrarsi" / study
+        out.mkdir(parents=True, exist_ok=True)
+        written = _write_artifacts(out, contract, best, cfg, rows, patches, base.hexsha, d)
+        rel = [str(p.relative_to(wt)) for p in written]
+        g.add("--", *rel)
+        files += rel
+        env = {}
+        with repo.config_reader() as cr:
+            if not cr.has_option("user", "name"):
+                env.update(GIT_AUTHOR_NAME="infrarsi", GIT_COMMITTER_NAME="infrarsi")
+            if not cr.has_option("user", "email"):
+                env.update(GIT_AUTHOR_EMAIL="infrarsi@localhost", GIT_COMMITTER_EMAIL="infrarsi@localhost")
+        msg = (f"infrarsi: {contract.study}: verified {best.get('speedup', 0):.3g}x step-time speedup\n\n"
+               f"Knobs: {json.dumps({k: v for k, v in cfg.items()}, sort_keys=True)}\n"
+               f"95% CI: [{best.get('ci_low')}, {best.get('ci_high')}]\n"
+               f"Contract: {contract.contract_hash}\nBaseline: {base.hexsha} (tag {tag})\n")
+        with g.custom_environment(**env):
+            g.commit("-m", msg, "--no-verify")
+        sha = g.rev_parse("HEAD").strip()
+    finally:
+        with contextlib.suppress(git.GitCommandError):
+            repo.git.worktree("remove", "--force", str(wt))
+        shutil.rmtree(wt, ignore_errors=True)
+        with contextlib.suppress(git.GitCommandError):
+            repo.git.worktree("prune")
+    if tag_created:
+        repo.create_tag(tag, ref=base.hexsha, message=f"infrarsi golden baseline of study {contract.study}")
+    return ApplyResult(branch=short, commit_sha=sha, base_sha=base.hexsha, tag=tag,
+                       tag_created=tag_created, files=sorted(set(files)))
+
+
+def _write_artifacts(out: Path, contract: Contract, best: dict[str, Any], cfg: dict[str, Any],
+                     rows: list[TrialResult], patches: list[Any], base_sha: str,
+                     study_dir: Path) -> list[Path]:
+    from infrarsi.report.dsconfig import deepspeed_config
+
+    written = []
+    ds = deepspeed_config(contract, cfg, rows)
+    if ds is not None:
+        p = out / "deepspeed_config.json"
+        p.write_text(json.dumps(ds, indent=2, sort_keys=True) + "\n")
+        written.append(p)
+    knobs = {
+        "study": contract.study,
+        "workload": contract.workload.get("name"),
+        "contract_hash": contract.contract_hash,
+        "baseline_commit": base_sha,
+        "speedup": best.get("speedup"),
+        "ci_low": best.get("ci_low"),
+        "ci_high": best.get("ci_high"),
+        "knobs": cfg,
+        "baseline_knobs": contract.workload.get("baseline", {}),
+        "patches": [f"patches/{Path(p.path).name}" for p in patches],
+    }
+    p = out / "knobs.yaml"
+    p.write_text("# Written by `infrarsi apply`: the verified winning knob values.\n"
+                 + yaml.safe_dump(knobs, sort_keys=False))
+    written.append(p)
+    if patches:
+        (out / "patches").mkdir(exist_ok=True)
+        for patch in patches:
+            dst = out / "patches" / Path(patch.path).name
+            dst.write_text(patch.text)
+            written.append(dst)
+    readme = out / "README.md"
+    readme.write_text(
+        f"# infrarsi study {contract.study}\n\n"
+        f"Verified step-time speedup {best.get('speedup')}x (95% CI [{best.get('ci_low')}, "
+        f"{best.get('ci_high')}]) over the baseline commit {base_sha} (tag "
+        f"`infrarsi/golden/{_ref_safe(contract.study)}`), at fixed {contract.invariants.tokens_per_step} "
+        f"tokens per optimizer step, loss within the contract's tolerance.\n\n"
+        f"- `knobs.yaml`: the winning knob values\n"
+        + ("- `deepspeed_config.json`: the DeepSpeed config they build\n" if ds is not None else "")
+        + ("- `patches/`: code patches (already applied on this branch)\n" if patches else "")
+        + f"\nContract hash: `{contract.contract_hash}`. Study directory at apply time: "
+        f"`{study_dir.resolve()}` (report.html there holds the evidence).\n"
+    )
+    written.append(readme)
+    return written
+
+
+__all__ = ["PROTECTED", "ApplyResult", "apply"]
