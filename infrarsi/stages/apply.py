@@ -153,7 +153,7 @@ def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = Non
         raise ApplyError(f"branch {short!r} is the one checked out in {repo_path}; apply writes a "
                          f"new branch. Pass another --branch.")
     if repo.is_dirty(untracked_files=False) and not force:
-        changed = [x.a_path for x in repo.index.diff(None)] + [x.a_path for x in repo.index.diff("HEAD")]
+        changed = [str(x.a_path) for x in [*repo.index.diff(None), *repo.index.diff("HEAD")]]
         raise ApplyError(f"{repo_path} has uncommitted changes ({sorted(set(changed))[:8]}); the "
                          f"baseline must be a commit. Commit or stash them, or pass --force.")
     exists = short in [h.name for h in repo.heads]
@@ -201,7 +201,7 @@ def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = Non
         rel = [str(p.relative_to(wt)) for p in written]
         g.add("--", *rel)
         files += rel
-        env = {}
+        env: dict[str, str] = {}
         with repo.config_reader() as cr:
             if not cr.has_option("user", "name"):
                 env.update(GIT_AUTHOR_NAME="infrarsi", GIT_COMMITTER_NAME="infrarsi")
