@@ -101,3 +101,20 @@ def test_apply_refuses_unverified_and_non_repo(tmp_path: Path) -> None:
     with pytest.raises(ApplyError, match="not a git repository"):
         apply(study2, tmp_path / "nowhere")
     assert [h.name for h in repo.heads] == ["main"] and not repo.tags
+
+
+def test_apply_refuses_a_patch_outside_the_editable_scope(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (Path(repo.working_tree_dir) / "setup.cfg").write_text("[x]\n")
+    repo.index.add(["setup.cfg"])
+    repo.index.commit("cfg")
+    f = Path(repo.working_tree_dir) / "setup.cfg"
+    f.write_text("[y]\n")
+    bad = tmp_path / "bad.patch"
+    bad.write_text(repo.git.diff() + "\n")
+    f.write_text("[x]\n")
+    study = make_study(tmp_path, patches=[str(bad)])
+    with pytest.raises(ApplyError) as e:
+        apply(study, repo.working_tree_dir)
+    assert "setup.cfg" in str(e.value) and "workloads/**" in str(e.value)
+    assert [h.name for h in repo.heads] == ["main"]
