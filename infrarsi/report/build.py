@@ -21,6 +21,8 @@ def fmt(v: Any, unit: str = "", digits: int = 4) -> str:
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, float):
+        if abs(v) >= 10 ** digits:
+            return f"{v:,.0f}{unit}"
         return f"{v:.{digits}g}{unit}"
     return f"{v}{unit}"
 
@@ -70,6 +72,18 @@ def _summary(data: StudyData) -> Section:
             f"{fmt(best.get('speedup'))}x, 95% bootstrap CI {ci}; accepted: "
             f"{'yes' if best.get('accepted') else 'NO'} (rule: CI lower bound > 1 + noise margin "
             f"{fmt(margin)}, every loss and eval invariant held, in every round)."))
+        cands = (data.verify or {}).get("candidates") or []
+        if cands:
+            base_cfg = b.config if b else {}
+            s.blocks.append(Table(
+                ["verify candidate (vs baseline)", "accepted", "speedup", "CI", "rounds passed", "reason"],
+                [[", ".join(f"{k}={v}" for k, v in sorted((c.get("config") or {}).items())
+                            if base_cfg.get(k) != v) or "(baseline)",
+                  "yes" if c.get("accepted") else "no", fmt(c.get("speedup")),
+                  f"[{fmt(c.get('ci_low'))}, {fmt(c.get('ci_high'))}]",
+                  f"{sum(1 for r in c.get('rounds') or [] if r.get('passed'))}/{len(c.get('rounds') or [])}",
+                  "; ".join(str(r.get("reason")) for r in c.get("rounds") or [] if r.get("reason"))[:200]]
+                 for c in cands]))
     elif b and w and b.step_time_s and w.step_time_s:
         s.blocks.append(Para(f"Observed speedup (unverified, not paired): "
                              f"{b.step_time_s / w.step_time_s:.3g}x."))
