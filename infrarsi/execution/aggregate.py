@@ -86,6 +86,7 @@ def aggregate(
     status, error = classify(rank_results, timed_out)
     answered = [r for r in rank_results if r is not None]
     rank0 = rank_results[0] if rank_results and rank_results[0] is not None else (answered[0] if answered else {})
+    peak_flops_per_s = peak_flops_per_s or rank0.get("peak_flops_per_s")
 
     res = TrialResult(
         trial_id=trial_id, stage=stage, config=dict(config), status=status, error=error,
@@ -106,8 +107,9 @@ def aggregate(
     setups = [float(r["setup_time_s"]) for r in answered if r.get("setup_time_s") is not None]
     res.setup_time_s = max(setups) if setups else None
     res.telemetry = {str(r.get("rank", i)): r["telemetry"] for i, r in enumerate(answered) if r.get("telemetry")}
-    for key in ("num_params", "flops_per_token"):
-        if rank0.get(key) is not None:
+    for key in ("num_params", "flops_per_token", "micro_batch_size", "grad_accum_steps", "ds_config",
+                "workload_loss", "sequences_seen"):
+        if rank0.get(key) not in (None, [], {}):
             res.extra[key] = rank0[key]
     checksums = [r.get("param_checksum") for r in answered if r.get("param_checksum") is not None]
     if checksums:

@@ -222,11 +222,12 @@ class TrialRunner:
         acquire_s = time.perf_counter() - t0
         if not self._peak_probed:
             self._peak_probed = True
+            t_probe = time.time()
             try:
                 self._peak_flops = group.probe_peak_flops()
             except Exception as e:
                 log.warning("peak FLOP/s probe failed; mfu will be empty", error=str(e))
-            started = time.time()  # the one-off probe is not the trial's cost
+            started += time.time() - t_probe  # the one-off probe is not the trial's cost
         spec = {
             "workload": self.workload.to_yaml_dict(), "config": config, "trial_id": trial_id,
             "memory_capacity_bytes": self.memory_capacity_bytes, "code_dir": code_dir,
