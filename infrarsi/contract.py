@@ -165,6 +165,9 @@ class Contract(_Strict):
     """Recorded calibrations since init (the only allowed changes)."""
     contract_hash: str = ""
     """sha256 over every field above (canonical JSON); set by ``freeze``."""
+    section_hashes: dict[str, str] = Field(default_factory=dict)
+    """Top-level field -> sha256 of its canonical JSON, so a change is located even without
+    the frozen copy; set by ``freeze`` and not itself hashed."""
 
     # ----------------------------------------------------------------------------- building
     @classmethod
@@ -257,14 +260,17 @@ class Contract(_Strict):
 
     def content(self) -> dict[str, Any]:
         """Every field but ``contract_hash``, as canonical JSON-able data."""
-        return self.model_dump(mode="json", exclude={"contract_hash"})
+        return self.model_dump(mode="json", exclude={"contract_hash", "section_hashes"})
 
     def compute_hash(self) -> str:
         return _sha256(_canonical(self.content()))
 
     def freeze(self) -> Contract:
         """A copy with ``contract_hash`` set over the current content."""
-        return self.model_copy(update={"contract_hash": self.compute_hash()})
+        content = self.content()
+        sections = {k: _sha256(_canonical(v))[:16] for k, v in content.items()}
+        return self.model_copy(update={"contract_hash": _sha256(_canonical(content)),
+                                       "section_hashes": sections})
 
     def workload_model(self) -> Workload:
         """The embedded workload as a ``Workload`` (path set to the original file)."""
@@ -334,6 +340,7 @@ class Contract(_Strict):
         if frozen_path.exists():
             old = json.loads(frozen_path.read_text())
             old.pop("contract_hash", None)
+            old.pop("section_hashes", None)
             bad = [p for p, _a, _b in _diff(old, self.content()) if not _calibratable(p)]
             if bad:
                 raise ContractError(
@@ -349,6 +356,7 @@ class Contract(_Strict):
         d.mkdir(parents=True, exist_ok=True)
         data = self.content()
         data["contract_hash"] = self.contract_hash
+        data["section_hashes"] = dict(self.section_hashes)
         header = (
             "# infrarsi task contract: frozen. Any edit here is refused by later stages.\n"
             "# To change it, run `infrarsi init` into a new study directory.\n"
@@ -392,8 +400,7 @@ class Contract(_Strict):
             problems.append(f"contract_hash was edited (frozen {frozen.get('contract_hash')!r}, "
                             f"file {stored_hash!r})")
         if actual != stored_hash or (frozen is not None and actual != frozen.get("contract_hash")):
-            diff = _describe_diff(frozen, c.content()) if frozen else (
-                "the frozen copy .contract.frozen.json is missing, so the changed field is unknown")
+            diff = _describe_diff(frozen, c.content()) if frozen else _describe_sections(c)
             problems.append(f"content does not match its hash: {diff}")
         if problems:
             raise ContractError(
@@ -499,11 +506,21 @@ def _calibratable(path: str) -> bool:
     return any(path == c or path.startswith(c + ".") for c in _CALIBRATABLE)
 
 
+def _describe_sections(c: Contract) -> str:
+    """Which top-level fields no longer match their recorded section hashes."""
+    now = {k: _sha256(_canonical(v))[:16] for k, v in c.content().items()}
+    changed = sorted(k for k in set(now) | set(c.section_hashes)
+                     if now.get(k) != c.section_hashes.get(k))
+    where = f"changed section(s): {changed}" if changed else "the section hashes were edited too"
+    return f"{where} (the frozen copy .contract.frozen.json is missing, so no field-level diff)"
+
+
 def _describe_diff(frozen: dict[str, Any] | None, now: dict[str, Any]) -> str:
     if frozen is None:
         return ""
-    old = {k: v for k, v in frozen.items() if k != "contract_hash"}
-    new = {k: v for k, v in now.items() if k != "contract_hash"}
+    skip = ("contract_hash", "section_hashes")
+    old = {k: v for k, v in frozen.items() if k not in skip}
+    new = {k: v for k, v in now.items() if k not in skip}
     diffs = _diff(old, new)
     if not diffs:
         return "no field differs from the frozen copy (only the hash was edited)"

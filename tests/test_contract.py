@@ -124,3 +124,26 @@ def test_unknown_editable_knob_lists_valid_ones(wl_copy: Path) -> None:
 def test_missing_contract_says_run_init(tmp_path: Path) -> None:
     with pytest.raises(ContractError, match="infrarsi init"):
         Contract.load(tmp_path)
+
+
+def test_edit_without_frozen_copy_names_the_section(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "s"
+    Contract.create(wl_copy, study_dir=study, trials=5)
+    (study / ".contract.frozen.json").unlink()
+    p = study / CONTRACT_FILE
+    data = yaml.safe_load(p.read_text())
+    data["budgets"]["trials"] = 500
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(ContractError, match=r"changed section\(s\): \['budgets'\]"):
+        Contract.load(study)
+
+
+def test_unknown_field_is_refused(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "s"
+    Contract.create(wl_copy, study_dir=study)
+    p = study / CONTRACT_FILE
+    data = yaml.safe_load(p.read_text())
+    data["sneaky"] = 1
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(ContractError, match="sneaky"):
+        Contract.load(study)
