@@ -245,6 +245,32 @@ class Bank:
         return out[:max_rows]
 
 
+def scale_prior(
+    rows: list[dict[str, Any]], baseline_step_time_s: float, memory_capacity_bytes: float
+) -> list[dict[str, Any]]:
+    """Turn ``warm_start_rows`` into the new study's absolute units (a prior, not a measurement).
+
+    ``step_time_s = relative_step_time x baseline_step_time_s`` (the new baseline, e.g. from
+    doctor) and ``peak_memory_bytes = relative_peak_memory x memory_capacity_bytes``; an oom row
+    keeps ``memory_censored`` (its peak is a lower bound). Each dict also keeps ``similarity``
+    so a caller can down-weight or inflate the noise of distant priors.
+    """
+    if not (baseline_step_time_s > 0 and memory_capacity_bytes > 0):
+        raise ValueError(f"`baseline_step_time_s > 0 and memory_capacity_bytes > 0` must hold, but "
+                         f"got ({baseline_step_time_s}, {memory_capacity_bytes}).")
+    out = []
+    for r in rows:
+        rel_t, rel_m = r.get("relative_step_time"), r.get("relative_peak_memory")
+        out.append({
+            "config": dict(r["config"]), "status": r["status"],
+            "step_time_s": rel_t * baseline_step_time_s if rel_t is not None else None,
+            "peak_memory_bytes": rel_m * memory_capacity_bytes if rel_m is not None else None,
+            "memory_censored": bool(r.get("memory_censored")),
+            "similarity": r.get("similarity", 1.0), "source_study": r.get("source_study"),
+        })
+    return out
+
+
 def _is_sim(hardware: Mapping[str, Any] | str | None) -> bool:
     return isinstance(hardware, Mapping) and bool(hardware.get("simulated"))
 
@@ -267,4 +293,4 @@ def _workload_features(workload: Any) -> tuple[str | None, int | None, int | Non
             getattr(workload, "tokens_per_step", None), getattr(workload, "world_size", None))
 
 
-__all__ = ["SCHEMA", "Bank", "default_root", "hardware_fingerprint"]
+__all__ = ["SCHEMA", "Bank", "default_root", "hardware_fingerprint", "scale_prior"]

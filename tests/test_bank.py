@@ -83,3 +83,18 @@ def test_empty_study_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StudyError, match="no logged trials"):
         Bank(tmp_path / "bank").add_study(s)
     assert Bank(tmp_path / "nothing").table().num_rows == 0
+
+
+def test_scale_prior_to_new_units(tmp_path: Path) -> None:
+    bank = Bank(tmp_path / "bank")
+    bank.add_study(make_study(tmp_path, "a", hw="box-a"))
+    wl = Workload.from_yaml(ROOT / "workloads/dense_debug.yaml")
+    prior = scale_prior(bank.warm_start_rows(wl, SPACE, hw("gpu")), baseline_step_time_s=10.0,
+                        memory_capacity_bytes=80e9)
+    ok = min((p for p in prior if p["status"] == "ok"), key=lambda p: p["step_time_s"])
+    assert ok["config"] == BEST and ok["step_time_s"] == pytest.approx(10.0 * 0.66 / 2.05)
+    assert ok["peak_memory_bytes"] == pytest.approx(80e9 * 0.8)
+    oom = next(p for p in prior if p["status"] == "oom")
+    assert oom["memory_censored"] and oom["step_time_s"] is None and oom["peak_memory_bytes"] > 80e9
+    with pytest.raises(ValueError, match="> 0"):
+        scale_prior(prior, 0.0, 1.0)
