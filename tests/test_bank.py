@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic_study import BEST, make_study
 
-from infrarsi.bank import Bank, default_root, hardware_fingerprint
+from infrarsi.bank import Bank, default_root, hardware_fingerprint, scale_prior
 from infrarsi.errors import StudyError
 from infrarsi.workload import Workload
 
