@@ -19,8 +19,11 @@ Checked (only results with ``status == "ok"``; any other status already disquali
   ``replica_checksum_rtol``, or ``extra["param_checksums_agree"] is False`` (gradient
   all-reduce skipped).
 
-Also read: ``extra["tokens_per_step_varied"]`` (the distinct per-step token counts when they
-varied, as the trial engine's aggregate records them) and ``extra["sequences_per_step"]``.
+Also read, as the trial engine records them: ``extra["tokens_per_step_varied"]`` (the distinct
+per-step token counts when they varied), ``extra["sequences_seen"]`` (global sequences fed per
+step; each must be tokens_per_step / seq_len: shrunk batch), ``extra["sequences_per_step"]``, and
+``extra["workload_loss"]`` (the loss the workload reported per step, which must match the
+harness's own loss from the same logits: fake loss).
 """
 
 from __future__ import annotations
@@ -99,6 +102,16 @@ def check_invariants(
         if int(seqs) != want_seqs:
             reasons.append(f"sequences_per_step: expected {want_seqs}, harness counted {seqs} "
                            f"(shrunk batch)")
+    seq_list = result.extra.get("sequences_seen")
+    if isinstance(seq_list, (list, tuple)) and seq_list and wl_seq:
+        want_seqs = want_tok // int(wl_seq)
+        off_steps = [(i, int(n)) for i, n in enumerate(seq_list) if int(n) != want_seqs]
+        if off_steps:
+            i, n = off_steps[0]
+            what = "shrunk batch" if n < want_seqs else "grown batch"
+            reasons.append(f"sequences_seen: step {i} fed {n} sequences to the model, contract "
+                           f"fixes {want_seqs} ({len(off_steps)} of {len(seq_list)} steps differ: "
+                           f"{what})")
     seen = result.extra.get("tokens_seen")
     if isinstance(seen, (list, tuple)) and seen:
         short = [(i, int(t)) for i, t in enumerate(seen) if int(t) != want_tok]
@@ -155,6 +168,19 @@ def check_invariants(
             reasons.append(f"loss: step {i} is {x:.6g} vs baseline {b:.6g} (|diff| {abs(x - b):.3g} "
                            f"> tolerance {tol:.3g}; {n_bad} of {min(len(result.loss), len(ref.loss))} "
                            f"steps off: fake or wrong loss, or a different training computation)")
+
+    # --- the workload's reported loss vs the harness's own loss (same logits, same step)
+    wl_loss = result.extra.get("workload_loss")
+    if isinstance(wl_loss, (list, tuple)) and wl_loss and result.loss:
+        atol, rtol = inv.loss_tolerance()
+        pairs = [(i, float(w), float(h)) for i, (w, h) in enumerate(zip(wl_loss, result.loss, strict=False))
+                 if math.isfinite(float(w)) and math.isfinite(float(h))]
+        off = [(i, w, h) for i, w, h in pairs if abs(w - h) > atol + rtol * abs(h)]
+        if off:
+            i, w, h = max(off, key=lambda t: abs(t[1] - t[2]))
+            reasons.append(f"workload_loss: step {i} the workload reported {w:.6g}, the harness "
+                           f"computed {h:.6g} from the same logits ({len(off)} of {len(pairs)} "
+                           f"steps differ: fake loss reported)")
 
     # --- eval loss vs baseline (reference model code on a held-out batch)
     ref_eval = ref.eval_loss if ref is not None else None

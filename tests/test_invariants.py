@@ -94,6 +94,21 @@ def test_engine_style_extras(contract: Contract) -> None:
     assert check_invariants(r, BASELINE, contract) == (True, [])
 
 
+def test_engine_style_cheat_signals(contract: Contract) -> None:
+    # shrink_batch as the engine sees it: half the sequences per step, tokens halved too.
+    r = honest(tokens_per_step=TOKENS // 2, extra={"sequences_seen": [8] * STEPS})
+    ok, reasons = check_invariants(r, BASELINE, contract)
+    assert not ok and any(x.startswith("sequences_seen: step 0 fed 8 sequences") and "shrunk batch" in x
+                          for x in reasons)
+    # fake_loss as the engine sees it: the harness's loss is honest, the reported one is 0.8x.
+    r = honest(extra={"workload_loss": [0.8 * x for x in BASE_LOSS]})
+    ok, reasons = check_invariants(r, BASELINE, contract)
+    assert not ok and any(x.startswith("workload_loss:") and "fake loss reported" in x for x in reasons)
+    # Honest engine extras pass.
+    r = honest(extra={"sequences_seen": [16] * STEPS, "workload_loss": list(honest().loss)})
+    assert check_invariants(r, BASELINE, contract) == (True, [])
+
+
 def test_skip_allreduce(contract: Contract) -> None:
     r = honest(extra={"tokens_seen": [TOKENS] * STEPS, "rank_param_checksums": [1234.5, 1229.1]})
     ok, reasons = check_invariants(r, BASELINE, contract)
