@@ -175,11 +175,11 @@ def check_invariants(
         atol, rtol = inv.loss_tolerance()
         pairs = [(i, float(w), float(h)) for i, (w, h) in enumerate(zip(wl_loss, result.loss, strict=False))
                  if math.isfinite(float(w)) and math.isfinite(float(h))]
-        off = [(i, w, h) for i, w, h in pairs if abs(w - h) > atol + rtol * abs(h)]
-        if off:
-            i, w, h = max(off, key=lambda t: abs(t[1] - t[2]))
+        fake = [(i, w, h) for i, w, h in pairs if abs(w - h) > atol + rtol * abs(h)]
+        if fake:
+            i, w, h = max(fake, key=lambda t: abs(t[1] - t[2]))
             reasons.append(f"workload_loss: step {i} the workload reported {w:.6g}, the harness "
-                           f"computed {h:.6g} from the same logits ({len(off)} of {len(pairs)} "
+                           f"computed {h:.6g} from the same logits ({len(fake)} of {len(pairs)} "
                            f"steps differ: fake loss reported)")
 
     # --- eval loss vs baseline (reference model code on a held-out batch)
