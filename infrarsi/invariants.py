@@ -91,12 +91,24 @@ def check_invariants(
     if result.tokens_per_step is None:
         reasons.append(f"tokens_per_step: expected {want_tok}, harness counted nothing "
                        f"(token counting missing: cannot prove the batch is intact)")
-    elif result.tokens_per_step != want_tok:
-        kind = "shrunk batch" if result.tokens_per_step < want_tok else "grown batch"
-        reasons.append(f"tokens_per_step: expected {want_tok}, harness counted "
-                       f"{result.tokens_per_step} ({kind}: the batch per optimizer step changed)")
     seqs = result.extra.get("sequences_per_step")
     wl_seq = contract.workload.get("data", {}).get("seq_len")
+    if result.tokens_per_step is not None and result.tokens_per_step != want_tok:
+        seq_counts = result.extra.get("sequences_seen") or ([seqs] if seqs is not None else [])
+        want_seqs = want_tok // int(wl_seq) if wl_seq else None
+        seqs_intact = bool(seq_counts) and want_seqs is not None and all(
+            int(n) == want_seqs for n in seq_counts)
+        if result.tokens_per_step > want_tok:
+            kind = "grown batch: the tokens per optimizer step changed"
+        elif seqs_intact:
+            kind = ("training on fewer tokens: every sequence is there but shorter, "
+                    "tokens were dropped")
+        elif seq_counts:
+            kind = "shrunk batch: fewer sequences per optimizer step"
+        else:
+            kind = "shrunk batch or fewer tokens: the tokens per optimizer step changed"
+        reasons.append(f"tokens_per_step: expected {want_tok}, harness counted "
+                       f"{result.tokens_per_step} ({kind})")
     if seqs is not None and wl_seq:
         want_seqs = want_tok // int(wl_seq)
         if int(seqs) != want_seqs:

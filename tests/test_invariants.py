@@ -58,8 +58,8 @@ def test_shrink_batch(contract: Contract) -> None:
     r = honest(tokens_per_step=TOKENS // 2, extra={"sequences_per_step": 8})
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
-    assert any(x.startswith("tokens_per_step: expected 2048, harness counted 1024 (shrunk batch")
-               for x in reasons)
+    assert any(x.startswith("tokens_per_step: expected 2048, harness counted 1024 (shrunk batch: "
+                            "fewer sequences") for x in reasons)
     assert any("sequences_per_step: expected 16, harness counted 8" in x for x in reasons)
 
 
@@ -104,6 +104,11 @@ def test_engine_style_cheat_signals(contract: Contract) -> None:
     r = honest(extra={"workload_loss": [0.8 * x for x in BASE_LOSS]})
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok and any(x.startswith("workload_loss:") and "fake loss reported" in x for x in reasons)
+    # fewer_tokens as the engine sees it: all 16 sequences, each cut to half its tokens.
+    r = honest(tokens_per_step=TOKENS // 2, extra={"sequences_seen": [16] * STEPS})
+    ok, reasons = check_invariants(r, BASELINE, contract)
+    assert reasons == ["tokens_per_step: expected 2048, harness counted 1024 (training on fewer "
+                       "tokens: every sequence is there but shorter, tokens were dropped)"]
     # Honest engine extras pass.
     r = honest(extra={"sequences_seen": [16] * STEPS, "workload_loss": list(honest().loss)})
     assert check_invariants(r, BASELINE, contract) == (True, [])
