@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -207,4 +206,4 @@ except ModuleNotFoundError as _e:
         raise
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

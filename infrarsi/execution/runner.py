@@ -121,6 +121,7 @@ class TrialRunner:
         peak_flops_per_s: float | None = None,
         check_knobs: bool = True,
         start_timeout_s: float = 180.0,
+        space: Any = None,
     ) -> None:
         self.workload = workload
         """The workload every trial trains."""
@@ -144,8 +145,9 @@ class TrialRunner:
         self._peak_probed = peak_flops_per_s is not None
         self._owns_ray = False
         self._pool: Any = None
-        self.space = self._load_space()
-        """The workload's ``SearchSpace`` (None if the search package is unavailable)."""
+        self.space = space if space is not None else self._load_space()
+        """The ``SearchSpace`` configs are validated against: ``space`` if given (a study's frozen
+        copy), else the workload's (None if the search package is unavailable)."""
         if workload.backend == "surrogate":
             importlib.import_module("infrarsi.execution.surrogate")  # registers surrogate knobs
         if check_knobs and self.space is not None:
