@@ -6,6 +6,7 @@ import statistics
 from typing import Any
 
 from infrarsi.result import TrialResult
+from infrarsi.stats import noise_margin
 
 LOSS_TOLERANCE_FLOOR = 1e-4
 """Absolute per-step loss tolerance floor. Measured on CPU: fp32 configs agree to <= 1.2e-6 over
@@ -15,9 +16,9 @@ reduction-order differences pass and leaves precision changes to the contract's 
 LOSS_TOLERANCE_FACTOR = 10.0
 """The calibrated tolerance is this factor times the largest run-to-run loss difference."""
 
-NOISE_MARGIN_FACTOR = 2.0
-"""Verify's noise margin is this factor times the run-to-run coefficient of variation of the
-per-trial median step time (one-sided, roughly a 2-sigma band)."""
+NOISE_MARGIN_FACTOR = 1.0
+"""Verify's noise margin is this factor times the step-time coefficient of variation (the larger
+of run-to-run and within-trial), floored at 1% (``infrarsi.stats.noise_margin``)."""
 
 
 def _cv(values: list[float]) -> float:
@@ -49,8 +50,8 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
         "within_trial_cv": within_cv,
     }
     # The noise margin verify must clear: the larger of the run-to-run and the within-trial CV
-    # (the latter divided by sqrt(steps) would understate drift between trials).
-    out["noise_margin"] = NOISE_MARGIN_FACTOR * max(run_cv, within_cv / 2)
+    # (the within-trial CV divided by sqrt(steps) would understate drift between trials).
+    out["noise_margin"] = noise_margin(max(run_cv, within_cv), k=NOISE_MARGIN_FACTOR)
     out["stragglers"] = _stragglers(ok, max(run_cv, within_cv))
     phases: dict[str, list[float]] = {}
     for r in ok:

@@ -40,7 +40,7 @@ def init_stage(
     space_path = Path(space) if space else wl.search_space_path()
     sp = SearchSpace.from_yaml(space_path)
     if wl.backend == "deepspeed":
-        check_handlers(sp.knob_names, source=str(space_path))
+        check_handlers(sp.names, source=str(space_path))
     try:
         sp.validate(dict(wl.baseline))
     except Exception as e:

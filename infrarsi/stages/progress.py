@@ -41,6 +41,14 @@ class RunProgress(Callback):
         self._progress: Progress | None = None
         self._task: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles callbacks and stoppers into its experiment checkpoint; the live rich
+        # progress bar (locks, a console) stays behind.
+        state = dict(self.__dict__)
+        state["_progress"] = None
+        state["_task"] = None
+        return state
+
     def _account(self, status: str | None, step: float | None, device_s: float | None) -> None:
         status = status or "failed"
         self.statuses[status] = self.statuses.get(status, 0) + 1

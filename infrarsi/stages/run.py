@@ -62,7 +62,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     from ray.tune.search import ConcurrencyLimiter
 
     from infrarsi.contract import Contract
-    from infrarsi.execution.cluster import ensure_ray
+    from infrarsi.execution.runner import init_ray as ensure_ray
     from infrarsi.log import read_trials
     from infrarsi.log import rows as rows_from_table
     from infrarsi.stages.common import device_budget_s

@@ -55,7 +55,7 @@ def make_searcher(optimizer: Any, *, info_key: str) -> Any:
             out[info_key] = {k: _jsonable(v) for k, v in info.items()}
             return out
 
-    return _StudySearcher(optimizer, metric="step_time_s", mode="min")
+    return _StudySearcher(optimizer=optimizer, metric="step_time_s", mode="min")
 
 
 def _jsonable(v: Any) -> Any:

@@ -32,7 +32,7 @@ def tune_stage(
     seed: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    from infrarsi.execution.cluster import ensure_ray
+    from infrarsi.execution.runner import init_ray as ensure_ray
     from infrarsi.log import read_trials, rows
     from infrarsi.stages.doctor import doctor_stage
     from infrarsi.stages.init import init_stage

@@ -71,7 +71,7 @@ def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, round
     """Verify candidates and write ``verify.json``. ``candidates`` overrides the selection
     (a list of knob configs), e.g. to check a config by hand."""
     from infrarsi.stages.executor import StudyExecutor
-    from infrarsi.stats import paired_speedup
+    from infrarsi.stats import accept, speedup_ci
 
     paths = StudyPaths(Path(study_dir).resolve())
     doctor = json.loads(paths.require("the doctor's report", paths.doctor, "doctor").read_text())
@@ -93,7 +93,7 @@ def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, round
         baseline_cfg = ex.full_config(dict(ex.workload.baseline))
         for c in chosen:
             c["config"] = ex.full_config(c["config"])
-            c.update({"rounds": [], "alive": True, "trial_ids": [], "ratios": []})
+            c.update({"rounds": [], "alive": True, "trial_ids": [], "ratios": [], "pairs": []})
         for rnd in range(rounds):
             alive = [c for c in chosen if c["alive"]]
             if not alive:
@@ -116,16 +116,18 @@ def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, round
                     if r["status"] != "ok":
                         reasons[id(c)].append(f"{r['trial_id']}: {r['status']}: {r['error'][:300]}")
             for c in alive:
-                ratios = [bt / ct for bt, ct in zip(base_times, cand_times[id(c)], strict=True)
-                          if bt and ct]
+                pairs_ok = [(bt, ct) for bt, ct in zip(base_times, cand_times[id(c)], strict=True)
+                            if bt and ct]
+                ratios = [bt / ct for bt, ct in pairs_ok]
+                c["pairs"].extend(pairs_ok)
                 c["ratios"].extend(ratios)
                 rec: dict[str, Any] = {"round": rnd, "ratios": ratios, "statuses": cand_status[id(c)]}
                 if len(ratios) < 2 or reasons[id(c)]:
                     rec.update({"passed": False, "speedup": None, "ci_low": None, "ci_high": None,
                                 "reason": "; ".join(reasons[id(c)]) or "fewer than two valid pairs"})
                 else:
-                    s = paired_speedup(ratios, seed=seed + rnd)
-                    passed = s.ci_low > 1.0 + noise_margin
+                    s = speedup_ci([b for b, _ in pairs_ok], [x for _, x in pairs_ok], seed=seed + rnd)
+                    passed = accept(s.ci_low, noise_margin)
                     rec.update({"passed": passed, "speedup": s.speedup, "ci_low": s.ci_low,
                                 "ci_high": s.ci_high,
                                 "reason": "" if passed else
@@ -137,7 +139,8 @@ def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, round
         out_cands = []
         for c in chosen:
             accepted = c["alive"] and len(c["rounds"]) == rounds
-            summary = paired_speedup(c["ratios"], seed=seed) if len(c["ratios"]) >= 2 else None
+            summary = (speedup_ci([b for b, _ in c["pairs"]], [x for _, x in c["pairs"]], seed=seed)
+                       if len(c["pairs"]) >= 2 else None)
             out_cands.append({
                 "config": c["config"],
                 "accepted": accepted,

@@ -25,7 +25,7 @@ def test_noise_and_tolerance_from_repeats() -> None:
     assert out["ok_trials"] == 3
     assert out["step_time_s"]["median"] == pytest.approx(2.0)
     assert out["step_time_s"]["run_to_run_cv"] == pytest.approx(0.1, rel=1e-6)
-    assert out["noise_margin"] == pytest.approx(0.2, rel=1e-6)
+    assert out["noise_margin"] == pytest.approx(0.1, rel=1e-6)
     # 10 x the largest run-to-run difference (1e-3) beats the floor.
     assert out["loss_tolerance"] == pytest.approx(1e-2)
     assert out["reference_loss"] == [8.0, 7.5]

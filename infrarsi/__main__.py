@@ -1,0 +1,5 @@
+"""`python -m infrarsi` runs the CLI."""
+
+from infrarsi.cli import main
+
+main()
