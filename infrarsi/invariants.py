@@ -179,7 +179,7 @@ def check_invariants(
             _, i, x, b, tol = worst
             reasons.append(f"loss: step {i} is {x:.6g} vs baseline {b:.6g} (|diff| {abs(x - b):.3g} "
                            f"> tolerance {tol:.3g}; {n_bad} of {min(len(result.loss), len(ref.loss))} "
-                           f"steps off: fake or wrong loss, or a different training computation)")
+                           f"steps off: fake or wrong loss, or changed numerics such as dtype)")
 
     # --- the workload's reported loss vs the harness's own loss (same logits, same step)
     wl_loss = result.extra.get("workload_loss")

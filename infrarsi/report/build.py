@@ -81,7 +81,8 @@ def _summary(data: StudyData) -> Section:
                             if base_cfg.get(k) != v) or "(baseline)",
                   "yes" if c.get("accepted") else "no", fmt(c.get("speedup")),
                   f"[{fmt(c.get('ci_low'))}, {fmt(c.get('ci_high'))}]",
-                  f"{sum(1 for r in c.get('rounds') or [] if r.get('passed'))}/{len(c.get('rounds') or [])}",
+                  (f"{sum(1 for r in c['rounds'] if r.get('passed'))}/{len(c['rounds'])}"
+                   if c.get("rounds") else "-"),
                   "; ".join(str(r.get("reason")) for r in c.get("rounds") or [] if r.get("reason"))[:200]]
                  for c in cands]))
     elif b and w and b.step_time_s and w.step_time_s:

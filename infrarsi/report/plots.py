@@ -48,14 +48,18 @@ def best_so_far(data: StudyData) -> Png | None:
         best.append(cur if cur < float("inf") else float("nan"))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     base = data.baseline.step_time_s if data.baseline else None
+    seen = [r.step_time_s for r in runs if r.ok and r.step_time_s] + ([base] if base else [])
+    top = max(seen) * 1.08 if seen else 1.0  # where trials without a step time are marked
     for ax, x, xl in ((axes[0], xs, "run trial #"), (axes[1], hours, "cumulative device-hours")):
         ax.step(x, best, where="post", color="#2a7ab9", label="best so far")
+        labelled: set[str] = set()
         for r, xi in zip(runs, x, strict=True):
             if r.ok and r.step_time_s:
                 ax.plot(xi, r.step_time_s, "o", ms=3, color="#9ecae1")
             else:
-                ax.plot(xi, best[0] if best[0] == best[0] else 0, "x", ms=5,
-                        color=_STATUS_COLORS.get(r.status, "k"))
+                ax.plot(xi, top, "x", ms=6, color=_STATUS_COLORS.get(r.status, "k"),
+                        label=r.status if r.status not in labelled else None)
+                labelled.add(r.status)
         if base:
             ax.axhline(base, ls="--", color="#555", label=f"baseline {base:.3g} s")
         ax.set_xlabel(xl)
@@ -63,8 +67,8 @@ def best_so_far(data: StudyData) -> Png | None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     return _png(fig), ("Best step time found so far against run trials (left) and device-hours "
-                       "burned, failed trials included (right). Dots: ok trials; crosses: trials "
-                       "that did not finish ok (coloured by status).")
+                       "burned, failed trials included (right). Dots: ok trials; crosses along the "
+                       "top: trials with no valid step time (oom, failed, invariant violation...).")
 
 
 def time_vs_memory(data: StudyData) -> Png | None:
