@@ -43,6 +43,9 @@ def deepspeed_config(
         return None
     num_params, hidden = model_sizes(contract, trials)
     try:
+        if contract.workload.get("backend") == "surrogate":
+            # registers the surrogate-only knobs (tp, pp, flash_attention) as record-only
+            import infrarsi.execution.surrogate  # noqa: F401
         wl = contract.workload_model()
         build = build_trial(wl, dict(config), wl.world_size, num_params, hidden)
     except Exception:
