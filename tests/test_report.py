@@ -89,3 +89,16 @@ def test_report_html_renders_its_images_in_chromium(tmp_path: Path) -> None:
 def test_pdf(tmp_path: Path) -> None:
     out = write_report(make_study(tmp_path), pdf=True)
     assert out.pdf is not None and out.pdf.read_bytes()[:5] == b"%PDF-"
+
+
+def test_deepspeed_config_prefers_the_logged_one(tmp_path: Path) -> None:
+    from synthetic_study import BEST, row
+
+    from infrarsi.contract import Contract
+    from infrarsi.report.dsconfig import deepspeed_config
+
+    c = Contract.load(make_study(tmp_path))
+    r = row("run-9", "run", BEST, 0.0, step=1.0, extra={"ds_config": {"train_batch_size": 16, "x": 1}})
+    assert deepspeed_config(c, BEST, [r]) == {"train_batch_size": 16, "x": 1}
+    built = deepspeed_config(c, BEST, [])
+    assert built is not None and built["train_micro_batch_size_per_gpu"] == 8

@@ -35,8 +35,13 @@ def model_sizes(contract: Contract, trials: list[TrialResult] | None = None) -> 
 def deepspeed_config(
     contract: Contract, config: dict[str, Any], trials: list[TrialResult] | None = None
 ) -> dict[str, Any] | None:
-    """The DeepSpeed config dict ``config`` builds for the contract's workload, or None when the
-    translation is unavailable (the caller shows the knob diff instead)."""
+    """The DeepSpeed config dict ``config`` builds for the contract's workload: the one a logged
+    trial of that config actually used (``extra["ds_config"]``), else the translation of the
+    knobs; None when neither is available (the caller shows the knob diff instead)."""
+    for r in trials or []:
+        logged = r.extra.get("ds_config")
+        if r.config == config and isinstance(logged, dict) and logged:
+            return dict(logged)
     try:
         from infrarsi.execution.translate import build_trial
     except ImportError:
