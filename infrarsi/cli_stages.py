@@ -146,13 +146,13 @@ def apply_cmd(
     study: Path = typer.Argument(..., help=STUDY_HELP),
     repo: Path = typer.Option(..., "--repo", help="Git repository to promote the winner into (a new branch, never main)."),
     branch: str | None = typer.Option(None, "--branch", help="Branch name (default infrarsi/<study>-<hash>)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing branch of that name."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing branch of that name and allow a dirty tree (never main/master)."),
 ) -> None:
     """Promote the verified winner (DeepSpeed JSON, knob YAML, patches) to a new git branch."""
     from infrarsi.stages.apply import apply
 
     out = apply(study, repo, branch=branch, force=force)
-    console.print(out)
+    console.print(out.summary())
 
 
 @command("tune")

@@ -64,8 +64,9 @@ def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None
     )
     contract.save(paths.root)
     atol, rtol = contract.invariants.loss_tolerance()
+    by = [a.by for a in contract.amendments if "invariants.loss_atol" in a.changes]
     summary["loss_tolerance_in_force"] = {"atol": atol, "rtol": rtol,
-                                          "source": "user (init)" if inv.loss_calibrated else "doctor"}
+                                          "source": by[-1] if by else "user (init)"}
     summary["eval_tolerance_in_force"] = dict(zip(("atol", "rtol"), contract.invariants.eval_tolerance(), strict=True))
     summary["how_measured"] = (
         "step_time_s: per trial, the median over measured steps of the max-over-ranks time of one "
