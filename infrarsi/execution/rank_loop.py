@@ -1,0 +1,236 @@
+"""One trial on one rank: build the model and DeepSpeed engine from the knob config, train the
+contract's steps with harness-owned counting and timing, measure memory, evaluate.
+
+``run_rank(spec) -> dict`` is called by the Ray ``TrainWorker`` (or a test's spawn harness)
+after ``torch.distributed`` is initialised (gloo on CPU, nccl on GPU). The process group may
+be reused by later trials (warm worker): the engine is destroyed and memory collected at the
+end of every trial. ``run_rank`` never raises for a trial failure: it returns a ``RankResult``
+dict with status ``ok`` | ``oom`` | ``failed`` | ``nan``.
+
+Spec keys: ``workload`` (``Workload.to_yaml_dict()``), ``config`` (knob -> value),
+``trial_id``, ``memory_capacity_bytes`` (int | None, per device), ``code_dir`` (directory
+holding the ``workloads`` package), ``peak_flops_per_s`` (float | None; probed when None),
+``seed`` (int; model init seed), optional ``reference_code_dir`` (the untouched ``workloads``
+used by the eval check; default ``code_dir``).
+
+Harness-owned measures (anti reward hacking): tokens and sequences fed to the model are counted
+by a forward pre-hook, optimizer steps by a step post-hook on the real torch optimizer (once
+per optimizer step), the loss is computed by the harness from the logits (the workload's
+reported loss is kept apart as ``workload_loss``), and each rank reports a checksum of its
+replicated parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import os
+import time
+import traceback
+from dataclasses import asdict
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from infrarsi.execution import _rank_support as rs
+from infrarsi.execution.flops import flops_per_token, peak_flops_per_s
+from infrarsi.execution.memory import MemoryMonitor, is_oom
+from infrarsi.execution.rank_result import RankResult
+from infrarsi.execution.telemetry import TelemetrySampler
+from infrarsi.execution.translate import build_trial
+from infrarsi.workload import Workload
+
+PHASES = ("data", "forward", "backward", "optimizer", "communication")
+
+
+def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one trial on this rank; see the module docstring. Returns ``RankResult`` as a dict."""
+    t_start = time.perf_counter()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    res = RankResult(rank=rank, world_size=world, trial_id=str(spec.get("trial_id", "")))
+    wl = Workload.from_dict(spec["workload"])
+    device = wl.resources.device
+    monitor = MemoryMonitor(device, spec.get("memory_capacity_bytes"))
+    res.memory_measure = monitor.measure
+    telemetry = TelemetrySampler(device, torch.cuda.current_device() if device == "cuda" else 0)
+    state: dict[str, Any] = {}
+    try:
+        _run(spec, wl, res, monitor, telemetry, state, t_start)
+    except BaseException as exc:
+        monitor.stop()
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        if is_oom(exc):
+            res.status = "oom"
+            res.memory_censored = True
+            res.peak_memory_bytes = monitor.oom_lower_bound()
+            res.error = f"out of memory: {exc}"
+        else:
+            res.status = "failed"
+            res.error = "".join(traceback.format_exception(exc))[-4000:]
+    finally:
+        monitor.stop()
+        res.telemetry = telemetry.stop()
+        _cleanup(state, device)
+    return asdict(res)
+
+
+def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMonitor,
+         telemetry: TelemetrySampler, state: dict[str, Any], t_start: float) -> None:
+    import deepspeed
+
+    rank, world = res.rank, res.world_size
+    device = wl.resources.device
+    pkg = rs.import_workloads(spec["code_dir"])
+    models, data_mod = pkg["models"], pkg["data"]
+    seams = pkg["cheats"].seams_for(wl.variant)
+    family = models.MODEL_FAMILIES[wl.model.family]
+    args = models.model_args(wl.model.family, wl.model.size, wl.model.overrides)
+    with torch.device("meta"):
+        num_params = sum(p.numel() for p in models.build_model(wl.model.family, wl.model.size, wl.model.overrides).parameters())
+    build = build_trial(wl, dict(spec.get("config") or {}), world, num_params, args.dim)
+    res.num_params = num_params
+    res.flops_per_token = flops_per_token(args, num_params, wl.data.seq_len)
+    res.micro_batch_size = build.runtime["micro_batch_size"]
+    res.grad_accum_steps = build.runtime["grad_accum_steps"]
+    res.ds_config = build.ds_config
+    ep = bool(build.model_options.get("expert_parallel"))
+    if ep and not family.is_moe:
+        from infrarsi.errors import KnobError
+        raise KnobError(f"knob 'expert_parallel'=true needs an MoE model, but the workload's family is {wl.model.family!r}")
+
+    os.environ.update(build.env)
+    os.environ.setdefault("LOCAL_RANK", "0" if device == "cuda" else str(rank))
+    torch.set_num_threads(build.runtime["threads_per_worker"])
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    # DeepSpeed JIT-builds a shared-memory op on CPU that only inference all-reduce uses:
+    # minutes of compile on a fresh machine, and shm state shared by trial groups. Skip it.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
+    comm = rs.CommTimer.install(device)
+    res.peak_flops_per_s = spec.get("peak_flops_per_s") or peak_flops_per_s(device, build.runtime["threads_per_worker"])
+
+    # ---- build (memory baseline first) ----
+    seed = int(spec.get("seed", wl.data.seed))
+    monitor.start()
+    torch.manual_seed(seed)
+    model = models.build_model(wl.model.family, wl.model.size, wl.model.overrides, build.model_options)
+    ep_params: list[torch.nn.Parameter] = []
+    if ep:
+        ep_mod = rs.import_submodule(pkg, "models.moe.expert_parallel")
+        ep_mod.parallelize_moe(model)
+        ep_params = ep_mod.expert_parameters(model)
+        state["ep_mod"] = ep_mod
+    counters = rs.HarnessCounters().attach(model)
+    monitor.attach(model)
+    monitor.check("model_build")
+    opt = rs.make_optimizer(build.runtime["optimizer_impl"], list(model.parameters()), wl.optimizer)
+    counters.watch_optimizer(opt)
+    ep_opt = rs.make_optimizer(build.runtime["optimizer_impl"], ep_params, wl.optimizer) if ep_params else None
+    engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=build.ds_config)
+    state.update(engine=engine, model=model, counters=counters)
+    seams.configure_engine(engine)
+    torch.set_num_threads(build.runtime["threads_per_worker"])
+    monitor.check("engine_init")
+    dev = engine.device
+    source = data_mod.MarkovSource(args.vocab_size, wl.data.seq_len, wl.data.seed)
+    res.warmup_steps = wl.steps.warmup
+    res.setup_time_s = time.perf_counter() - t_start
+    telemetry.start()
+
+    # ---- train ----
+    sync = (lambda: torch.cuda.synchronize()) if device == "cuda" else (lambda: None)
+    phases: dict[str, list[float]] = {p: [] for p in PHASES}
+    total_steps = wl.steps.warmup + wl.steps.measured
+    vocab = args.vocab_size
+    for step in range(total_steps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        comm0 = comm.total_s() + (state["ep_mod"].COMM_TIME_S[0] if ep else 0.0)
+        acc = dict.fromkeys(PHASES, 0.0)
+        batches = seams.fetch(source.rank_micro_batches(step, wl.global_batch_size, rank, world, res.micro_batch_size))
+        batches = [(b.inputs.to(dev), b.targets.to(dev)) for b in batches]
+        counters.begin_step()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
+        reported_sum = torch.zeros((), dtype=torch.float64, device=dev)
+        n_tok = 0
+        t1 = time.perf_counter()
+        acc["data"] = t1 - t0
+        for i, (inp, tgt) in enumerate(batches):
+            ta = time.perf_counter()
+            logits = engine(inp)
+            loss = F.cross_entropy(logits.float().reshape(-1, vocab), tgt.reshape(-1))
+            ntok = tgt.numel()
+            loss_sum += loss.detach().double() * ntok
+            reported_sum += torch.as_tensor(seams.report_loss(loss.detach()), device=dev).double() * ntok
+            n_tok += ntok
+            sync()
+            tb = time.perf_counter()
+            engine.backward(loss)
+            monitor.check("after_backward")
+            sync()
+            tc = time.perf_counter()
+            boundary = i == len(batches) - 1
+            seams.optimizer_step(engine, opt, step, boundary)
+            if boundary and ep_opt is not None:
+                state["ep_mod"].finish_expert_grads(ep_params, world)
+                ep_opt.step()
+                ep_opt.zero_grad(set_to_none=True)
+            monitor.check("after_step")
+            sync()
+            td = time.perf_counter()
+            acc["forward"] += tb - ta
+            acc["backward"] += tc - tb
+            acc["optimizer"] += td - tc
+            del logits, loss
+        totals = torch.stack([loss_sum, reported_sum, torch.tensor(float(n_tok), dtype=torch.float64, device=dev),
+                              torch.tensor(float(counters.step_tokens), dtype=torch.float64, device=dev),
+                              torch.tensor(float(counters.step_rows), dtype=torch.float64, device=dev)])
+        dist.all_reduce(totals)
+        sync()
+        step_time = time.perf_counter() - t0
+        acc["communication"] = comm.total_s() + (state["ep_mod"].COMM_TIME_S[0] if ep else 0.0) - comm0
+        tot = totals.tolist()
+        res.step_times_s.append(step_time)
+        res.loss.append(tot[0] / max(tot[2], 1.0))
+        res.workload_loss.append(tot[1] / max(tot[2], 1.0))
+        res.tokens_seen.append(int(tot[3]))
+        res.sequences_seen.append(int(tot[4]))
+        res.optimizer_steps += counters.end_step()
+        for p in PHASES:
+            phases[p].append(acc[p])
+        if not math.isfinite(res.loss[-1]):
+            res.status = "nan"
+            res.error = f"loss is {res.loss[-1]} at optimizer step {step}"
+            break
+    res.peak_memory_bytes = monitor.peak()
+    monitor.stop()
+    measured = {p: v[wl.steps.warmup:] or v for p, v in phases.items()}
+    res.phase_times_s = {p: rs.median(v) for p, v in measured.items() if v}
+    if res.status == "nan":
+        return
+
+    # ---- checksum and eval with the untouched reference model ----
+    full_state = rs.gather_full_state(engine, model, state.get("ep_mod"))
+    res.param_checksum = rs.checksum({k: v for k, v in full_state.items() if ".experts." not in k or not ep})
+    ref = rs.import_workloads(spec.get("reference_code_dir") or spec["code_dir"], alias="_infrarsi_reference_workloads")
+    res.eval_loss = rs.eval_loss(ref, wl, full_state, data_mod.MarkovSource(args.vocab_size, wl.data.seq_len, wl.data.seed))
+    res.status = "ok"
+
+
+def _cleanup(state: dict[str, Any], device: str) -> None:
+    counters = state.get("counters")
+    if counters is not None:
+        counters.detach()
+    engine = state.pop("engine", None)
+    if engine is not None:
+        with contextlib.suppress(Exception):  # best effort; actors are recycled after failures
+            engine.destroy()
+    state.clear()
+    del engine
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()

@@ -1,0 +1,68 @@
+"""What one rank returns from ``run_rank`` (JSON-able via ``dataclasses.asdict``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RankResult:
+    """One rank's view of one trial. Lists are per optimizer step, warm-up steps first."""
+
+    rank: int = 0
+    """This rank."""
+    world_size: int = 0
+    """Ranks in the trial."""
+    trial_id: str = ""
+    """Trial id from the spec."""
+    status: str = "failed"
+    """``ok`` | ``oom`` | ``failed`` | ``nan`` (``timeout`` is decided by the group)."""
+    error: str = ""
+    """Exception text (traceback tail) or OOM message; empty when ok."""
+    step_times_s: list[float] = field(default_factory=list)
+    """Seconds of each optimizer step on this rank, from a barrier to the end of the step's
+    harness all-reduce (so communication is inside). Warm-up steps included."""
+    warmup_steps: int = 0
+    """How many leading entries of the per-step lists are warm-up."""
+    phase_times_s: dict[str, float] = field(default_factory=dict)
+    """Median over measured steps of seconds per step in data, forward, backward, optimizer;
+    ``communication`` is time inside blocking collectives (DeepSpeed's + expert all-to-all,
+    CPU only) and is contained in backward/optimizer, not additive."""
+    loss: list[float] = field(default_factory=list)
+    """Global mean training loss per optimizer step, computed by the harness from the logits."""
+    workload_loss: list[float] = field(default_factory=list)
+    """Global mean of the loss the workload reported (its ``report_loss`` seam)."""
+    eval_loss: float | None = None
+    """Loss of the trained parameters on the fixed held-out batch, by the reference model code."""
+    tokens_seen: list[int] = field(default_factory=list)
+    """Tokens fed to the model per optimizer step, summed over ranks (forward pre-hook)."""
+    sequences_seen: list[int] = field(default_factory=list)
+    """Sequences fed to the model per optimizer step, summed over ranks (forward pre-hook)."""
+    optimizer_steps: int = 0
+    """Optimizer steps on this rank in which the real torch optimizer stepped (post-hook)."""
+    peak_memory_bytes: int | None = None
+    """This rank's peak (``memory_measure``); for oom, the known lower bound."""
+    memory_censored: bool = False
+    """True on OOM: the true need is >= ``peak_memory_bytes``."""
+    memory_measure: str = ""
+    """``mallinfo2`` (CPU, bytes over the pre-build baseline) or ``cuda_max_allocated``."""
+    setup_time_s: float | None = None
+    """Seconds from ``run_rank`` entry to the first step (imports, model build, engine init)."""
+    param_checksum: float | None = None
+    """sum(p) + sum(p^2) in float64 over the replicated parameters after training (identical
+    across ranks unless replicas diverged; rank-local experts excluded)."""
+    flops_per_token: float | None = None
+    """Model training FLOPs per token (see ``flops.py``)."""
+    num_params: int = 0
+    """Parameters of the single-device model."""
+    peak_flops_per_s: float | None = None
+    """Peak FLOP/s per device used for MFU (from the spec, else probed on this rank)."""
+    micro_batch_size: int = 0
+    """Sequences per micro-batch."""
+    grad_accum_steps: int = 0
+    """Micro-batches per optimizer step."""
+    ds_config: dict[str, Any] = field(default_factory=dict)
+    """The DeepSpeed config the engine was built from."""
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    """pynvml aggregates on GPU (``telemetry.aggregate``); empty on CPU."""
