@@ -19,6 +19,16 @@ LOG_FORMATS = ("text", "json")
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time of the call (test runners swap it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(fmt: str = "text", level: str = "info") -> None:
     """Configure structlog for the whole process. ``fmt`` is ``text`` or ``json``."""
     if fmt not in LOG_FORMATS:
@@ -37,7 +47,7 @@ def configure_logging(fmt: str = "text", level: str = "info") -> None:
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     # Quieten chatty libraries that log through the standard library.

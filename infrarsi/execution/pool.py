@@ -7,8 +7,11 @@ next trial) when:
 
 - its last trial ended in ``oom``, ``failed``, ``nan`` or ``timeout`` (the process may hold
   leaked memory, a poisoned allocator, a broken communicator or a hung collective);
-- the next trial needs another environment (env-var knobs are read at process start) or another
-  code directory (a patched worktree: imported modules would be stale).
+- the next trial needs another environment (env-var knobs are read at process start).
+
+A trial in another code directory (a patched worktree) reuses the group: the rank loop imports
+the ``workloads`` package afresh from the trial's ``code_dir`` on every trial, so interleaved
+baseline/patched verify trials do not pay a cold start each.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class PoolStats:
     warm_acquires: int = 0
     """Trials that reused a live group."""
     recycles: int = 0
-    """Groups killed because of a trial status or a changed environment/code directory."""
+    """Groups killed because of a trial status or a changed environment."""
     start_times_s: list[float] = field(default_factory=list)
     """Seconds each group start took."""
 
@@ -61,14 +64,17 @@ class WorkerPool:
         return self._group if self._group is not None and self._group.alive else None
 
     def acquire(self, env: dict[str, str] | None = None, code_dir: str | None = None, threads: int = 1) -> tuple[TrialGroup, bool]:
-        """A started group for the next trial, and whether it was warm (reused)."""
+        """A started group for the next trial, and whether it was warm (reused).
+
+        ``code_dir`` is accepted for the record; it does not force a new group (see module doc).
+        """
         env = {k: str(v) for k, v in (env or {}).items()}
-        key = (tuple(sorted(env.items())), code_dir, int(threads))
+        key = (tuple(sorted(env.items())), int(threads))
         if self.group is not None and self._key == key:
             self.stats.warm_acquires += 1
             return self._group, True  # type: ignore[return-value]
         if self.group is not None:
-            log.info("recycling worker group: environment or code directory changed")
+            log.info("recycling worker group: the environment changed")
             self.stats.recycles += 1
             self._retire()
         spec = GroupSpec(**{**self.base.__dict__, "env": env, "threads": int(threads)})

@@ -117,7 +117,7 @@ class TrialRunner:
         *,
         entry: str = DEFAULT_ENTRY,
         warm: bool = True,
-        seed: int = 0,
+        seed: int | None = None,
         peak_flops_per_s: float | None = None,
         check_knobs: bool = True,
         start_timeout_s: float = 180.0,
@@ -138,7 +138,8 @@ class TrialRunner:
         self.warm = warm
         """Keep the worker group alive across trials."""
         self.seed = seed
-        """Seed passed to the ranks (model init); data order is fixed by the workload's seed."""
+        """Seed of model init passed to the ranks (None: the workload's data seed); the data order
+        is always fixed by the workload's data seed."""
         self.start_timeout_s = start_timeout_s
         """How long a group start (placement group, actors, rendezvous) may take."""
         self._peak_flops = peak_flops_per_s
@@ -201,7 +202,7 @@ class TrialRunner:
             from infrarsi.execution.surrogate import run_surrogate
 
             res = run_surrogate(self.workload, full, trial_id=trial_id, stage=stage,
-                                memory_capacity_bytes=self.memory_capacity_bytes, seed=self.seed)
+                                memory_capacity_bytes=self.memory_capacity_bytes, seed=self.seed or 0)
             res.patches = list(patches)
             return res
         return self._run_real(full, trial_id=trial_id, stage=stage, patches=list(patches),
@@ -233,8 +234,10 @@ class TrialRunner:
         spec = {
             "workload": self.workload.to_yaml_dict(), "config": config, "trial_id": trial_id,
             "memory_capacity_bytes": self.memory_capacity_bytes, "code_dir": code_dir,
-            "peak_flops_per_s": self._peak_flops, "seed": self.seed,
+            "peak_flops_per_s": self._peak_flops, "reference_code_dir": self.code_dir,
         }
+        if self.seed is not None:
+            spec["seed"] = self.seed
         run = group.run(spec, timeout_s=timeout_s, entry=self.entry)
         ended = time.time()
         infos = group.infos
