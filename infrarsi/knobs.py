@@ -94,3 +94,6 @@ def check_handlers(knob_names: Iterable[str], *, source: str = "search space") -
 def _load_builtin_handlers() -> None:
     # Importing the module registers the built-in DeepSpeed knob handlers.
     import infrarsi.execution.translate  # noqa: F401
+
+
+import infrarsi.execution.patch_knob  # noqa: E402, F401  (registers `code_patch`, also in ranks)

@@ -4,7 +4,10 @@ Every stage that runs trials (doctor, run, verify) goes through ``StudyExecutor.
 
 1. allocate a trial id that is never reused (``TrialIds``),
 2. write an in-flight marker (a leftover marker after a crash is logged as interrupted on resume),
-3. run the trial on the warm worker pool (``TrialRunner``),
+3. run the trial on the warm worker pool (``TrialRunner``); a config with ``code_patch != none``
+   runs with ``code_dir`` = a git worktree of the workload's repository with that patch applied
+   (made once per patch per study, removed at ``close``), and its row's ``patches`` column names
+   the patch file; the eval check's reference stays the runner's untouched ``code_dir``,
 4. check the invariants against the doctor's baseline reference (``check_invariants``),
 5. append the row to the Arrow log (flushed and fsynced) and remove the marker.
 
@@ -54,6 +57,10 @@ class StudyExecutor:
             memory_capacity_bytes=self.contract.memory_capacity_bytes,
             address=address,
         )
+        self._trees: dict[str, Any] = {}
+        """Patch name -> ``PatchedTree`` (one git worktree per patch per study)."""
+        self._repo_dir = ""
+        """The workload's git repository (set when the first worktree is made)."""
 
     def _load_reference(self) -> dict[str, Any] | None:
         if self.paths.doctor.exists():
@@ -70,12 +77,22 @@ class StudyExecutor:
     def run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
                   extra: dict[str, Any] | None = None, timeout_s: float | None = None) -> dict[str, Any]:
         """Run one trial and return its logged row as a dict (TrialResult fields)."""
+        from infrarsi.errors import PatchError
+
         trial_id = self.ids.new(stage)
         self.markers.start(trial_id, stage, config, self.workload.world_size)
         log.info("trial.start", trial_id=trial_id, stage=stage, config=config)
-        result: TrialResult = self.runner.run(
-            config, trial_id=trial_id, stage=stage, patches=list(patches or []), timeout_s=timeout_s,
-        )
+        patch_list = list(patches or [])
+        try:
+            code_dir, patch_extra = self._code_dir_for(config, patch_list)
+        except PatchError as e:
+            result = self._failed(trial_id, stage, config, patch_list, f"code patch: {e}")
+        else:
+            result = self.runner.run(
+                config, trial_id=trial_id, stage=stage, patches=patch_list, timeout_s=timeout_s,
+                code_dir=code_dir,
+            )
+            result.extra.update(patch_extra)
         if extra:
             result.extra.update(extra)
         if self.check and result.status == "ok" and self.reference and self.reference.get("reference_loss"):
@@ -85,6 +102,52 @@ class StudyExecutor:
         log.info("trial.end", trial_id=trial_id, status=result.status, step_time_s=result.step_time_s,
                  peak_memory_bytes=result.peak_memory_bytes, error=result.error[:200])
         return result.to_dict()
+
+    def _code_dir_for(self, config: dict[str, Any], patch_list: list[str]) -> tuple[str | None, dict[str, Any]]:
+        """The code dir of a config (None: the runner's own) and extra row fields; appends the
+        patch file (repository-relative) to ``patch_list``."""
+        from infrarsi.execution.patch_knob import config_patch, patch_relpath
+
+        name = config_patch(config)
+        if name is None:
+            return None, {}
+        tree, sub = self._tree(name)
+        rel = patch_relpath(name)
+        if rel not in patch_list:
+            patch_list.append(rel)
+        return str(tree.path / sub), {"patch_base_sha": tree.base_sha, "patch_paths_touched": list(tree.paths_touched)}
+
+    def _tree(self, name: str) -> tuple[Any, Path]:
+        """The worktree of patch ``name`` (made on first use) and the code dir inside it."""
+        import git
+
+        from infrarsi.execution.patch_knob import patch_file
+        from infrarsi.patches import create_worktree
+
+        code_root = Path(self.runner.code_dir).resolve()
+        try:
+            repo = git.Repo(str(code_root), search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            from infrarsi.errors import PatchError
+
+            raise PatchError(f"{code_root}: not in a git repository; code patches need the "
+                             f"workload's code committed to git.") from None
+        self._repo_dir = str(repo.working_tree_dir)
+        sub = code_root.relative_to(Path(self._repo_dir).resolve())
+        if name not in self._trees:
+            self._trees[name] = create_worktree(repo, [patch_file(code_root, name)],
+                                                globs=self.contract.editable.globs)
+            log.info("patch.worktree", patch=name, path=str(self._trees[name].path),
+                     base_sha=self._trees[name].base_sha)
+        return self._trees[name], sub
+
+    def _failed(self, trial_id: str, stage: str, config: dict[str, Any], patches: list[str],
+                error: str) -> TrialResult:
+        now = time.time()
+        return TrialResult(trial_id=trial_id, stage=stage, config=self.full_config(config),
+                           status="failed", error=error, patches=patches,
+                           world_size=self.workload.world_size, device_seconds=0.0,
+                           started_at=now, ended_at=now)
 
     def _apply_invariants(self, result: TrialResult) -> None:
         from infrarsi.invariants import Reference, check_invariants
@@ -122,8 +185,16 @@ class StudyExecutor:
         return rows
 
     def close(self) -> None:
+        from infrarsi.patches import remove_worktree
+
         self.runner.close()
         self.writer.close()
+        for name, tree in list(self._trees.items()):
+            try:
+                remove_worktree(self._repo_dir, tree.path)
+            except Exception as e:  # closing must not fail the stage
+                log.warning("patch.worktree_remove_failed", patch=name, path=str(tree.path), error=str(e))
+            self._trees.pop(name, None)
 
     def ping(self) -> bool:
         return True

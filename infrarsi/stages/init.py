@@ -28,8 +28,9 @@ def init_stage(
     """Write ``DIR/contract.yaml`` (frozen, hashed) and a copy of the search space.
 
     Everything that can be checked before a trial is checked here: the workload and the search
-    space parse, every knob has a handler, the baseline recipe is a valid config, and the global
-    batch divides over the ranks.
+    space parse, every knob has a handler, the baseline recipe is a valid config, the global
+    batch divides over the ranks, and every patch the ``code_patch`` knob names stays inside the
+    editable globs and applies to the workload repository's HEAD (``PatchError`` otherwise).
     """
     from infrarsi.contract import Contract
     from infrarsi.search import SearchSpace
@@ -47,6 +48,7 @@ def init_stage(
         raise ContractError(
             f"{workload_path}: field 'baseline' is not a valid config of {space_path}: {e}"
         ) from e
+    _check_patches(sp, wl, editable_globs)
     if wl.global_batch_size % wl.world_size:
         raise ContractError(
             f"{workload_path}: tokens_per_step / seq_len = {wl.global_batch_size} sequences do not "
@@ -68,3 +70,17 @@ def init_stage(
     )
     copy_space(contract, d)
     return contract
+
+
+def _check_patches(space: Any, wl: Workload, editable_globs: list[str] | None) -> list[str]:
+    """Scope- and apply-check the patches of the space's ``code_patch`` knob (none: no-op)."""
+    from infrarsi.contract import EditableScope
+    from infrarsi.execution.patch_knob import check_space_patches, patch_names
+
+    if not patch_names(space):
+        return []
+    from infrarsi.execution.runner import default_code_dir
+
+    factory = EditableScope.model_fields["globs"].default_factory
+    globs = list(editable_globs) if editable_globs is not None else list(factory())  # type: ignore[misc, call-arg]
+    return check_space_patches(space, default_code_dir(wl), globs)
