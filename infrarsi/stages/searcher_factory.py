@@ -1,11 +1,37 @@
-"""Builds the study's optimizer from its log, and the Ray Tune searcher over it."""
+"""Builds the study's optimizer from its log, and the Ray Tune searcher over it.
+
+Warm start from the experience bank (``infrarsi.bank``): when a bank exists (``$INFRARSI_BANK``,
+else ``~/.cache/infrarsi/bank``; ``INFRARSI_BANK=off`` disables it) and holds ok trials of a
+similar workload (same model family and search space name) measured on OTHER hardware,
+``build_optimizer`` returns a ``WarmStartOptimizer``. ``search.Optimizer`` has no prior or
+transfer-learning argument, so the warm start is an initial-design seeding: after the baseline,
+the first asks are the bank's best configs by step time relative to their own study's baseline
+(``PRIOR_CONFIGS`` of them, most similar workload first, configs that ran out of memory or used
+more than ``PRIOR_MAX_RELATIVE_MEMORY`` of their capacity left out). They are measured like any
+other trial; nothing from the bank is told to the models as if it were measured here. Once the
+queue is used up (or a prior config was already tried), asks are the optimizer's own.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from infrarsi.result import TrialResult
+from infrarsi.search import Optimizer
+
+log = structlog.get_logger(__name__)
+
+PRIOR_CONFIGS = 3
+"""How many of the bank's best configs are tried first."""
+PRIOR_MAX_RELATIVE_MEMORY = 0.9
+"""A prior config must have used at most this fraction of its own study's memory capacity."""
+BANK_OFF_VALUES = ("off", "0", "false", "no", "none", "disabled")
+"""``INFRARSI_BANK`` values that disable the bank (warm start and adding studies)."""
 
 UNLIMITED_CAPACITY_BYTES = 10**15
 """Stand-in capacity when the contract leaves it to the device and none was measured."""
@@ -22,17 +48,134 @@ def outcome_of(row: TrialResult) -> Any:
     return Outcome(status=row.status)
 
 
+class WarmStartOptimizer(Optimizer):  # type: ignore[misc]
+    """An ``Optimizer`` whose first asks after the baseline are given prior configs (from the
+    experience bank), in order, each once; then it asks as usual."""
+
+    def __init__(self, space: Any, memory_capacity: float, *, prior_configs: Sequence[Mapping[str, Any]] = (),
+                 prior_info: Sequence[Mapping[str, Any]] = (), **kwargs: Any) -> None:
+        super().__init__(space, memory_capacity, **kwargs)
+        self.prior_queue: list[dict[str, Any]] = []
+        """Full prior configs not yet handed out, best first."""
+        self.prior_meta: dict[str, dict[str, Any]] = {}
+        """Key -> where each prior config came from (source study, relative step time...)."""
+        infos = list(prior_info) + [{}] * (len(prior_configs) - len(prior_info))
+        for cfg, meta in zip(prior_configs, infos, strict=True):
+            if not space.is_valid(dict(cfg)):
+                continue
+            full = dict(space.validate(dict(cfg), where="bank prior config"))
+            key = space.key(full)
+            if key not in self.prior_meta:
+                self.prior_queue.append(full)
+                self.prior_meta[key] = dict(meta)
+
+    def _next_prior(self, taken: set[str]) -> dict[str, Any] | None:
+        seen = {self.space.key(o.config) for o in self.observations} | set(self.pending) | taken
+        if self.baseline is not None and self.space.key(self.baseline) not in seen:
+            return None  # the baseline comes first, from the optimizer itself
+        while self.prior_queue:
+            cfg = self.prior_queue.pop(0)
+            if self.space.key(cfg) not in seen:
+                return cfg
+        return None
+
+    def ask(self, n: int | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+        k = 1 if n is None else int(n)
+        infos: list[dict[str, Any]] = []
+        taken: set[str] = set()
+        while len(infos) < k:
+            cfg = self._next_prior(taken)
+            if cfg is None:
+                break
+            key = self.space.key(cfg)
+            taken.add(key)
+            info = {"config": dict(cfg), "phase": "prior", "ask_index": self.n_asks, "repair_of": None,
+                    "prior": dict(self.prior_meta.get(key, {}))}
+            self.pending[key] = dict(cfg)
+            self.ask_infos[key] = info
+            infos.append(info)
+        if len(infos) < k:
+            rest = list(super().ask(k - len(infos)))  # ask(n) returns a list
+            rest_infos = self.last_ask_info
+            infos += list(rest_infos) if isinstance(rest_infos, list) else [
+                {"config": c, "phase": "unknown"} for c in rest]
+        else:
+            self.n_asks += 1
+        self.last_ask_info = infos[0] if n is None else infos
+        configs = [dict(i["config"]) for i in infos]
+        return configs[0] if n is None else configs
+
+
+def bank_disabled() -> bool:
+    """True when ``INFRARSI_BANK`` is set to off (or 0, false, no, none, disabled)."""
+    return os.environ.get("INFRARSI_BANK", "").strip().lower() in BANK_OFF_VALUES
+
+
+def study_hardware(rows: Sequence[TrialResult]) -> dict[str, Any] | None:
+    """The hardware dict of the study's first measured trial (None before any)."""
+    for r in rows:
+        if r.hardware and not r.extra.get("interrupted"):
+            return dict(r.hardware)
+    return None
+
+
+def bank_prior_configs(contract: Any, space: Any, rows: Sequence[TrialResult], *,
+                       bank_root: str | Path | None = None, limit: int = PRIOR_CONFIGS) -> list[dict[str, Any]]:
+    """The bank's best configs for this study (see the module docstring), best first, as
+    ``warm_start_rows`` dicts. Empty when the bank is off, missing or has nothing similar."""
+    if bank_disabled() or limit <= 0:
+        return []
+    from infrarsi.bank import Bank
+
+    bank = Bank(bank_root)
+    if not bank.files():
+        return []
+    num_params = next((r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None)
+    try:
+        prior = bank.warm_start_rows(contract, space, study_hardware(rows), num_params=num_params)
+    except Exception as e:  # a damaged bank must not stop a study
+        log.warning("bank.warm_start_failed", bank=str(bank.root), error=str(e))
+        return []
+    ok = [p for p in prior if p["status"] == "ok" and p["relative_step_time"] is not None
+          and (p["relative_peak_memory"] is None or p["relative_peak_memory"] <= PRIOR_MAX_RELATIVE_MEMORY)]
+    best_sim = max((p["similarity"] for p in ok), default=0.0)
+    ok = [p for p in ok if p["similarity"] >= best_sim * 0.5]  # the most similar workloads only
+    ok.sort(key=lambda p: (p["relative_step_time"], -p["similarity"]))
+    out, keys = [], set()
+    for p in ok:
+        if not space.is_valid(p["config"]):
+            continue
+        key = space.key(space.validate(p["config"]))
+        if key in keys:
+            continue
+        keys.add(key)
+        out.append(p)
+        if len(out) >= limit:
+            break
+    return out
+
+
 def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | Path,
-                    seed: int = 0) -> Any:
+                    seed: int = 0, bank_root: str | Path | None = None) -> Any:
     """An ``Optimizer`` over the study's space, told every logged trial except interrupted ones
-    (doctor baselines included, so the search never re-measures the baseline)."""
-    from infrarsi.search import Optimizer
+    (doctor baselines included, so the search never re-measures the baseline). With a bank
+    holding similar trials from other hardware, a ``WarmStartOptimizer`` that tries the bank's
+    best configs first (module docstring)."""
     from infrarsi.stages.common import baseline_config, load_space
 
     d = Path(study_dir)
     space = load_space(contract, d)
     cap = contract.memory_capacity_bytes or UNLIMITED_CAPACITY_BYTES
-    opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline_config(contract, d))
+    prior = bank_prior_configs(contract, space, rows, bank_root=bank_root)
+    if prior:
+        opt: Optimizer = WarmStartOptimizer(
+            space, float(cap), seed=seed, baseline=baseline_config(contract, d),
+            prior_configs=[p["config"] for p in prior],
+            prior_info=[{k: p.get(k) for k in ("source_study", "relative_step_time", "similarity",
+                                               "hardware_fingerprint", "trial_id")} for p in prior])
+        log.info("bank.warm_start", configs=len(prior), sources=sorted({str(p["source_study"]) for p in prior}))
+    else:
+        opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline_config(contract, d))
     for r in rows:
         if r.extra.get("interrupted") or not r.config:
             continue

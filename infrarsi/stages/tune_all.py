@@ -1,6 +1,8 @@
 """``infrarsi tune``: every stage in order on one study directory (init, doctor, run, verify,
 report). A stage whose output already exists is skipped, so re-running ``tune`` on the same
-directory resumes where it stopped (``run`` resumes from the log)."""
+directory resumes where it stopped (``run`` resumes from the log). At the end the finished study
+is added to the experience bank (``infrarsi.bank``; ``$INFRARSI_BANK``, ``INFRARSI_BANK=off``
+disables it), which warm-starts later studies of similar workloads on other hardware."""
 
 from __future__ import annotations
 
@@ -56,4 +58,22 @@ def tune_stage(
     verify = json.loads(paths.verify.read_text())
     write_report(paths.root)
     return {"run": run_summary, "verify": verify, "report_html": str(paths.report_html),
-            "report_md": str(paths.report_md)}
+            "report_md": str(paths.report_md), "bank": add_to_bank(paths.root)}
+
+
+def add_to_bank(study_dir: str | Path) -> dict[str, Any]:
+    """Add a finished study to the experience bank; never fails the study (a bank error is
+    logged and returned). Returns ``{"root", "rows"}``, ``{"disabled": True}`` or ``{"error"}``."""
+    from infrarsi.bank import Bank
+    from infrarsi.stages.searcher_factory import bank_disabled
+
+    if bank_disabled():
+        return {"disabled": True}
+    bank = Bank()
+    try:
+        n = bank.add_study(study_dir)
+    except Exception as e:  # the study's results stand even when the bank cannot take them
+        log.warning("bank.add_failed", bank=str(bank.root), study=str(study_dir), error=str(e))
+        return {"root": str(bank.root), "error": str(e)}
+    log.info("bank.added", bank=str(bank.root), study=str(study_dir), rows=n)
+    return {"root": str(bank.root), "rows": n}
