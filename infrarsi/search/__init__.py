@@ -1,0 +1,48 @@
+"""The pure search core of infrarsi (no Ray): search spaces, models, acquisition, ask/tell.
+
+::
+
+    from infrarsi.search import SearchSpace, Optimizer, Outcome
+    space = SearchSpace.from_yaml("search_spaces/deepspeed_dense.yaml")
+    opt = Optimizer(space, memory_capacity=80e9, seed=0, baseline={...})
+    cfg = opt.ask()
+    opt.tell(cfg, Outcome(status="ok", step_time=1.9, peak_memory=6.1e10))
+    opt.best()
+
+``Optimizer`` (and the torch/BoTorch stack behind it) is imported on first use, so loading a
+search space stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from infrarsi.search.expr import Expression
+from infrarsi.search.knob import Knob
+from infrarsi.search.outcome import FAILURE_STATUSES, Outcome
+from infrarsi.search.space import SearchSpace
+
+if TYPE_CHECKING:
+    from infrarsi.search.optimizer import Observation, Optimizer, SearchExhausted
+
+_LAZY = {"Optimizer", "Observation", "SearchExhausted"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from infrarsi.search import optimizer
+
+        return getattr(optimizer, name)
+    raise AttributeError(f"module 'infrarsi.search' has no attribute {name!r}")
+
+
+__all__ = [
+    "FAILURE_STATUSES",
+    "Expression",
+    "Knob",
+    "Observation",
+    "Optimizer",
+    "Outcome",
+    "SearchExhausted",
+    "SearchSpace",
+]

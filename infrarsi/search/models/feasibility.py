@@ -1,0 +1,105 @@
+"""Feasibility against non-OOM failures (failed, timeout, nan, invariant_violation).
+
+A Bayesian logistic regression on one-hot (knob, value) indicators, fitted by MAP (Newton steps):
+``logit P(fail) = b + sum_k w[k, value_k]`` with priors ``b ~ N(logit 0.05, 1.5^2)`` and
+``w ~ N(0, 2^2)``. Because all values of a config share the blame, a culprit value (``dtype=bf16``
+breaking the loss tolerance) takes it, and the values it shares with successful configs are
+explained away. OOMs count as runs that did not fail this way (the memory model owns them).
+Invariant violations and NaNs weigh more than crashes and timeouts, which are often transient.
+Exact failed configs are excluded by the optimizer regardless of this model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+FAILURE_WEIGHT = {"failed": 1.0, "timeout": 1.0, "nan": 2.0, "invariant_violation": 3.0}
+"""How many failures one outcome counts for."""
+PRIOR_BIAS = (math.log(0.05 / 0.95), 1.5)
+"""Mean and sd of the intercept (a 5% base failure rate)."""
+PRIOR_WEIGHT_SD = 2.0
+"""Prior sd of each (knob, value) weight."""
+
+
+@dataclass
+class FeasibilityModel:
+    """Weighted runs and failures, and the fitted logistic model."""
+
+    rows: list[tuple[dict[str, str], float, float]] = field(default_factory=list)
+    """(knob -> repr(value), failure weight, success weight) per told trial."""
+    _coef: dict[str, float] | None = field(default=None, repr=False)
+    _bias: float = field(default=PRIOR_BIAS[0], repr=False)
+
+    @property
+    def n_fail(self) -> float:
+        """Total failure weight recorded."""
+        return sum(r[1] for r in self.rows)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        self.rows.clear()
+        self._coef = None
+
+    def add(self, config: Mapping[str, Any], failed: bool, weight: float = 1.0) -> None:
+        """Record one trial of ``config`` (``weight``: how many failures one counts for)."""
+        self.rows.append(({k: repr(v) for k, v in config.items()}, weight if failed else 0.0, 0.0 if failed else 1.0))
+        self._coef = None
+
+    def _fit(self) -> None:
+        names = sorted({f"{k}={v}" for r in self.rows for k, v in r[0].items()})
+        col = {n: i for i, n in enumerate(names)}
+        d = len(names) + 1
+        X = np.zeros((len(self.rows), d))
+        X[:, 0] = 1.0
+        for i, (cfg, _, _) in enumerate(self.rows):
+            for k, v in cfg.items():
+                X[i, 1 + col[f"{k}={v}"]] = 1.0
+        fail = np.array([r[1] for r in self.rows])
+        ok = np.array([r[2] for r in self.rows])
+        prec = np.full(d, 1.0 / PRIOR_WEIGHT_SD**2)
+        prec[0] = 1.0 / PRIOR_BIAS[1] ** 2
+        mu0 = np.zeros(d)
+        mu0[0] = PRIOR_BIAS[0]
+        beta = mu0.copy()
+
+        def log_post(b: np.ndarray) -> float:
+            z = X @ b
+            return float(-(fail * np.logaddexp(0, -z)).sum() - (ok * np.logaddexp(0, z)).sum()
+                         - 0.5 * (prec * (b - mu0) ** 2).sum())
+
+        current = log_post(beta)
+        for _ in range(50):  # damped Newton on the weighted binomial log posterior
+            p = 1.0 / (1.0 + np.exp(-(X @ beta)))
+            grad = X.T @ (fail * (1 - p) - ok * p) - prec * (beta - mu0)
+            H = (X * ((fail + ok) * p * (1 - p))[:, None]).T @ X + np.diag(prec)
+            step = np.linalg.solve(H, grad)
+            t = 1.0
+            while t > 1e-4:
+                cand = log_post(beta + t * step)
+                if cand >= current:
+                    break
+                t *= 0.5
+            beta, current = beta + t * step, max(cand, current)
+            if np.abs(t * step).max() < 1e-7:
+                break
+        self._bias = float(beta[0])
+        self._coef = {n: float(beta[1 + i]) for i, n in enumerate(names)}
+
+    def p_ok(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """``(n,)`` probability that each config runs without a non-OOM failure."""
+        if self.n_fail == 0:
+            return np.ones(len(configs))
+        if self._coef is None:
+            self._fit()
+        coef = self._coef or {}
+        base = 1.0 / (1.0 + math.exp(-PRIOR_BIAS[0]))  # an untouched config is not penalised
+        out = np.empty(len(configs))
+        for i, cfg in enumerate(configs):
+            z = self._bias + sum(coef.get(f"{k}={v!r}", 0.0) for k, v in cfg.items())
+            out[i] = min(1.0, (1.0 - 1.0 / (1.0 + math.exp(-z))) / (1.0 - base))
+        return out

@@ -1,0 +1,75 @@
+"""The step-time model: an exact GP on log seconds over successful trials.
+
+``SingleTaskGP`` with BoTorch's dimension-scaled lengthscale prior (robust with ~10-20 features and
+few points) on the unit-cube features of ``Encoder``. Fits are warm-started from the previous
+hyperparameters and capped in iterations, so a refit after one more observation costs little.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any
+
+import torch
+from botorch.models import SingleTaskGP
+from botorch.models.transforms.outcome import Standardize
+from botorch.optim.fit import fit_gpytorch_mll_scipy
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+State = dict[str, torch.Tensor]
+
+
+def hyper_state(model: torch.nn.Module) -> State:
+    """The model's learned parameters (no training data, no outcome-transform buffers)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()
+            if not k.startswith("outcome_transform") and "train" not in k}
+
+
+def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State | None = None,
+                maxiter: int = 60) -> tuple[SingleTaskGP, State]:
+    """Fit the GP.
+
+    Args:
+        train_X: ``(n, d)`` features in [0, 1], float64.
+        log_step_time: ``(n,)`` log seconds per step.
+        warm: parameters of a previous fit to start from (same ``d``), or None.
+        maxiter: L-BFGS iteration cap.
+
+    Returns:
+        The fitted model in eval mode, and its parameters (for the next warm start).
+    """
+    Y = log_step_time.reshape(-1, 1).to(torch.float64)
+    if Y.shape[0] > 1 and float(Y.std()) < 1e-9:  # all equal: add a hint of spread to stay well posed
+        Y = Y + 1e-6 * torch.arange(Y.shape[0], dtype=torch.float64).reshape(-1, 1)
+    model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1))
+    if warm is not None:
+        with contextlib.suppress(RuntimeError):  # shapes changed (another space): start fresh
+            torch.nn.Module.load_state_dict(model, warm, strict=False)
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    mll.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if maxiter > 0:
+                fit_gpytorch_mll_scipy(mll, options={"maxiter": maxiter})
+        except Exception:  # numerical trouble: fall back to the prior-initialised model
+            model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1))
+    model.eval()
+    return model, hyper_state(model)
+
+
+def state_to_json(state: State | None) -> dict[str, Any] | None:
+    """Tensors -> nested lists (for ``Optimizer.state_dict``)."""
+    if state is None:
+        return None
+    return {k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""), "data": v.reshape(-1).tolist()}
+            for k, v in state.items()}
+
+
+def state_from_json(raw: dict[str, Any] | None) -> State | None:
+    """Inverse of ``state_to_json``."""
+    if raw is None:
+        return None
+    return {k: torch.tensor(v["data"], dtype=getattr(torch, v.get("dtype", "float64"))).reshape(v["shape"])
+            for k, v in raw.items()}

@@ -1,0 +1,106 @@
+"""The optimizer's models and their refit schedule (warm starts, capped iterations).
+
+``ModelSet.update`` refits only the models whose data changed. A refit warm-starts from the last
+parameters and runs a few iterations; a full refit (more iterations) happens when the data grew by
+``FULL_REFIT_GROWTH`` since the last full one. When the parameters were already fitted on exactly
+the current data (e.g. after ``load_state_dict``), the model is rebuilt without optimisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from infrarsi.search.models.predict import ExactMarginal, VariationalMarginal
+from infrarsi.search.models.time_gp import State, fit_time_gp, state_from_json, state_to_json
+from infrarsi.search.models.tobit import fit_tobit_gp
+
+FULL_REFIT_GROWTH = 1.4
+"""A full refit happens when the data grew by this factor since the last one."""
+TIME_ITERS = (150, 50, 8)
+"""L-BFGS iterations of the step-time GP: first fit, full (warm-started) refit, light refit."""
+MEM_ITERS = (200, 60, 12)
+"""L-BFGS iterations of the Tobit memory GP: first fit, full refit, light refit."""
+
+
+@dataclass
+class _Slot:
+    model: Any = None
+    pred: Any = None
+    """Fast marginal predictor of ``model`` (``ExactMarginal`` or ``VariationalMarginal``)."""
+    state: State | None = None
+    fitted_key: str = ""
+    """Fingerprint of the data the state was fitted on."""
+    full_n: int = 0
+    """Number of points at the last full refit."""
+
+
+@dataclass
+class ModelSet:
+    """The step-time and memory GPs, with warm-start state."""
+
+    mean_indices: list[int]
+    """Memory-tagged feature indices (for the Tobit prior mean)."""
+    mean_signs: list[float]
+    """+1 for hungry, -1 for saver features."""
+    time: _Slot = field(default_factory=_Slot)
+    memory: _Slot = field(default_factory=_Slot)
+
+    @staticmethod
+    def _key(*tensors: torch.Tensor) -> str:
+        return "|".join(f"{tuple(t.shape)}:{float(t.double().sum()):.12g}:{float((t.double() ** 2).sum()):.12g}"
+                        for t in tensors)
+
+    def update_time(self, X: torch.Tensor, log_t: torch.Tensor) -> None:
+        """Refit the step-time GP on ``X`` (``(n, d)``), ``log_t`` (``(n,)``) if they changed."""
+        if X.shape[0] < 2:
+            self.time.model = self.time.pred = None
+            return
+        key = self._key(X, log_t)
+        if self.time.model is not None and key == self.time.fitted_key:
+            return
+        n = X.shape[0]
+        if key == self.time.fitted_key and self.time.state is not None:
+            iters = 0
+        elif self.time.state is None or n >= FULL_REFIT_GROWTH * self.time.full_n:
+            iters, self.time.full_n = TIME_ITERS[0 if self.time.state is None else 1], n
+        else:
+            iters = TIME_ITERS[2]
+        self.time.model, self.time.state = fit_time_gp(X, log_t, warm=self.time.state, maxiter=iters)
+        self.time.pred = ExactMarginal(self.time.model)
+        self.time.fitted_key = key
+
+    def update_memory(self, X: torch.Tensor, y: torch.Tensor, censored: torch.Tensor) -> None:
+        """Refit the Tobit GP on log(peak/capacity) ``y`` with the censoring mask, if they changed."""
+        if X.shape[0] < 2:
+            self.memory.model = self.memory.pred = None
+            return
+        key = self._key(X, y, censored)
+        if self.memory.model is not None and key == self.memory.fitted_key:
+            return
+        n = X.shape[0]
+        if key == self.memory.fitted_key and self.memory.state is not None:
+            iters = 0
+        elif self.memory.state is None or n >= FULL_REFIT_GROWTH * self.memory.full_n:
+            iters, self.memory.full_n = MEM_ITERS[0 if self.memory.state is None else 1], n
+        else:
+            iters = MEM_ITERS[2]
+        self.memory.model, self.memory.state = fit_tobit_gp(
+            X, y, censored, mean_indices=self.mean_indices, mean_signs=self.mean_signs,
+            warm=self.memory.state, maxiter=iters)
+        self.memory.pred = VariationalMarginal(self.memory.model)
+        self.memory.fitted_key = key
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able warm-start state."""
+        return {name: {"state": state_to_json(s.state), "fitted_key": s.fitted_key, "full_n": s.full_n}
+                for name, s in (("time", self.time), ("memory", self.memory))}
+
+    def load_state_dict(self, raw: dict[str, Any]) -> None:
+        """Inverse of ``state_dict`` (models are rebuilt lazily)."""
+        for name in ("time", "memory"):
+            r = raw.get(name) or {}
+            setattr(self, name, _Slot(model=None, state=state_from_json(r.get("state")),
+                                      fitted_key=str(r.get("fitted_key", "")), full_n=int(r.get("full_n", 0))))

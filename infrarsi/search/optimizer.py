@@ -1,0 +1,339 @@
+"""``Optimizer``: ask/tell Bayesian search over a ``SearchSpace`` with a censored memory model.
+
+::
+
+    opt = Optimizer(space, memory_capacity=80e9, seed=0, baseline={...})
+    cfg = opt.ask()                     # dict; opt.last_ask_info says why
+    opt.tell(cfg, Outcome(status="ok", step_time=1.9, peak_memory=6.1e10))
+    opt.best()                          # posterior-mean best among observed ok configs
+
+Phases: the baseline, then a space-filling design (memory-aware once a memory model exists), then
+constrained log-EI (``acquisition``) with memory-saver pairing (``pairing``). A config told
+oom/failed/timeout/nan/invariant_violation is never proposed again; a config told ok is proposed
+again only once every other config has been tried. Persistence lives in ``persistence``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from infrarsi.errors import InfrarsiError
+from infrarsi.search import acquisition, design, pairing
+from infrarsi.search.encoding import Encoder
+from infrarsi.search.models.feasibility import FAILURE_WEIGHT, FeasibilityModel
+from infrarsi.search.modelset import ModelSet
+from infrarsi.search.outcome import Outcome
+from infrarsi.search.persistence import PersistenceMixin
+from infrarsi.search.space import SearchSpace
+
+CANDIDATE_CAP = 20_000
+"""Above this many valid configs, score a random subset plus the incumbents' neighbours."""
+
+
+class SearchExhausted(InfrarsiError):
+    """Every config of the space has been told as a failure (nothing is left to propose)."""
+
+
+@dataclass
+class Observation:
+    """One told trial."""
+
+    config: dict[str, Any]
+    """The full config."""
+    outcome: Outcome
+    """What happened."""
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+class Optimizer(PersistenceMixin):
+    """Ask/tell optimizer minimising step time under ``peak memory <= memory_capacity`` (bytes per device)."""
+
+    def __init__(self, space: SearchSpace, memory_capacity: float, seed: int = 0,
+                 baseline: Mapping[str, Any] | None = None, censoring: bool = True, pairing: bool = True,
+                 n_init: int | None = None, candidate_cap: int = CANDIDATE_CAP, num_threads: int | None = 1) -> None:
+        if not (isinstance(memory_capacity, (int, float)) and math.isfinite(memory_capacity) and memory_capacity > 0):
+            raise InfrarsiError(f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}.")
+        self.space = space
+        self.memory_capacity = float(memory_capacity)
+        self.seed = int(seed)
+        self.baseline = None if baseline is None else space.validate(baseline, where="baseline")
+        self.censoring = bool(censoring)
+        self.pairing = bool(pairing)
+        self.encoder = Encoder(space)
+        self.n_init = design.default_n_init(self.encoder.dim) if n_init is None else int(n_init)
+        self.candidate_cap = int(candidate_cap)
+        self.num_threads = num_threads
+        self.observations: list[Observation] = []
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.last_ask_info: dict[str, Any] | list[dict[str, Any]] = {}
+        """Provenance of the last ask: a dict for ``ask()``, a list of dicts for ``ask(n)``."""
+        self.ask_infos: dict[str, dict[str, Any]] = {}
+        """Provenance of every config asked so far, by ``space.key(config)``."""
+        self.rng = np.random.default_rng(self.seed)
+        self.n_asks = 0
+        self.feasibility = FeasibilityModel()
+        idx, signs = [], []
+        col = 0
+        for b in self.encoder.blocks:
+            if b.knob.memory != "neutral" and b.width == 1:
+                idx.append(col)
+                signs.append(1.0 if b.knob.memory == "hungry" else -1.0)
+            col += b.width
+        self.models = ModelSet(mean_indices=idx, mean_signs=signs)
+        self._all = space.enumerate_values()
+        self._all_keys = None if self._all is None else [json_key(v) for v in self._all]
+        self._all_X: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ tell
+    def tell(self, config: Mapping[str, Any], outcome: Outcome | Mapping[str, Any]) -> None:
+        """Record the outcome of a trial of ``config``."""
+        if not isinstance(outcome, Outcome):
+            outcome = Outcome.from_dict(dict(outcome))
+        cfg = self.space.validate(config, where="tell(config)")
+        self.pending.pop(self.space.key(cfg), None)
+        self.observations.append(Observation(cfg, outcome))
+        if outcome.status in FAILURE_WEIGHT:
+            self.feasibility.add(cfg, failed=True, weight=FAILURE_WEIGHT[outcome.status])
+        else:
+            self.feasibility.add(cfg, failed=False)
+
+    # -------------------------------------------------------------- helpers
+    def _excluded(self) -> tuple[set[str], set[str]]:
+        failed = {self.space.key(o.config) for o in self.observations if o.outcome.status != "ok"}
+        ok = {self.space.key(o.config) for o in self.observations if o.outcome.status == "ok"}
+        return failed, ok - failed
+
+    def _ok(self) -> list[Observation]:
+        return [o for o in self.observations if o.outcome.status == "ok"]
+
+    def _fit(self) -> None:
+        ok = self._ok()
+        if ok:
+            X = self.encoder.encode([o.config for o in ok])
+            y = torch.tensor([math.log(o.outcome.step_time) for o in ok], dtype=torch.float64)  # type: ignore[arg-type]
+            self.models.update_time(X, y)
+        else:
+            self.models.time.model = self.models.time.pred = None
+        rows, ys, cens = [], [], []
+        for o in self.observations:
+            if o.outcome.status == "ok" and o.outcome.peak_memory is not None:
+                rows.append(o.config)
+                ys.append(math.log(o.outcome.peak_memory / self.memory_capacity))
+                cens.append(False)
+            elif o.outcome.status == "oom" and self.censoring:
+                lb = max(o.outcome.peak_memory or 0.0, self.memory_capacity)
+                rows.append(o.config)
+                ys.append(math.log(lb / self.memory_capacity))
+                cens.append(True)
+        if len(rows) >= 2:
+            self.models.update_memory(self.encoder.encode(rows), torch.tensor(ys, dtype=torch.float64),
+                                      torch.tensor(cens, dtype=torch.bool))
+        else:
+            self.models.memory.model = self.models.memory.pred = None
+
+    def _best_log_time(self) -> float | None:
+        ok = self._ok()
+        if not ok or self.models.time.pred is None:
+            return None
+        mean, _ = acquisition.predict_time(self.models.time.pred, self.encoder.encode([o.config for o in ok]))
+        return float(mean.min())
+
+    def _scores(self, configs: Sequence[Mapping[str, Any]], X: torch.Tensor | None = None) -> acquisition.Scores:
+        X = self.encoder.encode(configs) if X is None else X
+        mem = self.models.memory
+        noise = float(mem.model.likelihood.noise_sd.detach()) if mem.model is not None else 0.0
+        return acquisition.analytic_scores(self.models.time.pred, mem.pred, noise, X,
+                                           self._best_log_time(), self.feasibility.p_ok(configs))
+
+    def _candidates(self, exclude: set[str]) -> tuple[list[dict[str, Any]], torch.Tensor]:
+        """Allowed candidate configs and their features."""
+        if self._all is not None and len(self._all) <= self.candidate_cap:
+            if self._all_X is None:
+                self._all_X = self.encoder.encode_values(self._all)
+            keep = [i for i, k in enumerate(self._all_keys or []) if k not in exclude]
+            return [self.space.as_config(self._all[i]) for i in keep], self._all_X[keep]
+        pool: dict[str, dict[str, Any]] = {}
+        if self._all is not None:
+            for i in self.rng.choice(len(self._all), size=self.candidate_cap // 2, replace=False).tolist():
+                pool.setdefault(json_key(self._all[i]), self.space.as_config(self._all[i]))
+        else:
+            for c in self.space.sample(self.rng, self.candidate_cap // 2):
+                pool.setdefault(self.space.key(c), c)
+        ok = sorted(self._ok(), key=lambda o: o.outcome.step_time or math.inf)[:5]
+        for o in ok:
+            for nb in self.space.neighbours(o.config):
+                pool.setdefault(self.space.key(nb), nb)
+        configs = [c for k, c in pool.items() if k not in exclude]
+        return configs, self.encoder.encode(configs) if configs else torch.zeros(0, self.encoder.dim, dtype=torch.float64)
+
+    def _info(self, cfg: dict[str, Any], phase: str, scores: acquisition.Scores | None, i: int | None) -> dict[str, Any]:
+        info: dict[str, Any] = {"config": dict(cfg), "phase": phase, "ask_index": self.n_asks, "repair_of": None}
+        if scores is not None and i is not None:
+            info.update(predicted_step_time_s=_exp(scores.time_mean[i]), p_fit=float(scores.p_fit[i]),
+                        predicted_memory_bytes=self.memory_capacity * math.exp(float(scores.mem_mean[i]))
+                        if self.models.memory.model is not None else None,
+                        p_ok=float(scores.p_ok[i]), log_acquisition=float(scores.log_score[i]))
+        return info
+
+    # ------------------------------------------------------------------- ask
+    def ask(self, n: int | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+        """One config (``n`` None) or a list of ``n`` distinct configs, all valid and not yet failed."""
+        k = 1 if n is None else int(n)
+        if k < 1:
+            raise InfrarsiError(f"ask(n): rule: n must be >= 1; got {n!r}.")
+        with _threads(self.num_threads):
+            torch.manual_seed(self.seed * 100_003 + self.n_asks)
+            self._fit()
+            infos = self._ask_batch(k)
+        for info in infos:
+            key = self.space.key(info["config"])
+            self.pending[key] = info["config"]
+            self.ask_infos[key] = info
+        self.n_asks += 1
+        self.last_ask_info = infos[0] if n is None else infos
+        configs = [dict(i["config"]) for i in infos]
+        return configs[0] if n is None else configs
+
+    def _ask_batch(self, k: int) -> list[dict[str, Any]]:
+        failed, ok_told = self._excluded()
+        taken = set(self.pending)
+        infos: list[dict[str, Any]] = []
+        while len(infos) < k:
+            exclude = failed | ok_told | taken
+            configs, X = self._candidates(exclude)
+            if not configs:  # every config tried once: allow ok ones again
+                configs, X = self._candidates(failed | taken)
+                if not configs:
+                    if infos:
+                        break
+                    raise SearchExhausted(f"search space '{self.space.name}': every valid config has been tried and failed or is pending.")
+            n_seen = len(self.observations) + len(taken)
+            time_ready = self.models.time.model is not None
+            if n_seen < self.n_init or not time_ready:
+                info = self._design_pick(configs, X, taken)
+                infos.append(info)
+                taken.add(self.space.key(info["config"]))
+                continue
+            for info in self._bo_picks(configs, X, k - len(infos), taken, failed):
+                infos.append(info)
+                taken.add(self.space.key(info["config"]))
+        return infos
+
+    def _design_pick(self, configs: list[dict[str, Any]], X: torch.Tensor, taken: set[str]) -> dict[str, Any]:
+        keys = {self.space.key(c) for c in configs}
+        if not self.observations and not taken:
+            base = self.baseline if self.baseline is not None else self.space.default_config()
+            if not self.space.violated(base) and self.space.key(base) in keys:
+                return self._info(base, "baseline", None, None)
+        if len(configs) > design.DESIGN_POOL:
+            sel = self.rng.choice(len(configs), size=design.DESIGN_POOL, replace=False)
+            configs, X = [configs[i] for i in sel.tolist()], X[torch.as_tensor(sel)]
+        seen = [o.config for o in self.observations] + [self.pending.get(t) or json_config(self.space, t) for t in taken]
+        existing = self.encoder.encode(seen) if seen else torch.zeros(0, self.encoder.dim, dtype=torch.float64)
+        scores = self._scores(configs, X)
+        weights = scores.p_fit * scores.p_ok
+        i = design.maximin_pick(X, existing, self.rng, weights=weights)
+        return self._info(configs[i], "design", scores, i)
+
+    def _bo_picks(self, configs: list[dict[str, Any]], X: torch.Tensor, q: int, taken: set[str],
+                  failed: set[str]) -> list[dict[str, Any]]:
+        scores = self._scores(configs, X)
+        if q == 1 and not taken:
+            picks = [int(np.argmax(scores.log_score))]
+        else:
+            top = np.argsort(-scores.log_score, kind="stable")[: acquisition.BATCH_CHOICES]
+            ok = self._ok()
+            X_base = self.encoder.encode([o.config for o in ok])
+            pend = [self.pending.get(t) or json_config(self.space, t) for t in taken]
+            X_pend = self.encoder.encode(pend) if pend else None
+            sub = acquisition.select_batch(self.models.time.model, self.models.memory.model, X[torch.as_tensor(top)],
+                                           q, X_base, X_pend, seed=self.seed * 7919 + self.n_asks)
+            picks = [int(top[j]) for j in sub]
+        out: list[dict[str, Any]] = []
+        used = set(taken)
+        for i in picks:
+            info = self._info(configs[i], "bo", scores, i)
+            if self.pairing and scores.p_fit[i] < pairing.PAIRING_TRIGGER and self.models.memory.model is not None:
+                rep = pairing.best_repair(self.space, configs[i], self._predict_raw,
+                                          excluded=failed | used | self._excluded()[1])
+                if rep is not None:
+                    r, pred = rep
+                    info = {"config": r.config, "phase": "repair", "ask_index": self.n_asks,
+                            "repair_of": dict(configs[i]), "repair_moves": r.moves,
+                            "original_p_fit": float(scores.p_fit[i]),
+                            "predicted_step_time_s": _exp(pred["log_time_mean"]), "p_fit": pred["p_fit"],
+                            "predicted_memory_bytes": self.memory_capacity * math.exp(pred["mem_mean"]),
+                            "p_ok": pred["p_ok"]}
+            used.add(self.space.key(info["config"]))
+            out.append(info)
+        return out
+
+    def _predict_raw(self, configs: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+        s = self._scores(configs)
+        return {"log_time_mean": s.time_mean, "p_fit": s.p_fit, "p_ok": s.p_ok, "mem_mean": s.mem_mean}
+
+    # ------------------------------------------------------------ results
+    def best(self) -> dict[str, Any] | None:
+        """The observed ok config with the best posterior-mean step time (None before any ok trial)."""
+        ok = self._ok()
+        if not ok:
+            return None
+        with _threads(self.num_threads):
+            self._fit()
+            if self.models.time.model is None:
+                return dict(min(ok, key=lambda o: o.outcome.step_time or math.inf).config)
+            mean, _ = acquisition.predict_time(self.models.time.pred, self.encoder.encode([o.config for o in ok]))
+        return dict(ok[int(torch.argmin(mean))].config)
+
+    def predict(self, configs: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+        """Posterior predictions: ``step_time_mean_s`` (exp of the mean log time), ``step_time_sd_log``,
+        ``memory_mean_bytes``, ``p_fit`` and ``p_ok``, each an array of shape ``(len(configs),)``."""
+        full = [self.space.validate(c, where="predict(config)") for c in configs]
+        with _threads(self.num_threads):
+            self._fit()
+            s = self._scores(full)
+        has_mem = self.models.memory.model is not None
+        return {"step_time_mean_s": np.exp(s.time_mean), "step_time_sd_log": s.time_sd,
+                "memory_mean_bytes": self.memory_capacity * np.exp(s.mem_mean) if has_mem else np.full(len(full), np.nan),
+                "p_fit": s.p_fit, "p_ok": s.p_ok}
+
+    def info(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Provenance recorded when ``config`` was asked (None if it never was)."""
+        return self.ask_infos.get(self.space.key(self.space.validate(config)))
+
+
+def json_key(values: Sequence[Any]) -> str:
+    """``SearchSpace.key`` of a value tuple."""
+    import json
+
+    return json.dumps(list(values))
+
+
+def json_config(space: SearchSpace, key: str) -> dict[str, Any]:
+    """Inverse of ``SearchSpace.key``."""
+    import json
+
+    return space.as_config(json.loads(key))
+
+
+def _exp(x: float) -> float | None:
+    return None if not math.isfinite(float(x)) else math.exp(float(x))

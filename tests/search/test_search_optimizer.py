@@ -1,0 +1,215 @@
+"""Optimizer: ask/tell semantics, exclusions, batches, persistence, no Ray import."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from search_synthetic import BASELINE, CAPACITY, DENSE, memory_bytes, run, step_time_s
+
+from infrarsi.search import Optimizer, Outcome, SearchExhausted, SearchSpace
+
+TINY = """
+name: tiny
+knobs:
+  - name: stage
+    type: choice
+    values: [0, 1, 2]
+    memory: saver
+  - name: mbs
+    type: int
+    values: [1, 2, 4, 8]
+    memory: hungry
+  - name: ckpt
+    type: bool
+    memory: saver
+"""
+TINY_CAP = 10.0
+
+
+def tiny_run(c: dict) -> Outcome:
+    mem = (6.0 - 2.0 * c["stage"]) + c["mbs"] * (0.4 if c["ckpt"] else 1.2)
+    if mem > TINY_CAP:
+        return Outcome(status="oom")
+    t = (1.0 + 1.5 / c["mbs"]) * (1.3 if c["ckpt"] else 1.0) * (1.0 + 0.15 * c["stage"])
+    return Outcome(status="ok", step_time=t, peak_memory=mem)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_import_does_not_load_ray() -> None:
+    code = ("import sys; from infrarsi.search import SearchSpace, Optimizer, Outcome; "
+            "import infrarsi.search.optimizer, infrarsi.search.acquisition; "
+            "print('ray' in sys.modules or any(m.startswith('ray.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_baseline_first_then_design_and_info() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, baseline={"stage": 2, "mbs": 1, "ckpt": True})
+    first = opt.ask()
+    assert first == {"stage": 2, "mbs": 1, "ckpt": True}
+    assert opt.last_ask_info["phase"] == "baseline"
+    opt.tell(first, tiny_run(first))
+    second = opt.ask()
+    assert second != first and opt.last_ask_info["phase"] == "design"
+    assert opt.info(second)["config"] == second
+    assert opt.best() == first  # the only ok config
+
+
+def test_oom_and_failed_configs_are_never_proposed_again() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=1, n_init=3)
+    bad: set[str] = set()
+    seen: list[str] = []
+    for i in range(12):
+        cfg = opt.ask()
+        key = space.key(cfg)
+        assert key not in bad
+        assert key not in seen  # ok configs are not repeated while untried ones remain
+        seen.append(key)
+        out = tiny_run(cfg)
+        if out.status == "ok" and i % 4 == 3:
+            out = Outcome(status="invariant_violation")
+        if out.status != "ok":
+            bad.add(key)
+        opt.tell(cfg, out)
+    assert any(tiny_run(space.as_config(json.loads(k))).status == "oom" for k in bad)
+
+
+def test_after_every_config_is_tried_only_ok_ones_come_back() -> None:
+    space = SearchSpace.from_yaml("name: t\nknobs:\n  - name: a\n    type: int\n    values: [1, 2, 3]\n")
+    opt = Optimizer(space, memory_capacity=10.0, seed=0, n_init=2)
+    for _ in range(3):
+        c = opt.ask()
+        opt.tell(c, Outcome(status="oom") if c["a"] == 3 else Outcome(status="ok", step_time=float(c["a"]), peak_memory=float(c["a"])))
+    assert opt.ask()["a"] in (1, 2)
+
+
+def test_exhausted_space_raises() -> None:
+    space = SearchSpace.from_yaml("name: t\nknobs:\n  - name: a\n    type: bool\n")
+    opt = Optimizer(space, memory_capacity=1.0, seed=0)
+    for _ in range(2):
+        c = opt.ask()
+        opt.tell(c, Outcome(status="failed"))
+    with pytest.raises(SearchExhausted):
+        opt.ask()
+
+
+def test_batch_ask_returns_distinct_valid_configs() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=2, n_init=4)
+    batch = opt.ask(4)
+    assert isinstance(batch, list) and len(batch) == 4
+    for c in batch:
+        opt.tell(c, tiny_run(c))
+    batch = opt.ask(3)  # model-based batch (qLogNEI) with pending configs
+    keys = {space.key(c) for c in batch}
+    assert len(keys) == 3 and all(space.is_valid(c) for c in batch)
+    assert isinstance(opt.last_ask_info, list) and len(opt.last_ask_info) == 3
+    single = opt.ask()  # with three trials pending
+    assert space.key(single) not in keys
+
+
+def test_save_restore_gives_identical_next_ask(tmp_path) -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=3, n_init=3)
+    for _ in range(6):
+        c = opt.ask()
+        opt.tell(c, tiny_run(c))
+    path = tmp_path / "opt.json"
+    opt.save(path)
+    restored = Optimizer.load(path)
+    a, b = opt.ask(), restored.ask()
+    assert a == b
+    assert opt.last_ask_info["phase"] == restored.last_ask_info["phase"]
+    state = json.loads(path.read_text())
+    other = Optimizer(space, memory_capacity=TINY_CAP, seed=3, n_init=3)
+    other.load_state_dict(state)
+    assert other.ask() == a
+
+
+def test_from_trials_rebuilds_observations_and_exclusions() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    rows = []
+    for cfg in space.enumerate()[:6]:  # type: ignore[index]
+        out = tiny_run(cfg)
+        rows.append({"trial_id": f"t{len(rows)}", "stage": "run", "config": json.dumps(cfg), "status": out.status,
+                     "step_time_s": out.step_time, "peak_memory_bytes": out.peak_memory,
+                     "memory_censored": out.status == "oom"})
+    rows.append({"trial_id": "bad", "stage": "run", "config": json.dumps({"stage": 9}), "status": "ok",
+                 "step_time_s": 1.0, "peak_memory_bytes": 1.0, "memory_censored": False})
+    with pytest.warns(UserWarning, match="skipped a row"):
+        opt = Optimizer.from_trials(space, rows, memory_capacity=TINY_CAP, seed=0, n_init=2)
+    assert len(opt.observations) == 6
+    told = {space.key(json.loads(r["config"])) for r in rows[:6]}
+    assert space.key(opt.ask()) not in told
+    best = opt.best()
+    assert best is not None and tiny_run(best).status == "ok"
+
+
+def test_invariant_violation_pattern_is_avoided() -> None:
+    space = SearchSpace.from_yaml(DENSE)
+    opt = Optimizer(space, memory_capacity=CAPACITY, seed=0)
+    bf16 = [space.validate({"dtype": "bf16", "zero_stage": z}) for z in (0, 1, 2)]
+    fp32 = [space.validate({"dtype": "fp32", "zero_stage": z}) for z in (0, 1, 2)]
+    for c in bf16:
+        opt.tell(c, Outcome(status="invariant_violation"))
+    for c in fp32:
+        opt.tell(c, run(c))
+    pred = opt.predict([space.validate({"dtype": "bf16", "zero_stage": 3}), space.validate({"dtype": "fp32", "zero_stage": 3})])
+    assert pred["p_ok"][0] < 0.5 < pred["p_ok"][1]
+    assert set(pred) >= {"step_time_mean_s", "memory_mean_bytes", "p_fit", "p_ok"}
+    asked = opt.ask(3)
+    assert all(c["dtype"] == "fp32" for c in asked)
+
+
+def test_all_oom_start_still_asks_and_learns_memory() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, n_init=2)
+    big = [c for c in space.enumerate() if tiny_run(c).status == "oom"]  # type: ignore[union-attr]
+    for c in big[:3]:
+        opt.tell(c, Outcome(status="oom", peak_memory=TINY_CAP * 1.01))
+    c = opt.ask()
+    assert space.key(c) not in {space.key(b) for b in big[:3]}
+    assert opt.best() is None
+
+
+@pytest.mark.parametrize("censoring", [True, False])
+def test_ablation_switches_run(censoring: bool) -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=4, n_init=3, censoring=censoring, pairing=False)
+    for _ in range(7):
+        c = opt.ask()
+        opt.tell(c, tiny_run(c))
+    assert opt.best() is not None
+
+
+@pytest.mark.integration
+def test_memory_cliff_near_optimum_within_24_tells() -> None:
+    space = SearchSpace.from_yaml(DENSE)
+    feasible = [c for c in space.enumerate() if memory_bytes(c) <= CAPACITY]  # type: ignore[union-attr]
+    oracle = min(step_time_s(c) for c in feasible)
+    opt = Optimizer(space, memory_capacity=CAPACITY, seed=0, baseline=BASELINE)
+    ooms = 0
+    for _ in range(24):
+        c = opt.ask()
+        out = run(c)
+        ooms += out.status == "oom"
+        opt.tell(c, out)
+    best = opt.best()
+    assert best is not None
+    assert step_time_s(best) / oracle <= 1.2
+    assert ooms <= 8
+    assert math.isfinite(opt.predict([best])["step_time_mean_s"][0])

@@ -1,0 +1,170 @@
+"""SearchSpace: loading, validation errors, `when`, constraints, enumeration, sampling."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from infrarsi.errors import ExpressionError, SearchSpaceError
+from infrarsi.search import SearchSpace
+
+ROOT = Path(__file__).resolve().parents[2]
+DENSE = ROOT / "search_spaces" / "deepspeed_dense.yaml"
+MOE = ROOT / "search_spaces" / "deepspeed_moe.yaml"
+
+SMALL = """
+name: small
+knobs:
+  - name: stage
+    type: choice
+    values: [0, 1, 3]
+    memory: saver
+  - name: mbs
+    type: int
+    values: [1, 2, 4]
+    memory: hungry
+  - name: offload
+    type: bool
+    memory: saver
+    when: "stage >= 1"
+  - name: offload_param
+    type: bool
+    when: "offload and stage == 3"
+  - name: lr
+    type: float
+    range: [0.0001, 0.01]
+    log: true
+    grid: 3
+constraints:
+  - "not (mbs == 4 and stage == 0)"
+"""
+
+
+def brute_force(space: SearchSpace) -> set[str]:
+    """Every valid config by brute force: product of all values, resolve, filter."""
+    out = set()
+    for values in itertools.product(*(k.values for k in space.knobs)):
+        cfg = space.resolve(space.as_config(values))
+        if not space.violated(cfg):
+            out.add(space.key(cfg))
+    return out
+
+
+def test_small_space_enumeration_by_hand() -> None:
+    space = SearchSpace.from_yaml(SMALL)
+    rows = space.enumerate()
+    assert rows is not None
+    # stage 0: mbs {1,2} (4 excluded), offload off  -> 2 ; stage 1: 3 mbs x 2 offload -> 6 ;
+    # stage 3: 3 mbs x (offload off: 1 + offload on: 2 offload_param) -> 9 ; times 3 lr values.
+    assert len(rows) == (2 + 6 + 9) * 3
+    assert {space.key(r) for r in rows} == brute_force(space)
+    for r in rows:
+        if r["stage"] == 0:
+            assert r["offload"] is False and r["offload_param"] is False
+        if not r["offload"]:
+            assert r["offload_param"] is False
+    assert space.knob("lr").values == pytest.approx((1e-4, 1e-3, 1e-2))
+
+
+@pytest.mark.parametrize("path", [DENSE, MOE])
+def test_shipped_spaces_enumerate_exactly(path: Path) -> None:
+    space = SearchSpace.from_yaml(path)
+    rows = space.enumerate()
+    assert rows is not None
+    keys = [space.key(r) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert set(keys) == brute_force(space)
+    assert all(space.is_valid(r) for r in rows[:: max(1, len(rows) // 200)])
+
+
+def test_dense_space_when_and_constraint() -> None:
+    space = SearchSpace.from_yaml(str(DENSE))
+    rows = space.enumerate()
+    assert rows is not None
+    assert all(r["offload_param"] is False for r in rows if r["zero_stage"] != 3)
+    assert all(r["reduce_bucket_size"] == "auto" for r in rows if r["zero_stage"] == 0)
+    assert any(r["offload_param"] for r in rows)
+    assert not any(r["offload_optimizer"] and r["dtype"] == "bf16" and r["zero_stage"] == 0 for r in rows)
+
+
+def test_validate_fills_defaults_and_resets_inactive_knobs() -> None:
+    space = SearchSpace.from_yaml(DENSE)
+    full = space.validate({"zero_stage": 0, "offload_optimizer": True, "micro_batch_size": "4"})
+    assert list(full) == space.names
+    assert full["offload_optimizer"] is False  # inactive at ZeRO-0: holds its default
+    assert full["micro_batch_size"] == 4
+    assert full["activation_checkpointing"] == "none"
+
+
+def test_validate_errors_name_the_rule() -> None:
+    space = SearchSpace.from_yaml(SMALL)
+    with pytest.raises(SearchSpaceError, match=r"knob 'mbs'.*one of \[1, 2, 4\]; got 3"):
+        space.validate({"mbs": 3})
+    with pytest.raises(SearchSpaceError, match=r"'pp'.*Known knobs"):
+        space.validate({"pp": 2})
+    with pytest.raises(SearchSpaceError, match="breaks constraint 'not \\(mbs == 4 and stage == 0\\)'"):
+        space.validate({"mbs": 4, "stage": 0})
+
+
+BAD = [
+    ("knobs:\n  - name: a\n    type: integer\n    values: [1]\n", "knob 'a'", "'type' must be one of"),
+    ("knobs:\n  - name: a\n    type: int\n    values: [1, 2]\n    default: 3\n", "knob 'a'", "'default' must be one of"),
+    ("knobs:\n  - name: a\n    type: int\n    values: [1, 2]\n  - name: a\n    type: bool\n", "knob 'a'", "unique"),
+    ("knobs:\n  - name: a\n    type: int\n    vals: [1]\n", "knob 'a'", "unknown key(s) ['vals']"),
+    ("knobs:\n  - name: a\n    type: int\n    range: [5, 1]\n", "knob 'a'", "`lo < hi` must hold"),
+    ("knobs:\n  - name: a\n    type: int\n    values: [1, 1.5]\n", "knob 'a'", "must be integers"),
+    ("knobs:\n  - name: a\n    type: bool\n    memory: greedy\n", "knob 'a'", "'memory' must be one of"),
+    ("knobs:\n  - name: a\n    type: bool\n    when: 'b'\n  - name: b\n    type: bool\n    when: 'a'\n", "knob '", "cycle"),
+    ("knobs:\n  - name: a\n    type: bool\n    when: 'a'\n", "knob 'a'", "refer to the knob itself"),
+    ("knobs:\n  - name: a\n    type: int\n    values: []\n", "knob 'a'", "non-empty 'values'"),
+    ("knobs:\n  - name: a\n    type: int\n    range: [0, 8]\n    log: true\n", "knob 'a'", "log range needs lo > 0"),
+    ("knobz: []\n", "<text>", "unknown top-level key"),
+    ("objective: throughput\nknobs:\n  - name: a\n    type: bool\n", "'objective'", "must be one of"),
+]
+
+
+@pytest.mark.parametrize(("text", "where", "rule"), BAD)
+def test_yaml_errors_name_file_knob_and_rule(text: str, where: str, rule: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad_space.yaml"
+    path.write_text(text)
+    with pytest.raises(SearchSpaceError) as info:
+        SearchSpace.from_yaml(path)
+    msg = str(info.value)
+    assert str(path) in msg
+    assert where.replace("<text>", str(path)) in msg
+    assert rule in msg
+
+
+def test_injection_in_yaml_names_file_knob_and_expression(tmp_path: Path) -> None:
+    path = tmp_path / "evil.yaml"
+    path.write_text("knobs:\n  - name: a\n    type: bool\n    when: \"__import__('os').system('echo hi')\"\n")
+    with pytest.raises(ExpressionError) as info:
+        SearchSpace.from_yaml(path)
+    msg = str(info.value)
+    assert str(path) in msg and "knob 'a'" in msg and "__import__('os')" in msg
+    path.write_text("knobs:\n  - name: a\n    type: bool\nconstraints:\n  - \"a.__class__ == 1\"\n")
+    with pytest.raises(ExpressionError, match=r"constraints\[0\].*attribute access"):
+        SearchSpace.from_yaml(path)
+
+
+def test_sample_and_neighbours_are_valid() -> None:
+    space = SearchSpace.from_yaml(DENSE)
+    rng = np.random.default_rng(0)
+    samples = space.sample(rng, 50)
+    assert len(samples) == 50
+    assert all(space.is_valid(c) for c in samples)
+    base = space.validate({"zero_stage": 3, "micro_batch_size": 1})
+    nbs = space.neighbours(base)
+    assert nbs and all(space.is_valid(c) for c in nbs)
+    assert all(sum(base[k] != c[k] for k in space.names) >= 1 for c in nbs)
+    assert any(c["zero_stage"] == 0 and c["offload_param"] is False for c in nbs)
+
+
+def test_large_space_is_not_enumerated() -> None:
+    knobs = "\n".join(f"  - name: k{i}\n    type: int\n    values: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]" for i in range(7))
+    space = SearchSpace.from_yaml(f"name: big\nknobs:\n{knobs}\n")
+    assert space.enumerate() is None
+    assert len(space.sample(np.random.default_rng(0), 5)) == 5
