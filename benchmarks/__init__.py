@@ -1,0 +1,1 @@
+"""Benchmarks of infrarsi (search efficiency, reproduction); runnable as scripts or modules."""

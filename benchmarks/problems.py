@@ -1,0 +1,133 @@
+"""Benchmark problems for ``search_efficiency.py``: a space, a capacity, a baseline, a noisy
+trial function and its noiseless truth (for the oracle).
+
+- ``surrogate_1node`` / ``surrogate_2node``: the analytic surrogate of an ~8B dense model on
+  8 / 16 H100-80GB (``workloads/surrogate_dense_*.yaml``), evaluated directly (no Ray). A trial
+  is drawn with the same noise, stragglers and crashes as the ``surrogate`` backend; the truth is
+  the noiseless model; the oracle is the best noiseless feasible config by enumeration.
+- ``tabular_dense_debug``: real CPU trials of ``workloads/dense_debug.yaml`` measured once and
+  stored in ``benchmarks/data/tabular_dense_debug.parquet`` (see ``make_tabular.py``); a trial
+  returns one stored replicate; the truth is the median of the replicates.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infrarsi.execution.surrogate import problem_for, sample_trial
+from infrarsi.execution.surrogate_model import evaluate
+from infrarsi.search.space import SearchSpace
+from infrarsi.units import parse_size
+from infrarsi.workload import Workload
+
+ROOT = Path(__file__).resolve().parent.parent
+TABULAR_PATH = ROOT / "benchmarks" / "data" / "tabular_dense_debug.parquet"
+
+
+@dataclass
+class Draw:
+    """One simulated trial."""
+
+    status: str
+    """ok | oom | failed."""
+    step_time_s: float | None
+    """Measured seconds per step (None unless ok)."""
+    peak_memory_bytes: float | None
+    """Measured peak; for oom the capacity (known lower bound)."""
+    device_seconds: float
+    """Devices x seconds the trial held them (failed and oom included)."""
+
+
+@dataclass
+class BenchProblem:
+    """A problem every searcher runs on with the same budgets and seeds."""
+
+    name: str
+    """Problem name."""
+    space: SearchSpace
+    """Search space."""
+    capacity: float
+    """Memory capacity per device, bytes."""
+    baseline: dict[str, Any]
+    """The workload's baseline config."""
+    truth: dict[str, float] = field(default_factory=dict)
+    """Config key -> noiseless step time (inf when it does not fit or cannot run)."""
+    source: Any = None
+    """The analytic problem or the tabular rows."""
+
+    @property
+    def oracle_time(self) -> float:
+        return min(self.truth.values())
+
+    def true_time(self, config: dict[str, Any] | None) -> float:
+        if config is None:
+            return math.inf
+        return self.truth.get(self.space.key(self.space.validate(config)), math.inf)
+
+    def trial(self, config: dict[str, Any], seed: int, index: int) -> Draw:
+        key = self.space.key(config)
+        rng = np.random.default_rng([seed, index, zlib.crc32(key.encode())])
+        if isinstance(self.source, dict):  # tabular: key -> list of replicate rows
+            rows = self.source.get(key)
+            if not rows:
+                raise KeyError(f"{self.name}: config not in the table: {config}")
+            r = rows[int(rng.integers(len(rows)))]
+            return Draw(r["status"], r["step_time_s"], r["peak_memory_bytes"], r["device_seconds"])
+        status, _ev, m = sample_trial(self.source, config, rng)
+        ws = self.source.world_size
+        step = float(np.median(m["step_time_samples_s"])) if status == "ok" else None
+        return Draw(status, step, m["peak_memory_bytes"], ws * m["wall_s"])
+
+
+def surrogate_problem(workload_path: str | Path, name: str) -> BenchProblem:
+    wl = Workload.from_yaml(workload_path)
+    cap = parse_size(wl.memory_capacity or "80GB")
+    prob = problem_for(wl, cap)
+    space = SearchSpace.from_yaml(wl.search_space_path())
+    rows = space.enumerate()
+    if rows is None:
+        raise ValueError(f"{space.file}: too large to enumerate for the oracle")
+    truth = {}
+    for cfg in rows:
+        ev = evaluate(prob, cfg)
+        truth[space.key(cfg)] = ev.step_time_s if ev.fits else math.inf
+    baseline = space.validate(wl.baseline)
+    return BenchProblem(name, space, float(cap), baseline, truth, prob)
+
+
+def tabular_problem(path: Path = TABULAR_PATH) -> BenchProblem:
+    import json
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    meta = table.schema.metadata or {}
+    space = SearchSpace.from_yaml(meta[b"search_space"].decode())
+    cap = float(meta[b"memory_capacity_bytes"].decode())
+    baseline = json.loads(meta[b"baseline"].decode())
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for r in table.to_pylist():
+        cfg = space.validate(json.loads(r["config"]))
+        by_key.setdefault(space.key(cfg), []).append(r)
+    truth = {}
+    for key, rs in by_key.items():
+        ok = [r["step_time_s"] for r in rs if r["status"] == "ok"]
+        truth[key] = float(np.median(ok)) if ok and all(r["status"] != "oom" for r in rs) else math.inf
+    missing = [r for r in (space.enumerate() or []) if space.key(r) not in by_key]
+    if missing:
+        raise ValueError(f"{path}: the table must hold every config of its space; {len(missing)} missing, e.g. {missing[0]}")
+    return BenchProblem("tabular_dense_debug", space, cap, space.validate(baseline), truth, by_key)
+
+
+PROBLEMS = {
+    "surrogate_1node": lambda: surrogate_problem(ROOT / "workloads" / "surrogate_dense_1node.yaml", "surrogate_1node"),
+    "surrogate_2node": lambda: surrogate_problem(ROOT / "workloads" / "surrogate_dense_2node.yaml", "surrogate_2node"),
+    "tabular_dense_debug": tabular_problem,
+}
+"""Problem name -> builder."""

@@ -1,0 +1,176 @@
+"""``InfrarsiSearcher``: the infrarsi optimizer as a Ray Tune ``Searcher``.
+
+A thin adapter over ``infrarsi.search.Optimizer`` for a user's own Tune job::
+
+    from ray import tune
+    from ray.tune.search import ConcurrencyLimiter
+    from infrarsi.tune import InfrarsiSearcher
+
+    searcher = InfrarsiSearcher("search_spaces/deepspeed_dense.yaml", memory_capacity=80e9)
+    tuner = tune.Tuner(
+        my_trainable,                    # reports {"status": "ok"|"oom"|..., "step_time_s": ...,
+                                         #          "peak_memory_bytes": ...}
+        tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, 1), num_samples=24),
+    )
+    tuner.fit()
+    print(searcher.optimizer.best())
+
+Trainables report an OOM or another failure as a normal result with a ``status`` field (see
+``result_to_outcome``). A trainable that raises reaches the searcher as
+``on_trial_complete(error=True, result=None)`` (how Ray 2.60 reports an errored trial) and is
+told to the optimizer as ``failed``. The searcher pickles whole, so ``Tuner.restore(path,
+trainable=..., restart_errored=True)`` resumes it; ``save``/``restore`` pickle its state.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from pathlib import Path
+from typing import Any
+
+from ray.tune.search import Searcher
+
+from infrarsi.errors import ConfigError
+from infrarsi.result import STATUSES
+from infrarsi.search import Optimizer, Outcome, SearchSpace
+
+STEP_TIME_METRICS = ("step_time_s", "step_time")
+"""Metric names the searcher accepts: it always minimises seconds per optimizer step."""
+
+
+def _number(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def result_to_outcome(result: dict[str, Any] | None, *, error: bool = False) -> Outcome:
+    """Turn a Tune result dict (or a trial log row) into an ``Outcome``.
+
+    ``result["status"]`` is one of ``ok | oom | failed | timeout | nan | invariant_violation``
+    (missing means ``ok``). ``ok`` needs a finite positive ``step_time_s``, else it counts as
+    ``failed``; ``peak_memory_bytes`` is passed on when present. ``oom`` passes
+    ``peak_memory_bytes`` on as the known lower bound of the true peak. ``error=True`` or a
+    ``None`` result (an errored Tune trial) is ``failed``. An unknown status is ``failed`` too.
+    """
+    if error or result is None:
+        return Outcome(status="failed")
+    status = str(result.get("status") or "ok")
+    if status not in STATUSES:
+        return Outcome(status="failed")
+    peak = _number(result.get("peak_memory_bytes"))
+    peak = peak if peak is not None and peak > 0 else None
+    if status == "ok":
+        step = _number(result.get("step_time_s", result.get("step_time")))
+        if step is None or step <= 0:
+            return Outcome(status="failed")
+        return Outcome(status="ok", step_time=step, peak_memory=peak)
+    if status == "oom":
+        return Outcome(status="oom", peak_memory=peak)
+    return Outcome(status=status)
+
+
+class InfrarsiSearcher(Searcher):
+    """Ray Tune ``Searcher`` over an ``infrarsi.search.Optimizer``.
+
+    Pass either ``space`` (a ``SearchSpace``, or a YAML path/text) with the ``Optimizer``
+    keyword arguments (``memory_capacity`` in bytes per device, ``seed``, ``baseline``,
+    ``censoring``, ``pairing``), or a ready ``optimizer=``. The metric is the step time
+    (``step_time_s``), minimised.
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace | str | Path | None = None,
+        *,
+        optimizer: Optimizer | None = None,
+        memory_capacity: float | None = None,
+        metric: str = "step_time_s",
+        mode: str = "min",
+        **optimizer_kwargs: Any,
+    ) -> None:
+        _check_metric(metric, mode)
+        super().__init__(metric=metric, mode=mode)
+        if optimizer is None:
+            if space is None:
+                raise ConfigError("InfrarsiSearcher needs `space` (a SearchSpace or YAML) or `optimizer=`.")
+            if memory_capacity is None:
+                raise ConfigError("InfrarsiSearcher: `memory_capacity` (bytes per device) is required with `space`.")
+            if not isinstance(space, SearchSpace):
+                space = SearchSpace.from_yaml(space)
+            optimizer = Optimizer(space, memory_capacity=memory_capacity, **optimizer_kwargs)
+        elif space is not None or optimizer_kwargs or memory_capacity is not None:
+            raise ConfigError("InfrarsiSearcher: pass either `optimizer=` or `space` with its options, not both.")
+        self.optimizer: Optimizer = optimizer
+        """The wrapped ask/tell optimizer (its state is the searcher's state)."""
+        self.live: dict[str, dict[str, Any]] = {}
+        """Trial id -> config handed out and not yet completed."""
+        self.told: int = 0
+        """Number of outcomes told to the optimizer through this searcher."""
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        """Accept Tune's metric/mode when they name a step time minimised; the Tune
+        ``param_space`` is merged by Tune into each trial's config (the searcher's knobs win)."""
+        if metric is not None or mode is not None:
+            _check_metric(metric or self._metric, mode or self._mode)
+            self._metric = metric or self._metric
+            self._mode = mode or self._mode
+        return True
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        """The next config from ``Optimizer.ask()``."""
+        asked = self.optimizer.ask()
+        if not isinstance(asked, dict):  # ask() without n returns one config
+            raise TypeError(f"Optimizer.ask() returned {type(asked).__name__}, expected a config dict")
+        config = dict(asked)
+        self.live[trial_id] = config
+        return dict(config)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """Intermediate results are ignored: a trial's outcome is its final result."""
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        """Tell the optimizer the trial's outcome (``error=True`` or no result: ``failed``)."""
+        config = self.live.pop(trial_id, None)
+        if config is None:
+            return  # not ours (or already told, e.g. a restarted trial)
+        self.optimizer.tell(config, result_to_outcome(result, error=error))
+        self.told += 1
+
+    def get_state(self) -> dict[str, Any]:
+        # The optimizer's JSON-able state_dict, not the object: fitted GPyTorch models hold
+        # closures that do not pickle (Tune checkpoints the searcher with pickle).
+        return {"optimizer_state": self.optimizer.state_dict(), "live": dict(self.live),
+                "told": self.told, "metric": self._metric, "mode": self._mode}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if "optimizer_state" in state:
+            self.optimizer = Optimizer.from_state(state["optimizer_state"])
+        else:  # states written before the state_dict format
+            self.optimizer = state["optimizer"]
+        self.live = dict(state["live"])
+        self.told = int(state["told"])
+        self._metric, self._mode = state["metric"], state["mode"]
+
+    def save(self, checkpoint_path: str) -> None:
+        """Pickle the searcher state (the optimizer with all its observations) to a file."""
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.get_state(), f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Load a state written by ``save``."""
+        with open(checkpoint_path, "rb") as f:
+            self.set_state(pickle.load(f))
+
+
+def _check_metric(metric: str | None, mode: str | None) -> None:
+    if metric is not None and metric not in STEP_TIME_METRICS:
+        raise ConfigError(
+            f"InfrarsiSearcher: metric must be one of {list(STEP_TIME_METRICS)} (seconds per "
+            f"optimizer step), but got {metric!r}. Report step_time_s from the trainable."
+        )
+    if mode is not None and mode != "min":
+        raise ConfigError(f"InfrarsiSearcher: mode must be 'min' (step time is minimised), but got {mode!r}.")

@@ -1,0 +1,128 @@
+"""``InfrarsiSearcher`` in a real Ray Tune run, and ``result_to_outcome``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from infrarsi.search import Optimizer, Outcome, SearchSpace
+from infrarsi.tune import InfrarsiSearcher, result_to_outcome
+
+CAPACITY = 1000.0
+SPACE = """
+name: toy
+objective: step_time
+knobs:
+  - name: zero_stage
+    type: choice
+    values: [0, 1]
+    memory: saver
+  - name: micro_batch_size
+    type: int
+    values: [1, 2, 4, 8]
+    memory: hungry
+  - name: checkpointing
+    type: bool
+    memory: saver
+"""
+BASELINE = {"zero_stage": 0, "micro_batch_size": 8, "checkpointing": False}  # OOMs: asked first
+
+
+def make_trainable(capacity: float):  # type: ignore[no-untyped-def]
+    """A toy trainable: synthetic step time and memory; ZeRO-1 'crashes' (raises) at micro-batch
+    <= 2. Built in a closure so Ray pickles it by value (tests/ is not importable on workers)."""
+
+    def toy_trainable(config: dict) -> None:
+        from ray import tune
+
+        mbs, ckpt, zero = config["micro_batch_size"], config["checkpointing"], config["zero_stage"]
+        if zero == 1 and mbs <= 2:
+            raise RuntimeError("toy crash")
+        memory = 300.0 + mbs * (40.0 if ckpt else 120.0) - 100.0 * zero
+        if memory > capacity:  # Tune needs the metric in every result: nan when not ok
+            tune.report({"status": "oom", "step_time_s": math.nan, "peak_memory_bytes": capacity})
+            return
+        step = 10.0 / (1 + mbs) * (1.3 if ckpt else 1.0) * (1.1 if zero else 1.0)
+        tune.report({"status": "ok", "step_time_s": step, "peak_memory_bytes": memory})
+
+    return toy_trainable
+
+
+def _searcher() -> InfrarsiSearcher:
+    return InfrarsiSearcher(SearchSpace.from_yaml(SPACE), memory_capacity=CAPACITY, seed=0, baseline=BASELINE)
+
+
+def test_result_to_outcome() -> None:
+    assert result_to_outcome(None, error=True) == Outcome(status="failed")
+    assert result_to_outcome({"status": "ok", "step_time_s": 2.0, "peak_memory_bytes": 5.0}) == Outcome(
+        status="ok", step_time=2.0, peak_memory=5.0)
+    oom = result_to_outcome({"status": "oom", "step_time_s": math.nan, "peak_memory_bytes": 80e9})
+    assert oom.status == "oom" and oom.peak_memory == 80e9
+    assert result_to_outcome({"status": "ok", "step_time_s": math.nan}).status == "failed"
+    assert result_to_outcome({"status": "timeout"}).status == "timeout"
+    assert result_to_outcome({"status": "bogus"}).status == "failed"
+    assert result_to_outcome({"step_time_s": 1.5}).step_time == 1.5
+
+
+def test_metric_and_mode_are_checked() -> None:
+    from infrarsi.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="mode must be 'min'"):
+        InfrarsiSearcher(SPACE, memory_capacity=CAPACITY, mode="max")
+    with pytest.raises(ConfigError, match="metric must be one of"):
+        _searcher().set_search_properties("loss", "min", {})
+
+
+def test_save_restore_round_trip(tmp_path: Path) -> None:
+    s = _searcher()
+    for i in range(4):
+        cfg = s.suggest(f"t{i}")
+        s.on_trial_complete(f"t{i}", {"status": "ok", "step_time_s": 1.0 + i, "peak_memory_bytes": 500.0})
+        assert cfg is not None
+    s.suggest("pending")
+    s.save(str(tmp_path / "s.pkl"))
+    r = InfrarsiSearcher(SPACE, memory_capacity=CAPACITY)
+    r.restore(str(tmp_path / "s.pkl"))
+    assert r.told == 4 and set(r.live) == {"pending"}
+    assert len(r.optimizer.observations) == len(s.optimizer.observations) == 4
+    assert r.suggest("next") == s.suggest("next")
+
+
+@pytest.mark.integration
+def test_tuner_run_sees_oom_as_censored_and_raise_as_failed(ray_local: str, tmp_path: Path) -> None:
+    from ray import tune
+    from ray.tune.search import ConcurrencyLimiter
+
+    searcher = _searcher()
+    trainable = make_trainable(CAPACITY)
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=1), num_samples=7,
+                                    metric="step_time_s", mode="min"),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="toy", verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=0)),
+    )
+    grid = tuner.fit()
+    assert len(grid) == 7 and grid.errors  # the raising trial errored in Tune
+    # The searcher object inside Tune is a copy: read its saved state from the experiment dir.
+    seen = InfrarsiSearcher(SPACE, memory_capacity=CAPACITY)
+    seen.restore_from_dir(str(tmp_path / "toy"))
+    opt: Optimizer = seen.optimizer
+    statuses = [o.outcome.status for o in opt.observations]
+    assert seen.told == 7 and not seen.live
+    oom = [o for o in opt.observations if o.outcome.status == "oom"]
+    assert oom and oom[0].config == BASELINE and oom[0].outcome.peak_memory == CAPACITY  # censored at capacity
+    failed = [o for o in opt.observations if o.outcome.status == "failed"]
+    assert failed and all(o.config["zero_stage"] == 1 and o.config["micro_batch_size"] <= 2 for o in failed)
+    assert statuses.count("ok") == 7 - len(oom) - len(failed)
+    best = opt.best()
+    assert best is not None and best not in [o.config for o in oom + failed]
+
+    # Tuner.restore brings the pickled searcher back and re-runs the errored trial.
+    restored = tune.Tuner.restore(str(tmp_path / "toy"), trainable=trainable, restart_errored=True)
+    restored.fit()
+    again = InfrarsiSearcher(SPACE, memory_capacity=CAPACITY)
+    again.restore_from_dir(str(tmp_path / "toy"))
+    assert again.told >= seen.told and len(again.optimizer.observations) >= len(opt.observations)
