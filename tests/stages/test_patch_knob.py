@@ -150,3 +150,33 @@ def test_patched_trial_runs_the_patched_code_with_the_same_loss(tmp_path: Path, 
     logged = {r["trial_id"]: r for r in read_trials(study).to_pylist()}
     assert list(logged[patched["trial_id"]]["patches"]) == ["workloads/patches/rope_complex.diff"]
     print(f"step_time_s none={base['step_time_s']:.4f} rope_complex={patched['step_time_s']:.4f}")
+
+
+def test_apply_puts_the_winners_patch_on_the_branch(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from synthetic_study import row, write_rows
+
+    from infrarsi.contract import Contract
+    from infrarsi.stages.apply import apply
+    from infrarsi.stages.common import load_space
+
+    root = make_repo(tmp_path, ["none", "rope_complex"])
+    study = tmp_path / "study"
+    contract = init_stage(root / "workloads/dense_debug.yaml", study)
+    space = load_space(Contract.load(study), study)
+    base = space.validate(dict(contract.workload_model().baseline))
+    best = space.validate({**FAST, PATCH_KNOB: "rope_complex"})
+    write_rows(study, [row("doctor-0", "doctor", base, 0.0, step=2.0),
+                       row("run-0", "run", best, 30.0, step=0.6,
+                           patches=["workloads/patches/rope_complex.diff"])])
+    (study / "verify.json").write_text(json.dumps({"best": {"config": best, "speedup": 3.0, "ci_low": 2.8,
+                                                            "accepted": True}, "candidates": []}))
+    res = apply(study, root, branch="tuned")
+    assert MODEL in res.files
+    repo = git.Repo(root)
+    assert "view_as_complex" in repo.git.show(f"tuned:{MODEL}")
+    assert "view_as_complex" not in (root / MODEL).read_text()  # the checkout is untouched
+    assert PATCH_KNOB in repo.git.show(f"tuned:infrarsi/{contract.study}/knobs.yaml")
