@@ -73,13 +73,14 @@ class MemoryMonitor:
     measure_cpu = "mallinfo2"
     measure_gpu = "cuda_max_allocated"
 
-    def __init__(self, device: str = "cpu", capacity_bytes: int | None = None, poll_s: float = 0.002) -> None:
+    def __init__(self, device: str = "cpu", capacity_bytes: int | None = None, poll_s: float = 0.01) -> None:
         self.device = device
         self.capacity_bytes = int(capacity_bytes) if capacity_bytes else None
         self.poll_s = poll_s
         self.baseline_bytes = 0
         self.peak_bytes = 0
         self.crossed_bytes: int | None = None
+        self.crossed_where = ""
         self._thread_id: int | None = None
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
@@ -127,13 +128,13 @@ class MemoryMonitor:
         if cur > self.peak_bytes:
             self.peak_bytes = cur
         if self.capacity_bytes and cur > self.capacity_bytes:
-            self._record_crossing(cur)
+            self._record_crossing(cur, where)
             raise MemoryCapacityExceeded(cur, self.capacity_bytes, where)
 
-    def _record_crossing(self, cur: int) -> None:
+    def _record_crossing(self, cur: int, where: str) -> None:
         with self._lock:
             if self.crossed_bytes is None:
-                self.crossed_bytes = cur
+                self.crossed_bytes, self.crossed_where = cur, where
             self._armed = False  # one OOM per trial; the rank now unwinds
 
     def _watch(self) -> None:
@@ -144,7 +145,7 @@ class MemoryMonitor:
             if cur > self.peak_bytes:
                 self.peak_bytes = cur
             if self.capacity_bytes and cur > self.capacity_bytes and self._armed:
-                self._record_crossing(cur)
+                self._record_crossing(cur, "watchdog")
                 if self._thread_id is not None:
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
                         ctypes.c_ulong(self._thread_id), ctypes.py_object(MemoryCapacityExceeded))
@@ -177,6 +178,13 @@ class MemoryMonitor:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread_id), None)
         if self.device == "cuda" and self.capacity_bytes:
             torch.cuda.set_per_process_memory_fraction(1.0)
+
+    def describe_oom(self, exc: BaseException) -> str:
+        """A message naming the measure, the crossing value, the capacity and where."""
+        if self.device == "cuda" or self.crossed_bytes is None:
+            return f"out of memory: {type(exc).__name__}: {exc}"
+        return (f"out of memory: {self.measure} reached {self.crossed_bytes} B over the pre-build baseline, "
+                f"above the capacity of {self.capacity_bytes} B (at {self.crossed_where})")
 
     def oom_lower_bound(self) -> int:
         """For an OOM: the known lower bound of the need (the crossing value, or the peak)."""

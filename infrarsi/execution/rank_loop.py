@@ -67,7 +67,7 @@ def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
             res.status = "oom"
             res.memory_censored = True
             res.peak_memory_bytes = monitor.oom_lower_bound()
-            res.error = f"out of memory: {exc}"
+            res.error = monitor.describe_oom(exc)
         else:
             res.status = "failed"
             res.error = "".join(traceback.format_exception(exc))[-4000:]
