@@ -238,14 +238,34 @@ class TrialRunner:
         }
         if self.seed is not None:
             spec["seed"] = self.seed
+        try:
+            res = self._run_on(group, spec, config, trial_id=trial_id, stage=stage, patches=patches,
+                               timeout_s=timeout_s, started=started, warm=warm, acquire_s=acquire_s)
+        except Exception as e:  # a harness bug or a Ray error: the trial failed, the group goes
+            log.exception("trial harness error", trial_id=trial_id)
+            pool.release(group, "failed")
+            ended = time.time()
+            return TrialResult(trial_id=trial_id, stage=stage, config=config, status="failed",
+                               error=f"trial harness error: {type(e).__name__}: {e}", patches=patches,
+                               world_size=group.spec.world_size, started_at=started, ended_at=ended,
+                               device_seconds=group.spec.devices * (ended - started))
+        except BaseException:  # KeyboardInterrupt: release everything, then stop
+            pool.release(group, "failed")
+            raise
+        pool.release(group, res.status)
+        log.info("trial done", trial_id=trial_id, status=res.status, step_time_s=res.step_time_s,
+                 peak_memory_bytes=res.peak_memory_bytes, warm=warm)
+        return res
+
+    def _run_on(self, group: Any, spec: dict[str, Any], config: dict[str, Any], *, trial_id: str,
+                stage: str, patches: list[str], timeout_s: float, started: float, warm: bool,
+                acquire_s: float) -> TrialResult:
         run = group.run(spec, timeout_s=timeout_s, entry=self.entry)
         ended = time.time()
-        infos = group.infos
-        hosts = sorted({i["hostname"] for i in infos})
         hardware = {
             "device": group.spec.device, "world_size": group.spec.world_size,
             "devices": group.spec.devices, "cpus_per_worker": group.spec.cpus_per_worker,
-            "hosts": hosts, "peak_flops_per_s": self._peak_flops,
+            "hosts": sorted({i["hostname"] for i in group.infos}), "peak_flops_per_s": self._peak_flops,
             "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
             "torch": _version("torch"), "deepspeed": _version("deepspeed"), "ray": _version("ray"),
         }
@@ -255,16 +275,12 @@ class TrialRunner:
             "placement_group_id": group.placement_group_id,
             "group_trials_run": group.trials_run, "memory_capacity_bytes": self.memory_capacity_bytes,
         }
-        res = aggregate(
+        return aggregate(
             run.rank_results, timed_out=run.timed_out, trial_id=trial_id, stage=stage, config=config,
             patches=patches, world_size=group.spec.world_size, nodes=len(set(group.node_ids)) or 1,
             devices=group.spec.devices, started_at=started, ended_at=ended,
             peak_flops_per_s=self._peak_flops, hardware=hardware, extra=extra,
         )
-        pool.release(group, res.status)
-        log.info("trial done", trial_id=trial_id, status=res.status, step_time_s=res.step_time_s,
-                 peak_memory_bytes=res.peak_memory_bytes, warm=warm)
-        return res
 
     def close(self) -> None:
         """Release every actor and placement group; stop Ray if this runner started it."""
@@ -285,30 +301,8 @@ class TrialRunner:
 
 
 # ---------------------------------------------------------------------------- Ray Tune
-class RemoteRunner:
-    """Actor wrapper of ``TrialRunner`` (``num_cpus=0``): Tune trainables share its warm pool."""
-
-    def __init__(self, workload: dict[str, Any], workload_path: str | None, kwargs: dict[str, Any]) -> None:
-        wl = Workload.from_dict(workload, source=workload_path or "<workload>")
-        self.runner = TrialRunner(wl, **kwargs)
-
-    def run(self, config: dict[str, Any], **kwargs: Any) -> TrialResult:
-        return self.runner.run(config, **kwargs)
-
-    def close(self) -> None:
-        self.runner.close()
-
-
 def get_or_create_remote_runner(name: str, workload: Workload | None = None, **kwargs: Any) -> Any:
-    """The named ``RemoteRunner`` actor, created on first call (call it in the driver first, so
-    the driver owns it). Later calls, e.g. in a trainable, may pass only ``name``.
-    ``kwargs`` are ``TrialRunner`` keyword arguments (memory_capacity_bytes, code_dir, ...)."""
-    import ray
+    """The named ``RemoteRunner`` actor shared by Ray Tune trainables (see ``remote.py``)."""
+    from infrarsi.execution.remote import get_or_create_remote_runner as _get
 
-    try:
-        return ray.get_actor(name)
-    except ValueError:
-        if workload is None:
-            raise TrialError(f"no remote runner named {name!r} exists yet; create it with a workload first.") from None
-    cls = ray.remote(num_cpus=0, max_restarts=0)(RemoteRunner)
-    return cls.options(name=name, get_if_exists=True).remote(workload.to_yaml_dict(), workload.path, kwargs)
+    return _get(name, workload, **kwargs)
