@@ -35,7 +35,7 @@ def import_workloads(code_dir: str, alias: str = "workloads") -> dict[str, Any]:
     mod = importlib.util.module_from_spec(spec)
     sys.modules[alias] = mod
     spec.loader.exec_module(mod)
-    out = {"__name__": alias}
+    out: dict[str, Any] = {"__name__": alias}
     for sub in _SUBMODULES:
         out[sub] = importlib.import_module(f"{alias}.{sub}")
     return out

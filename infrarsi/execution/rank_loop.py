@@ -105,7 +105,8 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     os.environ.update(build.env)
     os.environ.setdefault("LOCAL_RANK", "0" if device == "cuda" else str(rank))
     torch.set_num_threads(build.runtime["threads_per_worker"])
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    if device == "cpu":  # free here (measured); on GPU it would change the kernels being timed
+        torch.use_deterministic_algorithms(True, warn_only=True)
     # DeepSpeed JIT-builds a shared-memory op on CPU that only inference all-reduce uses:
     # minutes of compile on a fresh machine, and shm state shared by trial groups. Skip it.
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
