@@ -95,6 +95,7 @@ def run_one(problem_name: str, searcher: str, seed: int, budgets: Sequence[int])
     torch.set_num_threads(1)
     problem = _problem(problem_name)
     started = time.time()
+    sha = search_core_sha()  # the sources as this process imported them
     s = make_searcher(searcher, problem, seed)
     trials: list[dict[str, Any]] = []
     at_budget: dict[str, Any] = {}
@@ -105,8 +106,12 @@ def run_one(problem_name: str, searcher: str, seed: int, budgets: Sequence[int])
         cfg = problem.space.validate(cfg)
         d = problem.trial(cfg, seed, i)
         s.tell(cfg, Observation(d.status, d.step_time_s, d.peak_memory_bytes))
+        info = getattr(getattr(s, "opt", None), "last_ask_info", None) or {}
         trials.append({"status": d.status, "device_s": d.device_seconds, "ask_s": ask_s,
-                       "true_time_s": _finite(problem.true_time(cfg)), "measured_s": d.step_time_s})
+                       "true_time_s": _finite(problem.true_time(cfg)), "measured_s": d.step_time_s,
+                       "config": cfg, "phase": info.get("phase") if isinstance(info, dict) else None,
+                       "p_fit": info.get("p_fit") if isinstance(info, dict) else None,
+                       "repair": bool(info.get("repair_of")) if isinstance(info, dict) else False})
         if i + 1 in budgets:
             best = s.best()
             tt = problem.true_time(best)
@@ -120,11 +125,13 @@ def run_one(problem_name: str, searcher: str, seed: int, budgets: Sequence[int])
     return {"problem": problem_name, "searcher": searcher, "seed": seed, "budgets": list(budgets),
             "oracle_time_s": problem.oracle_time, "at_budget": at_budget, "trials": trials,
             "wall_s": time.time() - started, "retries": getattr(s, "retries", 0),
-            "search_core_sha": search_core_sha(), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "search_core_sha": sha, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+@functools.cache
 def search_core_sha() -> str:
-    """sha256 (first 12 hex) of the ``infrarsi/search`` sources the run used."""
+    """sha256 (first 12 hex) of the ``infrarsi/search`` sources, read once per process right
+    before the process first imports them (so it names the code the runs used)."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parent.parent / "infrarsi" / "search"
     for path in sorted(root.rglob("*.py")):
@@ -180,7 +187,8 @@ def to_markdown(summary: dict[str, Any], budgets: Sequence[int], meta: dict[str,
     lines = ["# Search efficiency", "", f"Generated {meta['generated']} on {meta['machine']}.", "",
              meta["how"], ""]
     for prob, rows in summary.items():
-        lines += [f"## {prob}", "", "best-found/oracle: median [IQR] over seeds; wasted: median fraction of device time in OOM+failed trials.", ""]
+        lines += [f"## {prob}", "", "best-found/oracle: median [IQR] over seeds; wasted: median fraction of device time in OOM+failed trials "
+                  "(mean number of OOM+failed trials in parentheses).", ""]
         head = "| searcher | seeds | " + " | ".join(f"ratio@{b}" for b in budgets) + " | " + " | ".join(
             f"wasted@{b}" for b in budgets) + " | ask s (median/p90) |"
         lines += [head, "|" + "---|" * (3 + 2 * len(budgets))]
@@ -192,7 +200,7 @@ def to_markdown(summary: dict[str, Any], budgets: Sequence[int], meta: dict[str,
                 cells.append("-" if v is None else f"{_fmt(v['ratio_median'])} [{_fmt(v['ratio_q25'])}, {_fmt(v['ratio_q75'])}]{n}")
             for b in budgets:
                 v = row["budgets"].get(str(b))
-                cells.append("-" if v is None else f"{v['wasted_median']:.1%}")
+                cells.append("-" if v is None else f"{v['wasted_median']:.1%} ({v['ooms_mean'] + v['failed_mean']:.1f})")
             lines.append(f"| {name} | {row['seeds']} | " + " | ".join(cells)
                          + f" | {row['ask_s_median']:.3f} / {row['ask_s_p90']:.3f} |")
         lines.append("")
