@@ -66,17 +66,21 @@ def _zero(build: TrialBuild) -> dict[str, Any]:
 @register_knob("zero_stage")
 def zero_stage(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     """ZeRO stage 0-3. Sets ``zero_optimization.stage``; for stage 3 also
-    ``stage3_prefetch_bucket_size`` and ``stage3_param_persistence_threshold`` sized to the model."""
+    ``stage3_prefetch_bucket_size`` (min(5e7, num_params)), ``stage3_max_live_parameters`` and
+    ``stage3_max_reuse_distance`` (min(1e9, num_params)) and
+    ``stage3_param_persistence_threshold`` (10 x hidden)."""
     stage = int(value)
     if stage not in (0, 1, 2, 3):
         raise KnobError(f"knob 'zero_stage': must be 0, 1, 2 or 3, got {value!r}")
     z = _zero(build)
     z["stage"] = stage
     if stage == 3:
-        z["stage3_prefetch_bucket_size"] = auto_bucket_elements(ctx.num_params)
+        # DeepSpeed's defaults (5e7 prefetch, 1e9 live/reuse), capped at the model size.
+        n = max(int(ctx.num_params), 1)
+        z["stage3_prefetch_bucket_size"] = min(50_000_000, n)
         z["stage3_param_persistence_threshold"] = 10 * ctx.hidden_size
-        z["stage3_max_live_parameters"] = auto_bucket_elements(ctx.num_params)
-        z["stage3_max_reuse_distance"] = auto_bucket_elements(ctx.num_params)
+        z["stage3_max_live_parameters"] = min(1_000_000_000, n)
+        z["stage3_max_reuse_distance"] = min(1_000_000_000, n)
 
 
 @register_knob("micro_batch_size")
