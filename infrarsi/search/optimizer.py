@@ -37,6 +37,10 @@ CANDIDATE_CAP = 20_000
 """Above this many valid configs, score a random subset plus the incumbents' neighbours."""
 
 
+LOCAL_RADIUS = 2
+"""A local step scores only configs within this many knob changes of the incumbent."""
+
+
 class SearchExhausted(InfrarsiError):
     """Every config of the space has been told as a failure (nothing is left to propose)."""
 
@@ -69,7 +73,8 @@ class Optimizer(PersistenceMixin):
 
     def __init__(self, space: SearchSpace, memory_capacity: float, seed: int = 0,
                  baseline: Mapping[str, Any] | None = None, censoring: bool = True, pairing: bool = True,
-                 n_init: int | None = None, candidate_cap: int = CANDIDATE_CAP, num_threads: int | None = 1) -> None:
+                 n_init: int | None = None, candidate_cap: int = CANDIDATE_CAP, num_threads: int | None = 1,
+                 local_every: int = 2) -> None:
         if not (isinstance(memory_capacity, (int, float)) and math.isfinite(memory_capacity) and memory_capacity > 0):
             raise InfrarsiError(f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}.")
         self.space = space
@@ -82,6 +87,8 @@ class Optimizer(PersistenceMixin):
         self.n_init = design.default_n_init(self.encoder.dim) if n_init is None else int(n_init)
         self.candidate_cap = int(candidate_cap)
         self.num_threads = num_threads
+        self.local_every = int(local_every)
+        """Every ``local_every``-th model-based ask is a local step around the incumbent (0: never)."""
         self.observations: list[Observation] = []
         self.pending: dict[str, dict[str, Any]] = {}
         self.last_ask_info: dict[str, Any] | list[dict[str, Any]] = {}
@@ -257,8 +264,14 @@ class Optimizer(PersistenceMixin):
     def _bo_picks(self, configs: list[dict[str, Any]], X: torch.Tensor, q: int, taken: set[str],
                   failed: set[str]) -> list[dict[str, Any]]:
         scores = self._scores(configs, X)
+        phase = "bo"
         if q == 1 and not taken:
-            picks = [int(np.argmax(scores.log_score))]
+            masked = scores.log_score
+            if self.local_every and self.n_asks % self.local_every == self.local_every - 1:
+                near = self._near_incumbent(configs)
+                if near.any():
+                    masked, phase = np.where(near, scores.log_score, -np.inf), "bo-local"
+            picks = [int(np.argmax(masked))]
         else:
             top = np.argsort(-scores.log_score, kind="stable")[: acquisition.BATCH_CHOICES]
             ok = self._ok()
@@ -271,7 +284,7 @@ class Optimizer(PersistenceMixin):
         out: list[dict[str, Any]] = []
         used = set(taken)
         for i in picks:
-            info = self._info(configs[i], "bo", scores, i)
+            info = self._info(configs[i], phase, scores, i)
             if self.pairing and scores.p_fit[i] < pairing.PAIRING_TRIGGER and self.models.memory.model is not None:
                 rep = pairing.best_repair(self.space, configs[i], self._predict_raw,
                                           excluded=failed | used | self._excluded()[1])
@@ -286,6 +299,16 @@ class Optimizer(PersistenceMixin):
             used.add(self.space.key(info["config"]))
             out.append(info)
         return out
+
+    def _near_incumbent(self, configs: list[dict[str, Any]]) -> np.ndarray:
+        """``(n,)`` bool: within ``LOCAL_RADIUS`` knob changes of the posterior-best ok config."""
+        best = self.best()
+        if best is None:
+            return np.zeros(len(configs), dtype=bool)
+        names = self.space.names
+        ref = [best[n] for n in names]
+        return np.array([sum(c[n] != r or type(c[n]) is not type(r) for n, r in zip(names, ref, strict=True)) <= LOCAL_RADIUS
+                         for c in configs], dtype=bool)
 
     def _predict_raw(self, configs: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
         s = self._scores(configs)

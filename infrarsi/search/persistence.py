@@ -43,6 +43,7 @@ class PersistenceMixin:
             "n_init": opt.n_init,
             "candidate_cap": opt.candidate_cap,
             "num_threads": opt.num_threads,
+            "local_every": opt.local_every,
             "observations": [{"config": o.config, "outcome": o.outcome.to_dict()} for o in opt.observations],
             "pending": list(opt.pending.values()),
             "ask_infos": list(opt.ask_infos.values()),
@@ -76,7 +77,7 @@ class PersistenceMixin:
         opt = cast("Any", cls)(space, memory_capacity=state["memory_capacity"], seed=state["seed"],
                                baseline=state.get("baseline"), censoring=state["censoring"], pairing=state["pairing"],
                                n_init=state["n_init"], candidate_cap=state["candidate_cap"],
-                               num_threads=state.get("num_threads", 1))
+                               num_threads=state.get("num_threads", 1), local_every=state.get("local_every", 2))
         opt.load_state_dict(state)
         return cast("Optimizer", opt)
 

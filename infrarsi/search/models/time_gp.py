@@ -1,4 +1,4 @@
-"""The step-time model: an exact GP on log seconds over successful trials.
+"""The step-time model: an exact GP on log seconds over successful trials, with a linear prior mean.
 
 ``SingleTaskGP`` with BoTorch's dimension-scaled lengthscale prior (robust with ~10-20 features and
 few points) on the unit-cube features of ``Encoder``. Fits are warm-started from the previous
@@ -15,7 +15,9 @@ import torch
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
 from botorch.optim.fit import fit_gpytorch_mll_scipy
+from gpytorch.means import LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.priors import NormalPrior
 
 State = dict[str, torch.Tensor]
 
@@ -24,6 +26,17 @@ def hyper_state(model: torch.nn.Module) -> State:
     """The model's learned parameters (no training data, no outcome-transform buffers)."""
     return {k: v.detach().clone() for k, v in model.state_dict().items()
             if not k.startswith("outcome_transform") and "train" not in k}
+
+
+def _linear_mean(d: int) -> LinearMean:
+    """An additive first-order prior mean (log step time is close to a sum of per-knob effects)
+    with ``N(0, 1)`` priors on the weights (outputs are standardised), so few points do not overfit."""
+    mean = LinearMean(input_size=d).to(torch.float64)
+    mean.register_prior("weights_prior", NormalPrior(0.0, 1.0), "weights")
+    with torch.no_grad():
+        mean.weights.zero_()
+        mean.bias.zero_()
+    return mean
 
 
 def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State | None = None,
@@ -42,7 +55,7 @@ def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State 
     Y = log_step_time.reshape(-1, 1).to(torch.float64)
     if Y.shape[0] > 1 and float(Y.std()) < 1e-9:  # all equal: add a hint of spread to stay well posed
         Y = Y + 1e-6 * torch.arange(Y.shape[0], dtype=torch.float64).reshape(-1, 1)
-    model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1))
+    model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=_linear_mean(train_X.shape[-1]))
     if warm is not None:
         with contextlib.suppress(RuntimeError):  # shapes changed (another space): start fresh
             torch.nn.Module.load_state_dict(model, warm, strict=False)
@@ -54,7 +67,7 @@ def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State 
             if maxiter > 0:
                 fit_gpytorch_mll_scipy(mll, options={"maxiter": maxiter})
         except Exception:  # numerical trouble: fall back to the prior-initialised model
-            model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1))
+            model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=_linear_mean(train_X.shape[-1]))
     model.eval()
     return model, hyper_state(model)
 
