@@ -67,9 +67,10 @@ def select_candidates(study_dir: Path, top_k: int) -> list[dict[str, Any]]:
 
 def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, rounds: int = 2,
                  candidates: list[dict[str, Any]] | None = None, address: str | None = None,
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0, executor: Any = None) -> dict[str, Any]:
     """Verify candidates and write ``verify.json``. ``candidates`` overrides the selection
-    (a list of knob configs), e.g. to check a config by hand."""
+    (a list of knob configs), e.g. to check a config by hand. ``executor`` is an already open
+    ``StudyExecutor`` to use (and leave open); by default verify opens and closes its own."""
     from infrarsi.stages.executor import StudyExecutor
     from infrarsi.stats import accept, speedup_ci
 
@@ -88,7 +89,7 @@ def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, round
         return result
     if pairs < 2 or rounds < 1:
         raise StudyError(f"verify: needs pairs >= 2 and rounds >= 1, got pairs={pairs}, rounds={rounds}.")
-    ex = StudyExecutor(paths.root, address=address)
+    ex = executor if executor is not None else StudyExecutor(paths.root, address=address)
     try:
         baseline_cfg = ex.full_config(dict(ex.workload.baseline))
         for c in chosen:
@@ -155,7 +156,8 @@ def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, round
                                      if baseline_cfg.get(k) != v},
             })
     finally:
-        ex.close()
+        if executor is None:
+            ex.close()
     accepted = [c for c in out_cands if c["accepted"]]
     best = max(accepted, key=lambda c: c["speedup"] or 0.0) if accepted else None
     result = {

@@ -1,0 +1,101 @@
+"""Anti reward hacking, for real: five cheating variants of the dense debug workload train on
+2 ranks through Ray and DeepSpeed. Each must get ``invariant_violation`` with a reason that names
+the cheat, and verify must never accept one, even the cheats that really are faster.
+
+The cheats live in the workload's own seams (``workloads/cheats.py``): the data fetch, the loss
+it reports, the optimizer step and the gradient reduction. The harness counts tokens, sequences
+and optimizer steps itself, recomputes the eval loss with the untouched reference code and
+compares parameter checksums across replicas; it trusts nothing the workload reports.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infrarsi.workload import Workload
+
+pytestmark = pytest.mark.integration
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cheats"
+
+# cheat -> words its invariant-violation reason must contain
+CHEATS = {
+    "skip_optimizer_steps": "optimizer_steps",
+    "shrink_batch": "batch",
+    "fake_loss": "loss",
+    "fewer_tokens": "tokens",
+    "skip_allreduce": "all-reduce",
+}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory, ray_local: str) -> Path:
+    from infrarsi.stages.doctor import doctor_stage
+    from infrarsi.stages.init import init_stage
+
+    d = tmp_path_factory.mktemp("cheats") / "study"
+    init_stage(FIXTURES / "honest.yaml", d)
+    doctor_stage(d, repeats=2)
+    return d
+
+
+@pytest.fixture(scope="module")
+def executor(study: Path):
+    from infrarsi.stages.executor import StudyExecutor
+
+    ex = StudyExecutor(study)
+    yield ex
+    ex.close()
+
+
+def _use_variant(ex, cheat: str) -> None:
+    # The contract pins the honest workload; the cheat plays a code change to the workload's
+    # seams that slipped past review. The warm pool is reused: only the per-trial spec changes.
+    ex.runner.workload = Workload.from_yaml(FIXTURES / f"{cheat}.yaml")
+
+
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_each_cheat_is_an_invariant_violation_that_names_it(executor, cheat: str) -> None:
+    _use_variant(executor, cheat)
+    base = executor.full_config(dict(executor.workload.baseline))
+    row = executor.run_trial(base, "run")
+    assert row["status"] == "invariant_violation", (cheat, row["status"], row["error"])
+    assert CHEATS[cheat] in row["error"].lower(), (cheat, row["error"])
+
+
+def test_honest_twin_keeps_every_invariant(executor) -> None:
+    executor.runner.workload = Workload.from_yaml(FIXTURES / "honest.yaml")
+    base = executor.full_config(dict(executor.workload.baseline))
+    row = executor.run_trial(base, "run")
+    assert row["status"] == "ok", row["error"]
+
+
+@pytest.mark.parametrize("cheat", ["skip_optimizer_steps", "skip_allreduce"])
+def test_verify_never_accepts_a_cheat_even_a_faster_one(study: Path, executor, cheat: str) -> None:
+    from infrarsi.stages.verify import verify_stage
+
+    honest = Workload.from_yaml(FIXTURES / "honest.yaml")
+    cheating = Workload.from_yaml(FIXTURES / f"{cheat}.yaml")
+    original = executor.run_trial
+
+    def run_trial(config, stage, **kw):
+        # The baseline runs honest code, the candidate the cheating code.
+        role = (kw.get("extra") or {}).get("role")
+        executor.runner.workload = cheating if role == "candidate" else honest
+        return original(config, stage, **kw)
+
+    executor.run_trial = run_trial
+    try:
+        base = executor.full_config(dict(executor.workload.baseline))
+        # Same knobs as the baseline: any measured "win" comes from the cheat (or noise).
+        out = verify_stage(study, candidates=[base], pairs=2, rounds=1, executor=executor)
+    finally:
+        executor.run_trial = original
+    assert out["best"] is None
+    cand = out["candidates"][0]
+    assert cand["accepted"] is False
+    assert cand["rounds"][0]["statuses"] == ["invariant_violation", "invariant_violation"]
+    assert "invariant_violation" in cand["rounds"][0]["reason"]
