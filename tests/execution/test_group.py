@@ -142,3 +142,44 @@ def test_exception_in_a_rank_is_failed_with_its_text(ray_local):
         pool.release(group, status)
         assert pool.group is None
     assert _wait_gone(pids) == []
+
+
+_TWO_RAYLETS = '''
+import json, os, sys
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+sys.path.insert(0, sys.argv[1])
+import ray
+from ray.cluster_utils import Cluster
+from infrarsi.execution.aggregate import classify
+from infrarsi.execution.group import GroupSpec
+from infrarsi.execution.pool import WorkerPool
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+cluster.add_node(num_cpus=1)
+ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+cluster.wait_for_nodes()
+try:
+    with WorkerPool(GroupSpec(workers=2, nodes=2)) as pool:
+        group, _ = pool.acquire(code_dir=sys.argv[2])
+        spec = {"trial_id": "mn", "code_dir": sys.argv[2], "config": {},
+                "workload": {"steps": {"warmup": 1, "measured": 2}, "tokens_per_step": 2048}}
+        run = group.run(spec, timeout_s=120, entry="standins:allreduce")
+        print("RESULT", json.dumps({"nodes": len(set(group.node_ids)),
+                                    "status": classify(run.rank_results, run.timed_out)[0]}))
+finally:
+    ray.shutdown()
+    cluster.shutdown()
+'''
+
+
+@pytest.mark.integration
+def test_group_spreads_over_two_raylets_and_rendezvouses(repo_root):
+    """Two raylets of 1 CPU each (a 2-node cluster on one machine): ranks land on both, gloo works."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _TWO_RAYLETS, str(repo_root), STANDINS],
+                          capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads(lines[0][len("RESULT "):]) == {"nodes": 2, "status": "ok"}
