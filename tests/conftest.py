@@ -14,6 +14,8 @@ import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Tests never write to the user's experience bank (~/.cache/infrarsi/bank).
+os.environ.setdefault("INFRARSI_BANK", "off")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
@@ -27,7 +29,9 @@ def ray_local() -> Iterator[str]:
 
     started = False
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        # address="local": always a fresh local Ray, even when RAY_ADDRESS is set in the environment
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
         started = True
     try:
         yield ray.get_runtime_context().gcs_address
