@@ -213,3 +213,19 @@ def test_memory_cliff_near_optimum_within_24_tells() -> None:
     assert step_time_s(best) / oracle <= 1.2
     assert ooms <= 8
     assert math.isfinite(opt.predict([best])["step_time_mean_s"][0])
+
+
+def test_local_steps_stay_near_the_incumbent() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=5, n_init=3, local_every=2)
+    phases = []
+    for _ in range(9):
+        c = opt.ask()
+        info = dict(opt.last_ask_info)  # type: ignore[arg-type]
+        phases.append(info["phase"])
+        if info["phase"] == "bo-local":
+            best = opt.best()
+            assert best is not None
+            assert sum(c[k] != best[k] for k in space.names) <= 2
+        opt.tell(c, tiny_run(c))
+    assert "bo-local" in phases
