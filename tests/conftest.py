@@ -18,8 +18,10 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("INFRARSI_BANK", "off")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+TESTS_DIR = Path(__file__).resolve().parent
+for _p in (REPO_ROOT, TESTS_DIR):  # the repo root, and tests/ for shared helpers (synthetic_study)
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 
 @pytest.fixture(scope="session")
