@@ -203,6 +203,9 @@ def to_markdown(summary: dict[str, Any], budgets: Sequence[int], meta: dict[str,
                 cells.append("-" if v is None else f"{v['wasted_median']:.1%} ({v['ooms_mean'] + v['failed_mean']:.1f})")
             lines.append(f"| {name} | {row['seeds']} | " + " | ".join(cells)
                          + f" | {row['ask_s_median']:.3f} / {row['ask_s_p90']:.3f} |")
+        shas = sorted({s for name, row in rows.items() if name.startswith("infrarsi") for s in row["search_core_sha"]})
+        if shas:
+            lines.append(f"infrarsi runs used `infrarsi/search` sources with sha256 prefix {', '.join(shas)}.")
         lines.append("")
     return "\n".join(lines) + "\n"
 
