@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Bootstrap the venv, then the main job: one real 2-rank trial of the dense debug workload
-# (DeepSpeed ZeRO-2, micro-batch 4) through Ray, printed as a table and logged to a study dir.
-# Extra arguments go to the command, e.g. ./scripts/demo.sh --address ray://head:10001
+# Bootstrap the venv, then the main job: `infrarsi tune` on the dense debug workload (2 CPU ranks,
+# local Ray): init, doctor, run (14 trials), verify, report. The memory capacity (160 MiB per
+# rank, allocator-level measure) makes the fastest naive configs (ZeRO-0, micro-batch 8, no
+# checkpointing: about 197 MB) run out of memory, so the search must learn the memory cliff.
+# Extra arguments go to `infrarsi tune`, e.g. ./scripts/demo.sh --address 127.0.0.1:6379
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/bootstrap.sh
+./scripts/bootstrap.sh >/dev/null
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
-study="${INFRARSI_DEMO_STUDY:-studies/demo}"
-exec .venv/bin/infrarsi trial workloads/dense_debug.yaml --set zero_stage=2 --set micro_batch_size=4 \
-  --log "$study" "$@"
+export INFRARSI_BANK="${INFRARSI_BANK:-off}"
+study="${INFRARSI_DEMO_STUDY:-studies/demo-$(date +%Y%m%d-%H%M%S)}"
+exec .venv/bin/infrarsi tune workloads/dense_debug.yaml --study "$study" --trials 14 \
+  --memory-capacity 160MiB --request "make dense_debug faster without changing what it learns" "$@"

@@ -16,7 +16,11 @@ import structlog
 
 from infrarsi.errors import StudyError
 from infrarsi.result import TrialResult
-from infrarsi.stages.doctor_analysis import LOSS_TOLERANCE_FACTOR, LOSS_TOLERANCE_FLOOR, analyse_baseline
+from infrarsi.stages.doctor_analysis import (
+    LOSS_TOLERANCE_FACTOR,
+    LOSS_TOLERANCE_FLOOR,
+    analyse_baseline,
+)
 from infrarsi.study import StudyPaths, write_json_atomic
 
 log = structlog.get_logger(__name__)

@@ -82,6 +82,8 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
     out["eval_run_to_run_abs_diff"] = (max(evals) - min(evals)) if len(evals) > 1 else 0.0
     out["tokens_per_step"] = ok[0].tokens_per_step
     out["optimizer_steps"] = ok[0].optimizer_steps
+    walls = [float(r.ended_at - r.started_at) for r in ok if r.ended_at > r.started_at]
+    out["baseline_trial_wall_s"] = statistics.median(walls) if walls else None
     out["setup_time_s"] = statistics.median(float(r.setup_time_s or 0.0) for r in ok)
     out["warmup_time_s"] = statistics.median(float(r.warmup_time_s or 0.0) for r in ok)
     return out

@@ -30,6 +30,11 @@ from infrarsi.study import InflightMarkers, StudyPaths, TrialIds
 
 log = structlog.get_logger(__name__)
 
+TIMEOUT_FACTOR = 3.0
+"""A trial is cut at this many times the baseline trial's wall time (plus the slack below)."""
+TIMEOUT_SLACK_S = 60.0
+"""Seconds added to every deadline (a cold worker start, a slow engine build)."""
+
 
 class StudyExecutor:
     """Runs, checks and logs the trials of one study directory."""
@@ -88,6 +93,8 @@ class StudyExecutor:
         except PatchError as e:
             result = self._failed(trial_id, stage, config, patch_list, f"code patch: {e}")
         else:
+            if timeout_s is None:
+                timeout_s = self.default_timeout_s()
             result = self.runner.run(
                 config, trial_id=trial_id, stage=stage, patches=patch_list, timeout_s=timeout_s,
                 code_dir=code_dir,
@@ -148,6 +155,16 @@ class StudyExecutor:
                            status="failed", error=error, patches=patches,
                            world_size=self.workload.world_size, device_seconds=0.0,
                            started_at=now, ended_at=now)
+
+    def default_timeout_s(self) -> float | None:
+        """Deadline of a trial once the doctor has measured the baseline: ``TIMEOUT_FACTOR`` x the
+        baseline trial's wall time plus ``TIMEOUT_SLACK_S``. The baseline is the conservative
+        recipe, so a candidate that slow cannot win; cutting it early frees the devices and the
+        optimizer learns a ``timeout``. Before the doctor, the runner's default applies."""
+        wall = (self.reference or {}).get("baseline_trial_wall_s")
+        if not wall:
+            return None
+        return TIMEOUT_FACTOR * float(wall) + TIMEOUT_SLACK_S
 
     def _apply_invariants(self, result: TrialResult) -> None:
         from infrarsi.invariants import Reference, check_invariants
