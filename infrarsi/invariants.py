@@ -14,6 +14,8 @@ Checked (only results with ``status == "ok"``; any other status already disquali
 - ``optimizer_steps`` counted by the harness == the contract's, and one loss per step;
 - loss per step within ``atol + rtol*|baseline|`` of the baseline's loss (fake loss);
 - ``eval_loss`` (reference model code on a held-out batch) within the eval tolerance;
+- ``extra["stopped_early"]`` (the ranks' loss guard stopped training once a step's loss left the
+  tolerance): a violation by itself; step counts are then checked over the steps that ran;
 - replica divergence: ``extra["param_checksum_spread"]`` (relative max-min of the parameter
   checksum over data-parallel ranks) or ``extra["rank_param_checksums"]`` above the contract's
   ``replica_checksum_rtol``, or ``extra["param_checksums_agree"] is False`` (gradient
@@ -76,6 +78,11 @@ def check_invariants(
     inv = contract.invariants
     reasons: list[str] = []
     ref = Reference.of(baseline)
+    # stopped early by the loss guard: a violation by itself; the counts are checked over the
+    # steps that ran (a cheat that skips steps is still named), the eval check did not run
+    stopped = str(result.extra.get("stopped_early") or "")
+    if stopped:
+        reasons.append(f"stopped early: {stopped}")
 
     # --- NaN / inf
     bad = [i for i, x in enumerate(result.loss) if not math.isfinite(x)]
@@ -134,7 +141,7 @@ def check_invariants(
                            f"fewer tokens)" if t < want_tok else
                            f"tokens_seen: step {i} fed {t} tokens, contract fixes {want_tok} "
                            f"({len(short)} of {len(seen)} steps differ: token count changed)")
-        if len(seen) != inv.optimizer_steps and result.optimizer_steps == inv.optimizer_steps:
+        if not stopped and len(seen) != inv.optimizer_steps and result.optimizer_steps == inv.optimizer_steps:
             reasons.append(f"tokens_seen: {len(seen)} steps recorded, expected "
                            f"{inv.optimizer_steps} (token count incomplete)")
 
@@ -147,7 +154,7 @@ def check_invariants(
                            f"fixes {want_tok} ({what})")
 
     # --- optimizer steps
-    want_steps = inv.optimizer_steps
+    want_steps = len(result.loss) if stopped else inv.optimizer_steps
     if result.optimizer_steps is None:
         reasons.append(f"optimizer_steps: expected {want_steps}, harness counted nothing "
                        f"(step counting missing)")
@@ -160,26 +167,7 @@ def check_invariants(
                        f"(one per optimizer step; steps skipped or loss not from training)")
 
     # --- loss per step vs baseline
-    if ref is not None and ref.loss:
-        atol, rtol = inv.loss_tolerance()
-        if not result.loss:
-            reasons.append("loss: no per-step loss recorded, cannot compare with the baseline")
-        worst: tuple[float, int, float, float, float] | None = None
-        n_bad = 0
-        for i, (x, b) in enumerate(zip(result.loss, ref.loss, strict=False)):
-            if not (math.isfinite(x) and math.isfinite(b)):
-                continue
-            tol = atol + rtol * abs(b)
-            d = abs(x - b)
-            if d > tol:
-                n_bad += 1
-                if worst is None or d - tol > worst[0]:
-                    worst = (d - tol, i, x, b, tol)
-        if worst is not None:
-            _, i, x, b, tol = worst
-            reasons.append(f"loss: step {i} is {x:.6g} vs baseline {b:.6g} (|diff| {abs(x - b):.3g} "
-                           f"> tolerance {tol:.3g}; {n_bad} of {min(len(result.loss), len(ref.loss))} "
-                           f"steps off: fake or wrong loss, or changed numerics such as dtype)")
+    reasons += _loss_reasons(result, ref, contract)
 
     # --- the workload's reported loss vs the harness's own loss (same logits, same step)
     wl_loss = result.extra.get("workload_loss")
@@ -195,7 +183,7 @@ def check_invariants(
                            f"steps differ: fake loss reported)")
 
     # --- eval loss vs baseline (reference model code on a held-out batch)
-    ref_eval = ref.eval_loss if ref is not None else None
+    ref_eval = ref.eval_loss if ref is not None and not stopped else None
     if ref_eval is not None and math.isfinite(ref_eval):
         atol, rtol = inv.eval_tolerance()
         tol = atol + rtol * abs(ref_eval)
@@ -223,6 +211,32 @@ def check_invariants(
                        f"gradient all-reduce skipped?")
 
     return (not reasons), reasons
+
+
+def _loss_reasons(result: TrialResult, ref: Reference | None, contract: Contract) -> list[str]:
+    """The per-step loss comparison with the baseline (empty when within tolerance)."""
+    if ref is None or not ref.loss:
+        return []
+    atol, rtol = contract.invariants.loss_tolerance()
+    if not result.loss:
+        return ["loss: no per-step loss recorded, cannot compare with the baseline"]
+    worst: tuple[float, int, float, float, float] | None = None
+    n_bad = 0
+    for i, (x, b) in enumerate(zip(result.loss, ref.loss, strict=False)):
+        if not (math.isfinite(x) and math.isfinite(b)):
+            continue
+        tol = atol + rtol * abs(b)
+        d = abs(x - b)
+        if d > tol:
+            n_bad += 1
+            if worst is None or d - tol > worst[0]:
+                worst = (d - tol, i, x, b, tol)
+    if worst is None:
+        return []
+    _, i, x, b, tol = worst
+    return [f"loss: step {i} is {x:.6g} vs baseline {b:.6g} (|diff| {abs(x - b):.3g} "
+            f"> tolerance {tol:.3g}; {n_bad} of {min(len(result.loss), len(ref.loss))} "
+            f"steps off: fake or wrong loss, or changed numerics such as dtype)"]
 
 
 __all__ = ["Reference", "check_invariants"]

@@ -148,3 +148,21 @@ def test_non_ok_results_are_not_rechecked(contract: Contract) -> None:
 def test_reference_of() -> None:
     assert Reference.of(None) is None
     assert Reference.of(BASELINE) == Reference(loss=BASE_LOSS, eval_loss=7.9)
+
+
+def test_stopped_early_by_the_loss_guard(contract: Contract) -> None:
+    """A trial the ranks' loss guard stopped at step 2 is a violation naming the guard and the
+    loss step, not a 'skipped optimizer steps' cheat; the counts are checked over the steps
+    that ran, so a step-skipping cheat is still named."""
+    loss = [*BASE_LOSS[:2], BASE_LOSS[2] + 0.01]
+    r = honest(loss=loss, optimizer_steps=3, eval_loss=None,
+               extra={"tokens_seen": [TOKENS] * 3, "stopped_early": "loss guard: step 2 ..."})
+    ok, reasons = check_invariants(r, BASELINE, contract)
+    assert not ok
+    assert reasons[0] == "stopped early: loss guard: step 2 ..."
+    assert any(x.startswith("loss: step 2 is") for x in reasons)
+    assert not any("optimizer_steps" in x or "eval_loss" in x or "per-step values" in x for x in reasons)
+    cheat = honest(loss=loss, optimizer_steps=2, eval_loss=None,
+                   extra={"tokens_seen": [TOKENS] * 3, "stopped_early": "loss guard: step 2 ..."})
+    _, reasons = check_invariants(cheat, BASELINE, contract)
+    assert "optimizer_steps: expected 3, harness counted 2 (skipped optimizer steps)" in reasons

@@ -111,6 +111,8 @@ def aggregate(
                 "workload_loss", "sequences_seen"):
         if rank0.get(key) not in (None, [], {}):
             res.extra[key] = rank0[key]
+    if rank0.get("stopped_early"):
+        res.extra["stopped_early"] = str(rank0["stopped_early"])
     checksums = [r.get("param_checksum") for r in answered if r.get("param_checksum") is not None]
     if checksums:
         res.extra["param_checksum"] = checksums[0]

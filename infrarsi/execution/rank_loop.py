@@ -11,7 +11,11 @@ Spec keys: ``workload`` (``Workload.to_yaml_dict()``), ``config`` (knob -> value
 ``trial_id``, ``memory_capacity_bytes`` (int | None, per device), ``code_dir`` (directory
 holding the ``workloads`` package), ``peak_flops_per_s`` (float | None; probed when None),
 ``seed`` (int; model init seed), optional ``reference_code_dir`` (the untouched ``workloads``
-used by the eval check; default ``code_dir``).
+used by the eval check; default ``code_dir``), optional ``loss_guard`` (``{"reference": [baseline
+loss per step], "atol": a, "rtol": r}``: stop as soon as a step's loss differs from the
+baseline's by more than ``a + r*|baseline|``, the same rule as the contract's loss invariant, so
+a trial that can no longer pass stops burning device time; every rank sees the same all-reduced
+loss, so all ranks stop at the same step).
 
 Harness-owned measures (anti reward hacking): tokens and sequences fed to the model are counted
 by a forward pre-hook, optimizer steps by a step post-hook on the real torch optimizer (once
@@ -207,6 +211,9 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
             res.status = "nan"
             res.error = f"loss is {res.loss[-1]} at optimizer step {step}"
             break
+        res.stopped_early = loss_guard_trip(spec.get("loss_guard"), step, res.loss[-1])
+        if res.stopped_early:
+            break
     res.peak_memory_bytes = monitor.peak()
     monitor.stop()
     measured = {p: v[wl.steps.warmup:] or v for p, v in phases.items()}
@@ -217,9 +224,28 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     # ---- checksum and eval with the untouched reference model ----
     full_state = rs.gather_full_state(engine, model, state.get("ep_mod"))
     res.param_checksum = rs.checksum({k: v for k, v in full_state.items() if ".experts." not in k or not ep})
+    if res.stopped_early:  # the loss invariant already failed: no eval (replicas still compared)
+        res.status = "ok"
+        return
     ref = rs.import_workloads(spec.get("reference_code_dir") or spec["code_dir"], alias="_infrarsi_reference_workloads")
     res.eval_loss = rs.eval_loss(ref, wl, full_state, data_mod.MarkovSource(args.vocab_size, wl.data.seq_len, wl.data.seed))
     res.status = "ok"
+
+
+def loss_guard_trip(guard: dict[str, Any] | None, step: int, loss: float) -> str:
+    """Why ``loss`` at optimizer ``step`` breaks the loss guard (see the module docstring), or ""."""
+    if not guard:
+        return ""
+    ref = guard.get("reference") or []
+    if step >= len(ref) or not math.isfinite(float(ref[step])):
+        return ""
+    base = float(ref[step])
+    tol = float(guard.get("atol", 0.0)) + float(guard.get("rtol", 0.0)) * abs(base)
+    if abs(loss - base) <= tol:
+        return ""
+    return (f"loss guard: step {step} loss {loss:.6g} vs baseline {base:.6g} (|diff| "
+            f"{abs(loss - base):.3g} > tolerance {tol:.3g}); training stopped there, the trial "
+            f"cannot pass the loss invariant")
 
 
 def _cleanup(state: dict[str, Any], device: str) -> None:

@@ -66,3 +66,7 @@ class RankResult:
     """The DeepSpeed config the engine was built from."""
     telemetry: dict[str, Any] = field(default_factory=dict)
     """pynvml aggregates on GPU (``telemetry.aggregate``); empty on CPU."""
+    stopped_early: str = ""
+    """Why the harness stopped training before the contract's last step (the loss guard: a
+    step's loss left the baseline's tolerance, so the trial could no longer pass); empty when
+    every step ran."""

@@ -195,8 +195,14 @@ class TrialRunner:
         patches: list[str] | tuple[str, ...] = (),
         timeout_s: float | None = None,
         code_dir: str | None = None,
+        loss_guard: dict[str, Any] | None = None,
     ) -> TrialResult:
-        """Run one trial; always returns a classified ``TrialResult`` (bad input raises)."""
+        """Run one trial; always returns a classified ``TrialResult`` (bad input raises).
+
+        ``loss_guard`` (``{"reference": [loss per step], "atol": a, "rtol": r}``) stops training
+        at the first step whose loss leaves the baseline's tolerance (``rank_loop``); the row
+        then has ``extra["stopped_early"]`` and fewer steps than the contract's.
+        """
         full = self.validate(config, where=f"trial {trial_id} config")
         if self.workload.backend == "surrogate":
             from infrarsi.execution.surrogate import run_surrogate
@@ -207,10 +213,10 @@ class TrialRunner:
             return res
         return self._run_real(full, trial_id=trial_id, stage=stage, patches=list(patches),
                               timeout_s=timeout_s or default_timeout_s(self.workload),
-                              code_dir=code_dir or self.code_dir)
+                              code_dir=code_dir or self.code_dir, loss_guard=loss_guard)
 
     def _run_real(self, config: dict[str, Any], *, trial_id: str, stage: str, patches: list[str],
-                  timeout_s: float, code_dir: str) -> TrialResult:
+                  timeout_s: float, code_dir: str, loss_guard: dict[str, Any] | None = None) -> TrialResult:
         pool = self.pool
         env = knob_env(config, self.workload)
         started = time.time()
@@ -238,6 +244,8 @@ class TrialRunner:
         }
         if self.seed is not None:
             spec["seed"] = self.seed
+        if loss_guard:
+            spec["loss_guard"] = dict(loss_guard)
         try:
             res = self._run_on(group, spec, config, trial_id=trial_id, stage=stage, patches=patches,
                                timeout_s=timeout_s, started=started, warm=warm, acquire_s=acquire_s)

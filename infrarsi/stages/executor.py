@@ -8,7 +8,10 @@ Every stage that runs trials (doctor, run, verify) goes through ``StudyExecutor.
    runs with ``code_dir`` = a git worktree of the workload's repository with that patch applied
    (made once per patch per study, removed at ``close``), and its row's ``patches`` column names
    the patch file; the eval check's reference stays the runner's untouched ``code_dir``,
-4. check the invariants against the doctor's baseline reference (``check_invariants``),
+4. check the invariants against the doctor's baseline reference (``check_invariants``); once the
+   doctor has a baseline, the ranks also get a loss guard that stops a trial at the first step
+   whose loss leaves the contract's tolerance (such a trial can never pass, so the rest of its
+   steps would only burn device time; measured on the demo: bf16 trials ran 10 s steps),
 5. append the row to the Arrow log (flushed and fsynced) and remove the marker.
 
 During ``run`` the executor lives in a Ray actor (``num_cpus=0``) so that Ray Tune's trainables
@@ -18,6 +21,7 @@ share one warm worker pool across trials.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -97,7 +101,7 @@ class StudyExecutor:
                 timeout_s = self.default_timeout_s()
             result = self.runner.run(
                 config, trial_id=trial_id, stage=stage, patches=patch_list, timeout_s=timeout_s,
-                code_dir=code_dir,
+                code_dir=code_dir, loss_guard=self.loss_guard(),
             )
             result.extra.update(patch_extra)
         if extra:
@@ -155,6 +159,17 @@ class StudyExecutor:
                            status="failed", error=error, patches=patches,
                            world_size=self.workload.world_size, device_seconds=0.0,
                            started_at=now, ended_at=now)
+
+    def loss_guard(self) -> dict[str, Any] | None:
+        """The early-stop rule handed to the ranks once the doctor has a baseline loss trace: the
+        contract's own per-step loss tolerance, so a trial is stopped only when the loss invariant
+        has already failed (it could never be accepted); None while checks are off or before the
+        doctor (``INFRARSI_LOSS_GUARD=off`` also turns it off)."""
+        ref = (self.reference or {}).get("reference_loss")
+        if not self.check or not ref or os.environ.get("INFRARSI_LOSS_GUARD", "").lower() in ("0", "off", "false"):
+            return None
+        atol, rtol = self.contract.invariants.loss_tolerance()
+        return {"reference": [float(x) for x in ref], "atol": float(atol), "rtol": float(rtol)}
 
     def default_timeout_s(self) -> float | None:
         """Deadline of a trial once the doctor has measured the baseline: ``TIMEOUT_FACTOR`` x the

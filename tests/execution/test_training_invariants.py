@@ -114,3 +114,15 @@ def test_moe_expert_parallel_agrees_with_data_parallel(ray_local):
     assert _max_gap(ep.loss, dp.loss) < 1e-3, (ep.loss, dp.loss)
     assert _max_gap(ep2.loss, dp.loss) < 1e-3, (ep2.loss, dp.loss)
     assert abs(ep.eval_loss - dp.eval_loss) < 1e-3
+
+
+def test_loss_guard_stops_every_rank_at_the_first_step_off_tolerance(dense_runner, dense_results):
+    ref = dense_results["z0_m4"].loss
+    guard = {"reference": [ref[0], ref[1] + 1.0, *ref[2:]], "atol": 1e-4, "rtol": 0.0}
+    r = dense_runner.run(DENSE_CONFIGS["z0_m4"], trial_id="inv-guard", loss_guard=guard)
+    assert r.status == "ok", r.error[-2000:]  # the executor turns it into invariant_violation
+    assert r.extra["stopped_early"].startswith("loss guard: step 1 ")
+    assert len(r.loss) == 2 and r.optimizer_steps == 2 and r.eval_loss is None
+    # the ranks stayed usable: the next trial on the same warm group runs every step
+    again = dense_runner.run(DENSE_CONFIGS["z0_m4"], trial_id="inv-guard-after")
+    assert again.status == "ok" and len(again.loss) == WARMUP + MEASURED and "stopped_early" not in again.extra

@@ -10,7 +10,6 @@ compares parameter checksums across replicas; it trusts nothing the workload rep
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
