@@ -62,7 +62,7 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
     out["tokens_per_s"] = statistics.median(float(r.tokens_per_s or 0.0) for r in ok)
     mfus = [float(r.mfu) for r in ok if r.mfu is not None]
     out["mfu"] = statistics.median(mfus) if mfus else None
-    peaks = [r.hardware.get("peak_flops_per_s") for r in ok if r.hardware.get("peak_flops_per_s")]
+    peaks = [float(r.hardware["peak_flops_per_s"]) for r in ok if r.hardware.get("peak_flops_per_s")]
     out["peak_flops_per_s"] = statistics.median(peaks) if peaks else None
     out["hardware"] = ok[0].hardware
     # Loss: run-to-run spread per step, and the reference loss curve (the per-step median).

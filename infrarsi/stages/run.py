@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -44,7 +44,7 @@ def _make_trainable(executor_name: str, namespace: str):
         extra = {"tune_trial_id": ctx.get_trial_id(), "ask_info": info}
         if info.get("predicted_peak_memory_bytes") is not None:
             extra["predicted_peak_memory_bytes"] = info["predicted_peak_memory_bytes"]
-        row = ray.get(executor.run_trial.remote(cfg, "run", extra=extra))
+        row = cast(dict[str, Any], ray.get(executor.run_trial.remote(cfg, "run", extra=extra)))
         metrics = {k: row.get(k) for k in _REPORTED}
         st = row.get("step_time_s")
         metrics["step_time_s"] = float(st) if st is not None else float("nan")
@@ -90,7 +90,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     executor = Executor.options(name=name, namespace=namespace, lifetime=None).remote(
         str(paths.root), address=address)
     try:
-        recovered = ray.get(executor.recover_inflight.remote())
+        recovered = ray.get(executor.recover_inflight.remote())  # type: ignore[attr-defined]
         if recovered:
             log.warning("run.recovered_inflight", trials=[r["trial_id"] for r in recovered])
         prior = rows_from_table(read_trials(paths.root))
@@ -122,10 +122,10 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
         optimizer.save(str(paths.optimizer_state))
     finally:
         try:
-            ray.get(executor.close.remote(), timeout=120)
+            ray.get(executor.close.remote(), timeout=120)  # type: ignore[attr-defined]
         except Exception as e:  # pragma: no cover - best effort cleanup
             log.warning("run.close_failed", error=str(e))
-        ray.kill(executor)
+        ray.kill(executor)  # type: ignore[arg-type]
     final = [r for r in rows_from_table(read_trials(paths.root)) if r.stage == "run"]
     ok = [r for r in final if r.status == "ok" and r.step_time_s]
     best = min(ok, key=lambda r: r.step_time_s or math.inf) if ok else None

@@ -141,7 +141,7 @@ class Block(nn.Module):
         self.attention = Attention(a)
         self.ffn_norm = RMSNorm(a.dim, a.norm_eps)
         self.feed_forward = ffn
-        self.checkpoint_attention = False
+        self.checkpoint_attention: bool = False
 
     def _attn(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         return self.attention(self.attention_norm(x), cos, sin)
@@ -187,7 +187,7 @@ class Transformer(nn.Module):
     def set_checkpointing(self, mode: str) -> None:
         self.checkpointing = mode
         for blk in self.layers:
-            blk.checkpoint_attention = mode == "selective"
+            blk.checkpoint_attention = mode == "selective"  # type: ignore[assignment]
 
     def reset_parameters(self) -> None:
         std = self.args.init_std
