@@ -258,7 +258,7 @@ class Optimizer(PersistenceMixin):
         existing = self.encoder.encode(seen) if seen else torch.zeros(0, self.encoder.dim, dtype=torch.float64)
         scores = self._scores(configs, X)
         weights = scores.p_fit * scores.p_ok
-        i = design.maximin_pick(X, existing, self.rng, weights=weights)
+        i = design.coverage_pick(configs, X, seen, existing, self.space.names, self.rng, weights=weights)
         return self._info(configs[i], "design", scores, i)
 
     def _bo_picks(self, configs: list[dict[str, Any]], X: torch.Tensor, q: int, taken: set[str],
