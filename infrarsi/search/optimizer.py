@@ -10,7 +10,8 @@
 Phases: the baseline, then a space-filling design (memory-aware once a memory model exists), then
 constrained log-EI (``acquisition``) with memory-saver pairing (``pairing``). A config told
 oom/failed/timeout/nan/invariant_violation is never proposed again; a config told ok is proposed
-again only once every other config has been tried. Persistence lives in ``persistence``.
+again only once every other config has been tried or is predicted to fail (``REPEAT_BELOW_P``).
+Persistence lives in ``persistence``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ CANDIDATE_CAP = 20_000
 
 LOCAL_RADIUS = 2
 """A local step scores only configs within this many knob changes of the incumbent."""
+
+
+REPEAT_BELOW_P = 0.05
+"""When every untried config is this unlikely to run (P(fit) x P(no failure)), configs told ok
+compete again (a replicate of a near-best config is worth more than a near-certain OOM)."""
 
 
 class SearchExhausted(InfrarsiError):
@@ -240,6 +246,10 @@ class Optimizer(PersistenceMixin):
                 infos.append(info)
                 taken.add(self.space.key(info["config"]))
                 continue
+            if ok_told and self.models.memory.model is not None:
+                s = self._scores(configs, X)
+                if float(np.max(s.p_fit * s.p_ok)) < REPEAT_BELOW_P:  # only likely failures are left
+                    configs, X = self._candidates(failed | taken)
             for info in self._bo_picks(configs, X, k - len(infos), taken, failed):
                 infos.append(info)
                 taken.add(self.space.key(info["config"]))

@@ -97,6 +97,22 @@ def test_after_every_config_is_tried_only_ok_ones_come_back() -> None:
     assert opt.ask()["a"] in (1, 2)
 
 
+def test_a_replicate_beats_an_untried_config_that_surely_ooms() -> None:
+    """Tiny space: once only configs far over the capacity are left untried, the optimizer re-runs a
+    config told ok (a replicate sharpens best()) instead of burning a trial on a near-certain OOM."""
+    space = SearchSpace.from_yaml("name: t\nknobs:\n  - name: mbs\n    type: int\n    values: [1, 2, 4, 8, 16, 32]\n"
+                                  "    memory: hungry\n")
+    opt = Optimizer(space, memory_capacity=10.0, seed=0, n_init=2)
+    for m in (1, 2, 4, 8):  # memory 2.5 m: mbs 4 fits, mbs 8 is a measured OOM
+        out = (Outcome(status="ok", step_time=1.0 + 1.0 / m, peak_memory=2.5 * m) if 2.5 * m <= 10.0
+               else Outcome(status="oom", peak_memory=2.5 * m))
+        opt.tell({"mbs": m}, out)
+    p_fit = opt.predict([{"mbs": 16}, {"mbs": 32}])["p_fit"]
+    assert p_fit.max() < 0.05  # the memory model knows 16 and 32 cannot fit
+    c = opt.ask()
+    assert c["mbs"] in (1, 2, 4)
+
+
 def test_exhausted_space_raises() -> None:
     space = SearchSpace.from_yaml("name: t\nknobs:\n  - name: a\n    type: bool\n")
     opt = Optimizer(space, memory_capacity=1.0, seed=0)
