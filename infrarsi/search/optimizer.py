@@ -127,7 +127,7 @@ class Optimizer(PersistenceMixin):
         if outcome.status in FAILURE_WEIGHT:
             self.feasibility.add(cfg, failed=True, weight=FAILURE_WEIGHT[outcome.status])
         else:
-            self.feasibility.add(cfg, failed=False)
+            self.feasibility.add(cfg, failed=False, completed=outcome.status == "ok")
 
     # -------------------------------------------------------------- helpers
     def _excluded(self) -> tuple[set[str], set[str]]:

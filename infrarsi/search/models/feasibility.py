@@ -7,6 +7,15 @@ breaking the loss tolerance) takes it, and the values it shares with successful 
 explained away. OOMs count as runs that did not fail this way (the memory model owns them).
 Invariant violations and NaNs weigh more than crashes and timeouts, which are often transient.
 Exact failed configs are excluded by the optimizer regardless of this model.
+
+The logistic model spreads the blame of a first failure over every value of the config (after one
+``bf16`` invariant violation it still gave other ``bf16`` configs P(ok) = 0.95 on the demo). So
+``p_ok`` is also capped by a *culprit* model, the deterministic-culprit reading of the same data:
+a value seen in a run that completed is exonerated; each failure's weight is shared by its values that
+were never seen succeeding (a failure whose values were all seen succeeding is taken as transient
+and blames nothing); a value's blame is ``shares / (shares + CULPRIT_PRIOR)`` and
+``P(ok) = prod(1 - blame)`` over the config's values. As successes exonerate the bystanders, the
+blame concentrates on the culprit.
 """
 
 from __future__ import annotations
@@ -24,6 +33,9 @@ PRIOR_BIAS = (math.log(0.05 / 0.95), 1.5)
 """Mean and sd of the intercept (a 5% base failure rate)."""
 PRIOR_WEIGHT_SD = 2.0
 """Prior sd of each (knob, value) weight."""
+CULPRIT_PRIOR = 1.0
+"""Pseudo-count against blame in the culprit model (one full failure share makes blame 1/2 with
+the default weight 1; an invariant violation, weight 3, makes it 3/4)."""
 
 
 @dataclass
@@ -32,6 +44,8 @@ class FeasibilityModel:
 
     rows: list[tuple[dict[str, str], float, float]] = field(default_factory=list)
     """(knob -> repr(value), failure weight, success weight) per told trial."""
+    exonerated: set[str] = field(default_factory=set)
+    """``"knob=repr(value)"`` of every value seen in a run that completed (status ok)."""
     _coef: dict[str, float] | None = field(default=None, repr=False)
     _bias: float = field(default=PRIOR_BIAS[0], repr=False)
 
@@ -43,11 +57,17 @@ class FeasibilityModel:
     def clear(self) -> None:
         """Forget everything."""
         self.rows.clear()
+        self.exonerated.clear()
         self._coef = None
 
-    def add(self, config: Mapping[str, Any], failed: bool, weight: float = 1.0) -> None:
-        """Record one trial of ``config`` (``weight``: how many failures one counts for)."""
-        self.rows.append(({k: repr(v) for k, v in config.items()}, weight if failed else 0.0, 0.0 if failed else 1.0))
+    def add(self, config: Mapping[str, Any], failed: bool, weight: float = 1.0, completed: bool | None = None) -> None:
+        """Record one trial of ``config`` (``weight``: how many failures one counts for;
+        ``completed``: it ran to the end, default ``not failed``; an OOM did not fail this way but
+        did not complete, so it exonerates no value in the culprit model)."""
+        row = {k: repr(v) for k, v in config.items()}
+        self.rows.append((row, weight if failed else 0.0, 0.0 if failed else 1.0))
+        if (not failed) if completed is None else completed:
+            self.exonerated.update(f"{k}={v}" for k, v in row.items())
         self._coef = None
 
     def _fit(self) -> None:
@@ -98,8 +118,23 @@ class FeasibilityModel:
             self._fit()
         coef = self._coef or {}
         base = 1.0 / (1.0 + math.exp(-PRIOR_BIAS[0]))  # an untouched config is not penalised
+        blame = self.blame()
         out = np.empty(len(configs))
         for i, cfg in enumerate(configs):
             z = self._bias + sum(coef.get(f"{k}={v!r}", 0.0) for k, v in cfg.items())
-            out[i] = min(1.0, (1.0 - 1.0 / (1.0 + math.exp(-z))) / (1.0 - base))
+            logistic = min(1.0, (1.0 - 1.0 / (1.0 + math.exp(-z))) / (1.0 - base))
+            culprit = math.prod(1.0 - blame.get(f"{k}={v!r}", 0.0) for k, v in cfg.items())
+            out[i] = min(logistic, culprit)
         return out
+
+    def blame(self) -> dict[str, float]:
+        """Culprit model (module docstring): ``"knob=repr(value)"`` -> blame in [0, 1)."""
+        seen_ok = self.exonerated
+        shares: dict[str, float] = {}
+        for cfg, fail, _ in self.rows:
+            if fail <= 0:
+                continue
+            suspects = [f"{k}={v}" for k, v in cfg.items() if f"{k}={v}" not in seen_ok]
+            for name in suspects:
+                shares[name] = shares.get(name, 0.0) + fail / len(suspects)
+        return {n: s / (s + CULPRIT_PRIOR) for n, s in shares.items()}

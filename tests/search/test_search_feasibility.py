@@ -1,0 +1,63 @@
+"""Feasibility model: logistic blame capped by the deterministic-culprit model."""
+
+from __future__ import annotations
+
+import pytest
+
+from infrarsi.search.models.feasibility import CULPRIT_PRIOR, FAILURE_WEIGHT, FeasibilityModel
+
+BASE = {"zero": 3, "mbs": 1, "ckpt": "full", "dtype": "fp32", "offload": False}
+
+
+def cfg(**kw):
+    return {**BASE, **kw}
+
+
+def test_no_failure_means_no_penalty() -> None:
+    m = FeasibilityModel()
+    m.add(BASE, failed=False)
+    assert m.p_ok([cfg(dtype="bf16")]).tolist() == [1.0]
+
+
+def test_one_failure_shares_its_blame_among_the_values_never_seen_completing() -> None:
+    m = FeasibilityModel()
+    m.add(BASE, failed=False)
+    w = FAILURE_WEIGHT["invariant_violation"]
+    m.add(cfg(dtype="bf16", ckpt="none"), failed=True, weight=w)
+    share = w / 2  # bf16 and ckpt=none are the suspects; zero, mbs and offload were seen completing
+    blame = m.blame()
+    assert blame["dtype='bf16'"] == pytest.approx(share / (share + CULPRIT_PRIOR))
+    assert "zero=3" not in blame and "mbs=1" not in blame
+    p_bf16, p_none, p_base = m.p_ok([cfg(dtype="bf16", mbs=4), cfg(ckpt="none"), BASE])
+    assert p_bf16 < 0.5 and p_none < 0.5
+    assert p_base > 0.8  # only the logistic part, which still spreads some blame, touches it
+
+
+def test_successes_exonerate_bystanders_and_blame_concentrates_on_the_culprit() -> None:
+    m = FeasibilityModel()
+    m.add(BASE, failed=False)
+    m.add(cfg(dtype="bf16", ckpt="none"), failed=True, weight=3.0)
+    before = m.p_ok([cfg(dtype="bf16")])[0]
+    m.add(cfg(ckpt="none", mbs=2), failed=False)  # ckpt=none completes: not the culprit
+    after_bf16, after_none = m.p_ok([cfg(dtype="bf16"), cfg(ckpt="none", mbs=4)])
+    assert after_bf16 < before
+    assert "ckpt='none'" not in m.blame()
+    assert after_none > 0.8 > 0.5 > after_bf16
+
+
+def test_a_failure_with_no_suspect_is_transient() -> None:
+    m = FeasibilityModel()
+    m.add(BASE, failed=False)
+    m.add(cfg(mbs=2), failed=False)
+    m.add(cfg(mbs=2), failed=True, weight=FAILURE_WEIGHT["failed"])  # a crash of a config that also ran fine
+    assert m.blame() == {}
+
+
+def test_an_oom_exonerates_nothing() -> None:
+    m = FeasibilityModel()
+    m.add(BASE, failed=False)
+    m.add(cfg(dtype="bf16", mbs=8), failed=False, completed=False)  # an OOM: never reached the loss check
+    m.add(cfg(dtype="bf16"), failed=True, weight=3.0)
+    assert m.blame()["dtype='bf16'"] == pytest.approx(3.0 / (3.0 + CULPRIT_PRIOR))
+    m.clear()
+    assert m.blame() == {} and not m.exonerated
