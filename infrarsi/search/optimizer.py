@@ -239,7 +239,8 @@ class Optimizer(PersistenceMixin):
                     if infos:
                         break
                     raise SearchExhausted(f"search space '{self.space.name}': every valid config has been tried and failed or is pending.")
-            n_seen = len(self.observations) + len(taken)
+            # distinct configs: replicates (the doctor's baseline runs) do not use up the design
+            n_seen = len({self.space.key(o.config) for o in self.observations} | taken)
             time_ready = self.models.time.model is not None
             if n_seen < self.n_init or not time_ready:
                 info = self._design_pick(configs, X, taken)

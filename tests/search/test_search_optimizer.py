@@ -68,6 +68,21 @@ def test_baseline_first_then_design_and_info() -> None:
     assert opt.best() == first  # the only ok config
 
 
+def test_baseline_replicates_do_not_use_up_the_design() -> None:
+    """The doctor tells the baseline several times; the design still gets n_init - 1 new configs."""
+    space = SearchSpace.from_yaml(TINY)
+    base = {"stage": 2, "mbs": 1, "ckpt": True}
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, baseline=base, n_init=4)
+    for _ in range(3):
+        opt.tell(base, tiny_run(base))
+    phases = []
+    for _ in range(3):
+        c = opt.ask()
+        phases.append(opt.last_ask_info["phase"])
+        opt.tell(c, tiny_run(c))
+    assert phases == ["design"] * 3
+
+
 def test_oom_and_failed_configs_are_never_proposed_again() -> None:
     space = SearchSpace.from_yaml(TINY)
     opt = Optimizer(space, memory_capacity=TINY_CAP, seed=1, n_init=3)
