@@ -17,7 +17,6 @@ records an ``Amendment`` and re-freezes the contract::
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import subprocess
@@ -27,6 +26,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from infrarsi.contract_diff import canonical as _canonical
+from infrarsi.contract_diff import describe_diff as _describe_diff
+from infrarsi.contract_diff import describe_sections
+from infrarsi.contract_diff import field_diff as _diff
+from infrarsi.contract_diff import sha256 as _sha256
 from infrarsi.errors import ContractError
 from infrarsi.workload import Workload
 
@@ -400,7 +404,7 @@ class Contract(_Strict):
             problems.append(f"contract_hash was edited (frozen {frozen.get('contract_hash')!r}, "
                             f"file {stored_hash!r})")
         if actual != stored_hash or (frozen is not None and actual != frozen.get("contract_hash")):
-            diff = _describe_diff(frozen, c.content()) if frozen else _describe_sections(c)
+            diff = _describe_diff(frozen, c.content()) if frozen else describe_sections(c.content(), c.section_hashes)
             problems.append(f"content does not match its hash: {diff}")
         if problems:
             raise ContractError(
@@ -437,14 +441,6 @@ class Contract(_Strict):
 
 
 # --------------------------------------------------------------------------------- helpers
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _canonical(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -486,47 +482,8 @@ def _git_head(folder: Path) -> tuple[str | None, bool]:
         return None, False
 
 
-def _diff(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    """Field-level differences between two JSON-like values: (dotted path, old, new)."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out: list[tuple[str, Any, Any]] = []
-        for k in sorted(set(old) | set(new), key=str):
-            p = f"{prefix}.{k}" if prefix else str(k)
-            if k not in old:
-                out.append((p, "<absent>", new[k]))
-            elif k not in new:
-                out.append((p, old[k], "<absent>"))
-            else:
-                out.extend(_diff(old[k], new[k], p))
-        return out
-    return [] if old == new else [(prefix or "(root)", old, new)]
-
-
 def _calibratable(path: str) -> bool:
     return any(path == c or path.startswith(c + ".") for c in _CALIBRATABLE)
-
-
-def _describe_sections(c: Contract) -> str:
-    """Which top-level fields no longer match their recorded section hashes."""
-    now = {k: _sha256(_canonical(v))[:16] for k, v in c.content().items()}
-    changed = sorted(k for k in set(now) | set(c.section_hashes)
-                     if now.get(k) != c.section_hashes.get(k))
-    where = f"changed section(s): {changed}" if changed else "the section hashes were edited too"
-    return f"{where} (the frozen copy .contract.frozen.json is missing, so no field-level diff)"
-
-
-def _describe_diff(frozen: dict[str, Any] | None, now: dict[str, Any]) -> str:
-    if frozen is None:
-        return ""
-    skip = ("contract_hash", "section_hashes")
-    old = {k: v for k, v in frozen.items() if k not in skip}
-    new = {k: v for k, v in now.items() if k not in skip}
-    diffs = _diff(old, new)
-    if not diffs:
-        return "no field differs from the frozen copy (only the hash was edited)"
-    shown = [f"{p}: frozen {a!r}, now {b!r}" for p, a, b in diffs[:10]]
-    more = f" (+{len(diffs) - 10} more)" if len(diffs) > 10 else ""
-    return "changed field(s): " + "; ".join(shown) + more
 
 
 __all__ = ["TIMING_RULES", "Amendment", "Budgets", "Contract", "EditableScope", "Invariants"]
