@@ -45,6 +45,9 @@ LOCAL_RADIUS = 2
 REPEAT_BELOW_P = 0.05
 """When every untried config is this unlikely to run (P(fit) x P(no failure)), configs told ok
 compete again (a replicate of a near-best config is worth more than a near-certain OOM)."""
+REPEAT_CHECK_MAX = 1000
+"""The check above runs only while at most this many configs are untried (it scores them once
+more; in a larger space an untried config that may fit is almost always left)."""
 
 
 class SearchExhausted(InfrarsiError):
@@ -247,7 +250,7 @@ class Optimizer(PersistenceMixin):
                 infos.append(info)
                 taken.add(self.space.key(info["config"]))
                 continue
-            if ok_told and self.models.memory.model is not None:
+            if ok_told and self.models.memory.model is not None and len(configs) <= REPEAT_CHECK_MAX:
                 s = self._scores(configs, X)
                 if float(np.max(s.p_fit * s.p_ok)) < REPEAT_BELOW_P:  # only likely failures are left
                     configs, X = self._candidates(failed | taken)
