@@ -23,7 +23,8 @@ Usage::
 
 Raw runs are appended to ``<out>/search_efficiency_runs.<tag>.jsonl`` (a rerun skips runs
 finished in any of them, so several invocations can run at once with different tags), then
-summarised into ``<out>/search_efficiency.json`` and ``.md``.
+summarised into ``<out>/search_efficiency.json`` and ``.md`` (a hand-written ``## Notes`` section at
+the end of the ``.md`` is kept).
 """
 
 from __future__ import annotations
@@ -275,7 +276,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     }
     result = {"meta": meta, "summary": summary}
     (args.out / "search_efficiency.json").write_text(json.dumps(result, indent=2))
-    (args.out / "search_efficiency.md").write_text(to_markdown(summary, budgets, meta))
+    md_path = args.out / "search_efficiency.md"
+    old_md = md_path.read_text() if md_path.exists() else ""
+    notes = old_md[old_md.index("\n## Notes"):] if "\n## Notes" in old_md else ""  # hand-written: kept
+    md_path.write_text(to_markdown(summary, budgets, meta).rstrip("\n") + "\n" + notes)
     print(to_markdown(summary, budgets, meta))
     return result
 
