@@ -25,6 +25,7 @@ from infrarsi.execution.surrogate_model import evaluate
 from infrarsi.search.space import SearchSpace
 from infrarsi.units import parse_size
 from infrarsi.workload import Workload
+from infrarsi.workload_prior import prior_for_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 TABULAR_PATH = ROOT / "benchmarks" / "data" / "tabular_dense_debug.parquet"
@@ -60,6 +61,8 @@ class BenchProblem:
     """Config key -> noiseless step time (inf when it does not fit or cannot run)."""
     source: Any = None
     """The analytic problem or the tabular rows."""
+    prior: Any = None
+    """The workload's analytic prior (``infrarsi.workload_prior``), what a study would pass."""
 
     @property
     def oracle_time(self) -> float:
@@ -98,7 +101,7 @@ def surrogate_problem(workload_path: str | Path, name: str) -> BenchProblem:
         ev = evaluate(prob, cfg)
         truth[space.key(cfg)] = ev.step_time_s if ev.fits else math.inf
     baseline = space.validate(wl.baseline)
-    return BenchProblem(name, space, float(cap), baseline, truth, prob)
+    return BenchProblem(name, space, float(cap), baseline, truth, prob, prior_for_workload(wl))
 
 
 def tabular_problem(path: Path = TABULAR_PATH) -> BenchProblem:
@@ -122,7 +125,9 @@ def tabular_problem(path: Path = TABULAR_PATH) -> BenchProblem:
     missing = [r for r in (space.enumerate() or []) if space.key(r) not in by_key]
     if missing:
         raise ValueError(f"{path}: the table must hold every config of its space; {len(missing)} missing, e.g. {missing[0]}")
-    return BenchProblem("tabular_dense_debug", space, cap, space.validate(baseline), truth, by_key)
+    wl = Workload.from_yaml(ROOT / "workloads" / "dense_debug.yaml")  # the workload the table measured
+    return BenchProblem("tabular_dense_debug", space, cap, space.validate(baseline), truth, by_key,
+                        prior_for_workload(wl))
 
 
 PROBLEMS = {

@@ -49,7 +49,8 @@ from benchmarks.problems import PROBLEMS, TABULAR_PATH, BenchProblem
 
 OUT = Path(__file__).resolve().parent / "results"
 BUDGETS = (12, 24, 48)
-INFRARSI = {"infrarsi": {}, "infrarsi_no_censoring": {"censoring": False}, "infrarsi_no_pairing": {"pairing": False}}
+INFRARSI = {"infrarsi": {}, "infrarsi_no_censoring": {"censoring": False}, "infrarsi_no_pairing": {"pairing": False},
+            "infrarsi_no_prior": {"prior": None}}
 SEARCHERS = (*INFRARSI, "random", "grid", "ramp", "ax", "optuna_tpe")
 QUICK_SEARCHERS = ("random", "grid", "ramp")
 
@@ -60,6 +61,7 @@ class InfrarsiPeer:
     def __init__(self, problem: BenchProblem, seed: int, **options: Any) -> None:
         from infrarsi.search import Optimizer
 
+        options = {"prior": problem.prior, **options}
         self.opt = Optimizer(problem.space, memory_capacity=problem.capacity, seed=seed,
                              baseline=problem.baseline, **options)
 

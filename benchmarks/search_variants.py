@@ -9,7 +9,13 @@ never leaks into another run's process):
 - ``kernel: matern``: a Matern-5/2 step-time kernel (same dimension-scaled lengthscale prior)
   instead of BoTorch's default RBF;
 - ``sd_scale: s``: the step-time posterior sd multiplied by ``s`` in the acquisition (< 1 exploits
-  more, > 1 explores more).
+  more, > 1 explores more);
+- ``prior: null``: no analytic prior (the optimizer as before it had one);
+- ``prior_hardware_error: f``: every nominal hardware figure of the prior (peak FLOP/s, bandwidths,
+  CPU Adam rate, fixed memory) multiplied by its own random factor in ``[1/f, f]`` (log-uniform,
+  drawn per seed): a prior that has the wrong datasheet;
+- ``prior_terms: coarse``: a prior that only knows compute time and model-state + activation
+  memory (every other term zero): a prior with missing physics.
 
 Each run asks, runs and tells 24 trials; best-found/oracle is scored at 12 and 24 like
 ``search_efficiency.py`` (the noiseless time of ``Optimizer.best()`` over the oracle).
@@ -73,6 +79,50 @@ def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
+class _CoarsePrior:
+    """A prior with only the compute time and model-state + activation memory terms."""
+
+    TIME_KEEP = ("compute_bf16", "compute_fp32", "fixed")
+    MEMORY_KEEP = ("model_states", "activations", "fixed")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.kind, self.time_names, self.memory_names = inner.kind, inner.time_names, inner.memory_names
+
+    def terms(self, configs: Any) -> tuple[np.ndarray, np.ndarray]:
+        T, M = self.inner.terms(configs)
+        T[:, [i for i, n in enumerate(self.time_names) if n not in self.TIME_KEEP]] = 0.0
+        M[:, [i for i, n in enumerate(self.memory_names) if n not in self.MEMORY_KEEP]] = 0.0
+        return T, M
+
+    def spec(self) -> dict[str, Any]:
+        return dict(self.inner.spec())
+
+
+def _misspecify_prior(problem: Any, opts: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Apply ``prior_hardware_error`` / ``prior_terms`` to the problem's prior (module docstring)."""
+    from dataclasses import replace
+
+    from infrarsi.search.transformer_prior import TransformerPrior
+
+    err = opts.pop("prior_hardware_error", None)
+    coarse = opts.pop("prior_terms", None) == "coarse"
+    if err is None and not coarse:
+        return opts
+    prior = problem.prior
+    if err is not None:
+        rng = np.random.default_rng([seed, 99])
+        fields = ("peak_flops", "memory_bytes_per_s", "intra_bytes_per_s", "inter_bytes_per_s", "host_bytes_per_s",
+                  "cpu_adam_params_per_s", "fixed_memory_bytes")
+        lf = math.log(float(err))
+        shape = replace(prior.shape, **{f: getattr(prior.shape, f) * math.exp(rng.uniform(-lf, lf)) for f in fields})
+        prior = TransformerPrior(shape)
+    if coarse:
+        prior = _CoarsePrior(prior)
+    opts["prior"] = prior
+    return opts
+
+
 def run_one(job: tuple[str, dict[str, Any], str, int]) -> dict[str, Any]:
     """One 24-trial run of a variant on a problem with a seed."""
     import torch
@@ -83,6 +133,7 @@ def run_one(job: tuple[str, dict[str, Any], str, int]) -> dict[str, Any]:
     torch.set_num_threads(1)
     name, opts, problem_name, seed = job
     problem = _problem(problem_name)
+    opts = _misspecify_prior(problem, dict(opts), seed)
     peer = InfrarsiPeer(problem, seed, **_apply_variations(opts))
     oracle = problem.oracle_time
     ratios: dict[int, float] = {}

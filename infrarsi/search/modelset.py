@@ -45,6 +45,9 @@ class ModelSet:
     """Memory-tagged feature indices (for the Tobit prior mean)."""
     mean_signs: list[float]
     """+1 for hungry, -1 for saver features."""
+    prior_dim: int | None = None
+    """With an analytic prior: the number of real features ``d``; inputs then carry two more
+    columns, the prior's log step time (column ``d``) and log(peak / capacity) (column ``d + 1``)."""
     time: _Slot = field(default_factory=_Slot)
     memory: _Slot = field(default_factory=_Slot)
 
@@ -68,7 +71,8 @@ class ModelSet:
             iters, self.time.full_n = TIME_ITERS[0 if self.time.state is None else 1], n
         else:
             iters = TIME_ITERS[2]
-        self.time.model, self.time.state = fit_time_gp(X, log_t, warm=self.time.state, maxiter=iters)
+        off = None if self.prior_dim is None else (self.prior_dim, self.prior_dim)
+        self.time.model, self.time.state = fit_time_gp(X, log_t, warm=self.time.state, maxiter=iters, offset=off)
         self.time.pred = ExactMarginal(self.time.model)
         self.time.fitted_key = key
 
@@ -89,7 +93,8 @@ class ModelSet:
             iters = MEM_ITERS[2]
         self.memory.model, self.memory.state = fit_tobit_gp(
             X, y, censored, mean_indices=self.mean_indices, mean_signs=self.mean_signs,
-            warm=self.memory.state, maxiter=iters)
+            warm=self.memory.state, maxiter=iters,
+            offset=None if self.prior_dim is None else (self.prior_dim, self.prior_dim + 1))
         self.memory.pred = VariationalMarginal(self.memory.model)
         self.memory.fitted_key = key
 

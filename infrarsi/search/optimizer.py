@@ -32,6 +32,13 @@ from infrarsi.search.models.feasibility import FAILURE_WEIGHT, FeasibilityModel
 from infrarsi.search.modelset import ModelSet
 from infrarsi.search.outcome import Outcome
 from infrarsi.search.persistence import PersistenceMixin
+from infrarsi.search.prior import (
+    MEMORY_NOISE_SD,
+    TIME_NOISE_SD,
+    PriorMean,
+    fit_log_coefficients,
+    log_prior_sum,
+)
 from infrarsi.search.space import SearchSpace
 
 CANDIDATE_CAP = 20_000
@@ -48,6 +55,20 @@ compete again (a replicate of a near-best config is worth more than a near-certa
 REPEAT_CHECK_MAX = 1000
 """The check above runs only while at most this many configs are untried (it scores them once
 more; in a larger space an untried config that may fit is almost always left)."""
+
+
+PRIOR_ONLY_MEMORY_SD = 0.3
+"""Sd of log peak memory around the analytic prior before a memory model exists (< 2 trials)."""
+
+
+class _PriorOnly:
+    """A predictor that returns an input column (the prior's log value) with a fixed variance."""
+
+    def __init__(self, column: int, sd: float) -> None:
+        self.column, self.var = column, sd**2
+
+    def __call__(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return X[:, self.column], torch.full((X.shape[0],), self.var, dtype=torch.float64)
 
 
 class SearchExhausted(InfrarsiError):
@@ -83,7 +104,7 @@ class Optimizer(PersistenceMixin):
     def __init__(self, space: SearchSpace, memory_capacity: float, seed: int = 0,
                  baseline: Mapping[str, Any] | None = None, censoring: bool = True, pairing: bool = True,
                  n_init: int | None = None, candidate_cap: int = CANDIDATE_CAP, num_threads: int | None = 1,
-                 local_every: int = 2) -> None:
+                 local_every: int = 2, prior: PriorMean | None = None) -> None:
         if not (isinstance(memory_capacity, (int, float)) and math.isfinite(memory_capacity) and memory_capacity > 0):
             raise InfrarsiError(f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}.")
         self.space = space
@@ -114,7 +135,14 @@ class Optimizer(PersistenceMixin):
                 idx.append(col)
                 signs.append(1.0 if b.knob.memory == "hungry" else -1.0)
             col += b.width
-        self.models = ModelSet(mean_indices=idx, mean_signs=signs)
+        self.prior = prior
+        """Analytic prior mean of both models (``infrarsi.search.prior``), or None."""
+        self.prior_coef: dict[str, np.ndarray | None] = {"time": None, "memory": None}
+        """Fitted log coefficients of the prior's time and memory terms (None: nominal)."""
+        self._prior_rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._all_terms: tuple[np.ndarray, np.ndarray] | None = None
+        self.models = ModelSet(mean_indices=idx, mean_signs=signs,
+                               prior_dim=None if prior is None else self.encoder.dim)
         self._all = space.enumerate_values()
         self._all_keys = None if self._all is None else [json_key(v) for v in self._all]
         self._all_X: torch.Tensor | None = None
@@ -141,15 +169,68 @@ class Optimizer(PersistenceMixin):
     def _ok(self) -> list[Observation]:
         return [o for o in self.observations if o.outcome.status == "ok"]
 
+    # ---------------------------------------------------------------- prior
+    def _terms(self, configs: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        """The prior's ``(n, kt)`` time and ``(n, km)`` memory terms (cached per config)."""
+        assert self.prior is not None  # internal: only called with a prior
+        keys = [self.space.key(c) for c in configs]
+        todo = {k: c for k, c in zip(keys, configs, strict=True) if k not in self._prior_rows}
+        if todo:
+            T, M = self.prior.terms(list(todo.values()))
+            for i, k in enumerate(todo):
+                self._prior_rows[k] = (T[i], M[i])
+        kt, km = len(self.prior.time_names), len(self.prior.memory_names)
+        if not keys:
+            return np.zeros((0, kt)), np.zeros((0, km))
+        return (np.stack([self._prior_rows[k][0] for k in keys]), np.stack([self._prior_rows[k][1] for k in keys]))
+
+    def _augment(self, X: torch.Tensor, T: np.ndarray, M: np.ndarray) -> torch.Tensor:
+        """``X`` plus the fitted prior's log step time and log(peak / capacity) columns."""
+        kt, km = T.shape[1], M.shape[1]
+        ct, cm = self.prior_coef["time"], self.prior_coef["memory"]
+        off_t = log_prior_sum(T, np.zeros(kt) if ct is None else ct)
+        off_m = log_prior_sum(M / self.memory_capacity, np.zeros(km) if cm is None else cm)
+        return torch.cat([X, off_t.reshape(-1, 1), off_m.reshape(-1, 1)], dim=-1)
+
+    def _X(self, configs: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+        """Model inputs of ``configs``: encoded features (plus the prior's columns)."""
+        X = self.encoder.encode(configs)
+        return X if self.prior is None else self._augment(X, *self._terms(configs))
+
+    def _fit_prior(self, ok: list[Observation], mem_rows: list[dict[str, Any]], mem_y: list[float],
+                   mem_cens: list[bool]) -> None:
+        if ok:
+            T, _ = self._terms([o.config for o in ok])
+            y = np.array([math.log(o.outcome.step_time) for o in ok])  # type: ignore[arg-type]
+            self.prior_coef["time"] = fit_log_coefficients(T, y, noise_sd=TIME_NOISE_SD, warm=self.prior_coef["time"])
+        if mem_rows:
+            _, M = self._terms(mem_rows)
+            self.prior_coef["memory"] = fit_log_coefficients(
+                M, np.array(mem_y), np.array(mem_cens), noise_sd=MEMORY_NOISE_SD, scale=self.memory_capacity,
+                warm=self.prior_coef["memory"])
+
     def _fit(self) -> None:
         ok = self._ok()
+        rows, ys, cens = self._memory_rows()
+        if self.prior is not None:
+            self._fit_prior(ok, rows, ys, cens)
         if ok:
-            X = self.encoder.encode([o.config for o in ok])
+            X = self._X([o.config for o in ok])
             y = torch.tensor([math.log(o.outcome.step_time) for o in ok], dtype=torch.float64)  # type: ignore[arg-type]
             self.models.update_time(X, y)
         else:
             self.models.time.model = self.models.time.pred = None
-        rows, ys, cens = [], [], []
+        if len(rows) >= 2:
+            self.models.update_memory(self._X(rows), torch.tensor(ys, dtype=torch.float64),
+                                      torch.tensor(cens, dtype=torch.bool))
+        else:
+            self.models.memory.model = self.models.memory.pred = None
+
+    def _memory_rows(self) -> tuple[list[dict[str, Any]], list[float], list[bool]]:
+        """Configs, log(peak / capacity) (the log lower bound for OOMs) and the censoring mask."""
+        rows: list[dict[str, Any]] = []
+        ys: list[float] = []
+        cens: list[bool] = []
         for o in self.observations:
             if o.outcome.status == "ok" and o.outcome.peak_memory is not None:
                 rows.append(o.config)
@@ -160,24 +241,23 @@ class Optimizer(PersistenceMixin):
                 rows.append(o.config)
                 ys.append(math.log(lb / self.memory_capacity))
                 cens.append(True)
-        if len(rows) >= 2:
-            self.models.update_memory(self.encoder.encode(rows), torch.tensor(ys, dtype=torch.float64),
-                                      torch.tensor(cens, dtype=torch.bool))
-        else:
-            self.models.memory.model = self.models.memory.pred = None
+        return rows, ys, cens
 
     def _best_log_time(self) -> float | None:
         ok = self._ok()
         if not ok or self.models.time.pred is None:
             return None
-        mean, _ = acquisition.predict_time(self.models.time.pred, self.encoder.encode([o.config for o in ok]))
+        mean, _ = acquisition.predict_time(self.models.time.pred, self._X([o.config for o in ok]))
         return float(mean.min())
 
     def _scores(self, configs: Sequence[Mapping[str, Any]], X: torch.Tensor | None = None) -> acquisition.Scores:
-        X = self.encoder.encode(configs) if X is None else X
+        X = self._X(configs) if X is None else X
         mem = self.models.memory
         noise = float(mem.model.likelihood.noise_sd.detach()) if mem.model is not None else 0.0
-        return acquisition.analytic_scores(self.models.time.pred, mem.pred, noise, X,
+        mem_pred = mem.pred
+        if mem_pred is None and self.prior is not None:  # no memory model yet: the prior alone
+            mem_pred = _PriorOnly(self.encoder.dim + 1, PRIOR_ONLY_MEMORY_SD)
+        return acquisition.analytic_scores(self.models.time.pred, mem_pred, noise, X,
                                            self._best_log_time(), self.feasibility.p_ok(configs))
 
     def _candidates(self, exclude: set[str]) -> tuple[list[dict[str, Any]], torch.Tensor]:
@@ -186,7 +266,13 @@ class Optimizer(PersistenceMixin):
             if self._all_X is None:
                 self._all_X = self.encoder.encode_values(self._all)
             keep = [i for i, k in enumerate(self._all_keys or []) if k not in exclude]
-            return [self.space.as_config(self._all[i]) for i in keep], self._all_X[keep]
+            configs = [self.space.as_config(self._all[i]) for i in keep]
+            if self.prior is None:
+                return configs, self._all_X[keep]
+            if self._all_terms is None:
+                self._all_terms = self.prior.terms([self.space.as_config(v) for v in self._all])
+            T, M = self._all_terms
+            return configs, self._augment(self._all_X[keep], T[keep], M[keep])
         pool: dict[str, dict[str, Any]] = {}
         if self._all is not None:
             for i in self.rng.choice(len(self._all), size=self.candidate_cap // 2, replace=False).tolist():
@@ -199,14 +285,14 @@ class Optimizer(PersistenceMixin):
             for nb in self.space.neighbours(o.config):
                 pool.setdefault(self.space.key(nb), nb)
         configs = [c for k, c in pool.items() if k not in exclude]
-        return configs, self.encoder.encode(configs) if configs else torch.zeros(0, self.encoder.dim, dtype=torch.float64)
+        return configs, self._X(configs)
 
     def _info(self, cfg: dict[str, Any], phase: str, scores: acquisition.Scores | None, i: int | None) -> dict[str, Any]:
         info: dict[str, Any] = {"config": dict(cfg), "phase": phase, "ask_index": self.n_asks, "repair_of": None}
         if scores is not None and i is not None:
             info.update(predicted_step_time_s=_exp(scores.time_mean[i]), p_fit=float(scores.p_fit[i]),
                         predicted_memory_bytes=self.memory_capacity * math.exp(float(scores.mem_mean[i]))
-                        if self.models.memory.model is not None else None,
+                        if self._has_memory_prediction() else None,
                         p_ok=float(scores.p_ok[i]), log_acquisition=float(scores.log_score[i]))
         return info
 
@@ -269,10 +355,11 @@ class Optimizer(PersistenceMixin):
             sel = self.rng.choice(len(configs), size=design.DESIGN_POOL, replace=False)
             configs, X = [configs[i] for i in sel.tolist()], X[torch.as_tensor(sel)]
         seen = [o.config for o in self.observations] + [self.pending.get(t) or json_config(self.space, t) for t in taken]
-        existing = self.encoder.encode(seen) if seen else torch.zeros(0, self.encoder.dim, dtype=torch.float64)
+        existing = self.encoder.encode(seen)
         scores = self._scores(configs, X)
         weights = scores.p_fit * scores.p_ok
-        i = design.coverage_pick(configs, X, seen, existing, self.space.names, self.rng, weights=weights)
+        i = design.coverage_pick(configs, X[:, : self.encoder.dim], seen, existing, self.space.names, self.rng,
+                                 weights=weights)
         return self._info(configs[i], "design", scores, i)
 
     def _bo_picks(self, configs: list[dict[str, Any]], X: torch.Tensor, q: int, taken: set[str],
@@ -289,9 +376,9 @@ class Optimizer(PersistenceMixin):
         else:
             top = np.argsort(-scores.log_score, kind="stable")[: acquisition.BATCH_CHOICES]
             ok = self._ok()
-            X_base = self.encoder.encode([o.config for o in ok])
+            X_base = self._X([o.config for o in ok])
             pend = [self.pending.get(t) or json_config(self.space, t) for t in taken]
-            X_pend = self.encoder.encode(pend) if pend else None
+            X_pend = self._X(pend) if pend else None
             sub = acquisition.select_batch(self.models.time.model, self.models.memory.model, X[torch.as_tensor(top)],
                                            q, X_base, X_pend, seed=self.seed * 7919 + self.n_asks)
             picks = [int(top[j]) for j in sub]
@@ -324,6 +411,9 @@ class Optimizer(PersistenceMixin):
         return np.array([sum(c[n] != r or type(c[n]) is not type(r) for n, r in zip(names, ref, strict=True)) <= LOCAL_RADIUS
                          for c in configs], dtype=bool)
 
+    def _has_memory_prediction(self) -> bool:
+        return self.models.memory.model is not None or self.prior is not None
+
     def _predict_raw(self, configs: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
         s = self._scores(configs)
         return {"log_time_mean": s.time_mean, "p_fit": s.p_fit, "p_ok": s.p_ok, "mem_mean": s.mem_mean}
@@ -338,7 +428,7 @@ class Optimizer(PersistenceMixin):
             self._fit()
             if self.models.time.model is None:
                 return dict(min(ok, key=lambda o: o.outcome.step_time or math.inf).config)
-            mean, _ = acquisition.predict_time(self.models.time.pred, self.encoder.encode([o.config for o in ok]))
+            mean, _ = acquisition.predict_time(self.models.time.pred, self._X([o.config for o in ok]))
         return dict(ok[int(torch.argmin(mean))].config)
 
     def predict(self, configs: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
@@ -348,7 +438,7 @@ class Optimizer(PersistenceMixin):
         with _threads(self.num_threads):
             self._fit()
             s = self._scores(full)
-        has_mem = self.models.memory.model is not None
+        has_mem = self._has_memory_prediction()
         return {"step_time_mean_s": np.exp(s.time_mean), "step_time_sd_log": s.time_sd,
                 "memory_mean_bytes": self.memory_capacity * np.exp(s.mem_mean) if has_mem else np.full(len(full), np.nan),
                 "p_fit": s.p_fit, "p_ok": s.p_ok}

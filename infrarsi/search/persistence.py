@@ -50,6 +50,8 @@ class PersistenceMixin:
             "rng": opt.rng.bit_generator.state,
             "n_asks": opt.n_asks,
             "models": opt.models.state_dict(),
+            "prior": None if opt.prior is None else opt.prior.spec(),
+            "prior_coefficients": {k: None if v is None else [float(x) for x in v] for k, v in opt.prior_coef.items()},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -66,10 +68,17 @@ class PersistenceMixin:
         opt.rng.bit_generator.state = state["rng"]
         opt.n_asks = int(state["n_asks"])
         opt.models.load_state_dict(state.get("models") or {})
+        if opt.prior is not None:
+            import numpy as np
+
+            coef = state.get("prior_coefficients") or {}
+            opt.prior_coef = {k: None if coef.get(k) is None else np.asarray(coef[k], dtype=float)
+                              for k in ("time", "memory")}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Optimizer:
         """A new optimizer (space included) from ``state_dict()``."""
+        from infrarsi.search.prior import prior_from_spec
         from infrarsi.search.space import SearchSpace
 
         space = SearchSpace.from_yaml(state["space_source"])
@@ -77,7 +86,8 @@ class PersistenceMixin:
         opt = cast("Any", cls)(space, memory_capacity=state["memory_capacity"], seed=state["seed"],
                                baseline=state.get("baseline"), censoring=state["censoring"], pairing=state["pairing"],
                                n_init=state["n_init"], candidate_cap=state["candidate_cap"],
-                               num_threads=state.get("num_threads", 1), local_every=state.get("local_every", 2))
+                               num_threads=state.get("num_threads", 1), local_every=state.get("local_every", 2),
+                               prior=None if state.get("prior") is None else prior_from_spec(state["prior"]))
         opt.load_state_dict(state)
         return cast("Optimizer", opt)
 

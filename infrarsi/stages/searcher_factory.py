@@ -10,6 +10,10 @@ the first asks are the bank's best configs by step time relative to their own st
 more than ``PRIOR_MAX_RELATIVE_MEMORY`` of their capacity left out). They are measured like any
 other trial; nothing from the bank is told to the models as if it were measured here. Once the
 queue is used up (or a prior config was already tried), asks are the optimizer's own.
+
+Analytic prior: the optimizer also gets the workload's analytic prior mean
+(``infrarsi.workload_prior``: ZeRO / activation / FLOPs formulas whose coefficients are fitted on
+the study's trials), unless the model shape is unknown or ``INFRARSI_PRIOR=off``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import structlog
 
 from infrarsi.result import TrialResult
 from infrarsi.search import Optimizer
+from infrarsi.workload_prior import prior_for_workload
 
 log = structlog.get_logger(__name__)
 
@@ -167,15 +172,17 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     space = load_space(contract, d)
     cap = contract.memory_capacity_bytes or UNLIMITED_CAPACITY_BYTES
     prior = bank_prior_configs(contract, space, rows, bank_root=bank_root)
+    analytic = prior_for_workload(contract.workload_model())
     if prior:
         opt: Optimizer = WarmStartOptimizer(
-            space, float(cap), seed=seed, baseline=baseline_config(contract, d),
+            space, float(cap), seed=seed, baseline=baseline_config(contract, d), prior=analytic,
             prior_configs=[p["config"] for p in prior],
             prior_info=[{k: p.get(k) for k in ("source_study", "relative_step_time", "similarity",
                                                "hardware_fingerprint", "trial_id")} for p in prior])
         log.info("bank.warm_start", configs=len(prior), sources=sorted({str(p["source_study"]) for p in prior}))
     else:
-        opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline_config(contract, d))
+        opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline_config(contract, d),
+                        prior=analytic)
     for r in rows:
         if r.extra.get("interrupted") or not r.config:
             continue

@@ -14,10 +14,13 @@ from typing import Any
 import torch
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
+from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from botorch.optim.fit import fit_gpytorch_mll_scipy
 from gpytorch.means import LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import NormalPrior
+
+from infrarsi.search.models.offset_mean import OffsetMean
 
 State = dict[str, torch.Tensor]
 
@@ -39,8 +42,24 @@ def _linear_mean(d: int) -> LinearMean:
     return mean
 
 
+def _build(train_X: torch.Tensor, Y: torch.Tensor, offset: tuple[int, int] | None) -> SingleTaskGP:
+    if offset is None:
+        return SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=_linear_mean(train_X.shape[-1]))
+    d, column = offset
+    mean = OffsetMean(_linear_mean(d), d, column)
+    model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=mean,
+                         covar_module=get_covar_module_with_dim_scaled_prior(ard_num_dims=d, active_dims=list(range(d))))
+    return model
+
+
+def _standardize_offset(model: SingleTaskGP) -> None:
+    if isinstance(model.mean_module, OffsetMean):
+        tf: Any = model.outcome_transform
+        model.mean_module.set_standardization(tf.means.reshape(()), tf.stdvs.reshape(()))
+
+
 def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State | None = None,
-                maxiter: int = 60) -> tuple[SingleTaskGP, State]:
+                maxiter: int = 60, offset: tuple[int, int] | None = None) -> tuple[SingleTaskGP, State]:
     """Fit the GP.
 
     Args:
@@ -48,6 +67,9 @@ def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State 
         log_step_time: ``(n,)`` log seconds per step.
         warm: parameters of a previous fit to start from (same ``d``), or None.
         maxiter: L-BFGS iteration cap.
+        offset: ``(d, column)``: only the first ``d`` columns are features; ``column`` holds a known
+            log-time offset (the analytic prior), added to the mean and ignored by the kernel
+            (``OffsetMean``).
 
     Returns:
         The fitted model in eval mode, and its parameters (for the next warm start).
@@ -55,10 +77,11 @@ def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State 
     Y = log_step_time.reshape(-1, 1).to(torch.float64)
     if Y.shape[0] > 1 and float(Y.std()) < 1e-9:  # all equal: add a hint of spread to stay well posed
         Y = Y + 1e-6 * torch.arange(Y.shape[0], dtype=torch.float64).reshape(-1, 1)
-    model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=_linear_mean(train_X.shape[-1]))
+    model = _build(train_X, Y, offset)
     if warm is not None:
         with contextlib.suppress(RuntimeError):  # shapes changed (another space): start fresh
             torch.nn.Module.load_state_dict(model, warm, strict=False)
+    _standardize_offset(model)
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     mll.train()
     with warnings.catch_warnings():
@@ -67,7 +90,8 @@ def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State 
             if maxiter > 0:
                 fit_gpytorch_mll_scipy(mll, options={"maxiter": maxiter})
         except Exception:  # numerical trouble: fall back to the prior-initialised model
-            model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=_linear_mean(train_X.shape[-1]))
+            model = _build(train_X, Y, offset)
+            _standardize_offset(model)
     model.eval()
     return model, hyper_state(model)
 

@@ -35,6 +35,8 @@ from gpytorch.priors import GammaPrior, LogNormalPrior
 from torch.distributions import Normal
 from torch.special import log_ndtr
 
+from infrarsi.search.models.offset_mean import OffsetMean
+
 State = dict[str, torch.Tensor]
 
 
@@ -77,12 +79,13 @@ class TobitLikelihood(_OneDimensionalLikelihood):
 class MonotoneLinearMean(Mean):
     """``c + sum_j sign_j * softplus(w_j) * x_j`` over memory-tagged features (signs fixed: +1 hungry, -1 saver)."""
 
-    def __init__(self, indices: Sequence[int], signs: Sequence[float]) -> None:
+    def __init__(self, indices: Sequence[int], signs: Sequence[float], constant: float = -1.0,
+                 raw_weight: float = -1.0) -> None:
         super().__init__()
         self.register_buffer("indices", torch.tensor(list(indices), dtype=torch.long))
         self.register_buffer("signs", torch.tensor(list(signs), dtype=torch.float64))
-        self.register_parameter("raw_weights", torch.nn.Parameter(torch.full((len(indices),), -1.0, dtype=torch.float64)))
-        self.register_parameter("constant", torch.nn.Parameter(torch.tensor(-1.0, dtype=torch.float64)))
+        self.register_parameter("raw_weights", torch.nn.Parameter(torch.full((len(indices),), raw_weight, dtype=torch.float64)))
+        self.register_parameter("constant", torch.nn.Parameter(torch.tensor(constant, dtype=torch.float64)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.indices.numel() == 0:
@@ -99,15 +102,28 @@ def _unique_rows(X: torch.Tensor) -> torch.Tensor:
 
 
 def build_tobit_gp(X: torch.Tensor, y: torch.Tensor, mean_indices: Sequence[int],
-                   mean_signs: Sequence[float]) -> SingleTaskVariationalGP:
-    """A fresh (unfitted) model with inducing points at the unique rows of ``X``."""
-    d = X.shape[-1]
-    covar = ScaleKernel(get_covar_module_with_dim_scaled_prior(ard_num_dims=d), outputscale_prior=GammaPrior(2.0, 4.0))
+                   mean_signs: Sequence[float], offset: tuple[int, int] | None = None) -> SingleTaskVariationalGP:
+    """A fresh (unfitted) model with inducing points at the unique rows of ``X``.
+
+    With ``offset = (d, column)`` only the first ``d`` columns of ``X`` are features and ``column``
+    holds a known log offset (the analytic prior): the mean adds it (``OffsetMean``), the kernel
+    ignores the extra columns, the monotone terms start near zero, and the inducing points hold 0
+    in the extra columns (they change when the prior is refitted; the kernel never reads them, and
+    a stable inducing set keeps the warm start).
+    """
+    d = X.shape[-1] if offset is None else offset[0]
+    active = None if offset is None else list(range(d))
+    covar = ScaleKernel(get_covar_module_with_dim_scaled_prior(ard_num_dims=d, active_dims=active),
+                        outputscale_prior=GammaPrior(2.0, 4.0))
     covar.outputscale = 0.5
+    mean: Mean = MonotoneLinearMean(mean_indices, mean_signs)
+    Z = _unique_rows(X)
+    if offset is not None:
+        mean = OffsetMean(MonotoneLinearMean(mean_indices, mean_signs, constant=0.0, raw_weight=-4.0), d, offset[1])
+        Z = _unique_rows(torch.cat([X[:, :d], torch.zeros(X.shape[0], X.shape[1] - d, dtype=X.dtype)], dim=-1))
     model = SingleTaskVariationalGP(
         X, y.reshape(-1, 1), likelihood=TobitLikelihood(), learn_inducing_points=False,
-        covar_module=covar, mean_module=MonotoneLinearMean(mean_indices, mean_signs),
-        inducing_points=_unique_rows(X),
+        covar_module=covar, mean_module=mean, inducing_points=Z,
     )
     model = model.to(torch.float64)
     # q(v) starts at the whitened prior N(0, I) (the constructor's values); mark it initialised so
@@ -156,7 +172,11 @@ def fast_neg_elbo(model: SingleTaskVariationalGP, X: torch.Tensor, y: torch.Tens
     scale = gp.covar_module.outputscale
     ls = base.lengthscale.reshape(1, -1)
 
+    dims = base.active_dims
+
     def kern(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if dims is not None:
+            a, b = a[..., dims], b[..., dims]
         return scale * torch.exp(-0.5 * torch.cdist(a / ls, b / ls).pow(2))
 
     m_ind = Z.shape[0]
@@ -178,7 +198,7 @@ def fast_neg_elbo(model: SingleTaskVariationalGP, X: torch.Tensor, y: torch.Tens
 
 def fit_tobit_gp(X: torch.Tensor, log_rel_peak: torch.Tensor, censored: torch.Tensor, *,
                  mean_indices: Sequence[int], mean_signs: Sequence[float], warm: State | None = None,
-                 maxiter: int = 100) -> tuple[SingleTaskVariationalGP, State]:
+                 maxiter: int = 100, offset: tuple[int, int] | None = None) -> tuple[SingleTaskVariationalGP, State]:
     """Fit the censored memory GP.
 
     Args:
@@ -188,12 +208,13 @@ def fit_tobit_gp(X: torch.Tensor, log_rel_peak: torch.Tensor, censored: torch.Te
         mean_indices, mean_signs: memory-tagged features and their signs for the prior mean.
         warm: parameters of a previous fit (its inducing set must be a prefix of this one's).
         maxiter: L-BFGS iteration cap.
+        offset: ``(d, column)`` of a known log offset in ``X`` (``build_tobit_gp``), or None.
 
     Returns:
         The fitted model in eval mode, and its parameters for the next warm start.
     """
     y = log_rel_peak.to(torch.float64)
-    model = build_tobit_gp(X, y, mean_indices, mean_signs)
+    model = build_tobit_gp(X, y, mean_indices, mean_signs, offset=offset)
     if warm is not None:
         _warm_start(model, warm)
     model.train()

@@ -1,0 +1,86 @@
+"""The analytic prior (``infrarsi.search.transformer_prior``) of a workload: its model shape, batch,
+world size and nominal hardware figures.
+
+- ``surrogate`` backend: the model and GPU kinds named by the workload (shapes and datasheet
+  figures only; the prior's formulas are its own, it never calls the surrogate's model).
+- ``deepspeed`` backend: the model flavour of ``workloads.models`` (dense or MoE), with nominal
+  figures for the device kind (``cuda``: H100-class datasheet values; ``cpu``: rough figures for
+  one core per rank). Nominal figures only set the starting point: each term's coefficient is
+  refitted on the study's own trials.
+
+``prior_for_workload`` returns None when the shape is unknown (the optimizer then runs without a
+prior, as before), and ``INFRARSI_PRIOR=off`` turns the prior off everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from infrarsi.logging import get_logger
+from infrarsi.search.transformer_prior import TransformerPrior, transformer_shape
+from infrarsi.workload import Workload
+
+log = get_logger(__name__)
+
+CPU_NOMINAL: dict[str, float] = {
+    "peak_flops": 5e10, "memory_bytes_per_s": 1e10, "intra_bytes_per_s": 2e9, "inter_bytes_per_s": 1e9,
+    "host_bytes_per_s": 1e10, "cpu_adam_params_per_s": 2e8, "fixed_memory_bytes": 8 * 2**20,
+}
+"""Rough per-rank figures of a CPU job (gloo over loopback, one core per rank)."""
+CUDA_NOMINAL: dict[str, float] = {
+    "peak_flops": 989e12, "memory_bytes_per_s": 3.35e12, "intra_bytes_per_s": 360e9, "inter_bytes_per_s": 45e9,
+    "host_bytes_per_s": 25e9, "cpu_adam_params_per_s": 1.5e9, "fixed_memory_bytes": 2e9,
+}
+"""H100-SXM datasheet-level figures (bus bandwidths as achieved by NCCL, not link peaks)."""
+
+
+def prior_enabled() -> bool:
+    """False when ``INFRARSI_PRIOR=off`` (or ``0``/``false``)."""
+    return os.environ.get("INFRARSI_PRIOR", "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def prior_for_workload(wl: Workload) -> TransformerPrior | None:
+    """The workload's analytic prior, or None (unknown shape, or turned off)."""
+    if not prior_enabled():
+        return None
+    try:
+        shape = _shape(wl)
+    except Exception as e:  # an unknown flavour must not stop a study: run without the prior
+        log.warning("prior.unavailable", workload=wl.name, error=str(e))
+        return None
+    return None if shape is None else TransformerPrior(shape)
+
+
+def _shape(wl: Workload) -> Any:
+    seq = wl.data.seq_len
+    batch = max(1, wl.tokens_per_step // seq)
+    if wl.backend == "surrogate":
+        from infrarsi.execution.surrogate_model import GPUS, MODELS
+
+        m = MODELS[str(wl.surrogate.get("model", wl.model.size))]
+        g = GPUS[str(wl.surrogate.get("gpu", "h100_sxm"))]
+        hw: dict[str, Any] = {**CUDA_NOMINAL, "peak_flops": g.peak_flops, "memory_bytes_per_s": g.hbm_bytes_per_s,
+              "intra_bytes_per_s": g.nvlink_bytes_per_s, "inter_bytes_per_s": g.internode_bytes_per_s,
+              "host_bytes_per_s": g.pcie_bytes_per_s}
+        return transformer_shape(n_layers=m.n_layers, hidden=m.hidden, n_heads=m.n_heads, vocab=m.vocab,
+                                 seq_len=seq, global_batch=batch, world_size=wl.world_size, num_params=m.num_params,
+                                 devices_per_node=int(wl.surrogate.get("gpus_per_node", 8)), **hw)
+    from workloads.models import model_args
+
+    a = model_args(wl.model.family, wl.model.size, wl.model.overrides)
+    kv = a.n_kv_heads or a.n_heads
+    attn = 2 * a.dim * a.dim + 2 * a.dim * (a.dim * kv // a.n_heads)
+    if a.num_experts:
+        ffn, active_ffn = a.num_experts * 3 * a.dim * a.expert_hidden, a.top_k * 3 * a.dim * a.expert_hidden
+    else:
+        ffn = active_ffn = 3 * a.dim * a.ffn_hidden
+    emb = 2 * a.vocab_size * a.dim
+    n = a.n_layers * (attn + ffn + 2 * a.dim) + emb
+    active = a.n_layers * (attn + active_ffn + 2 * a.dim) + emb
+    hw2: dict[str, Any] = dict(CUDA_NOMINAL if wl.resources.device == "cuda" else CPU_NOMINAL)
+    per_node = max(1, wl.world_size // wl.resources.nodes)
+    return transformer_shape(n_layers=a.n_layers, hidden=a.dim, n_heads=a.n_heads, vocab=a.vocab_size, seq_len=seq,
+                             global_batch=batch, world_size=wl.world_size, num_params=float(n),
+                             active_params=float(active), devices_per_node=per_node,
+                             default_dtype="fp32" if wl.resources.device == "cpu" else "bf16", **hw2)

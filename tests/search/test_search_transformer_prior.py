@@ -1,0 +1,67 @@
+"""The transformer job's analytic prior: its terms move the way the physics says."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from infrarsi.search.prior import prior_from_spec
+from infrarsi.search.transformer_prior import (
+    MEMORY_TERMS,
+    TIME_TERMS,
+    TransformerPrior,
+    transformer_shape,
+)
+
+SHAPE = transformer_shape(n_layers=32, hidden=4096, n_heads=32, vocab=128256, seq_len=2048, global_batch=512,
+                          world_size=8)
+BASE = {"zero_stage": 1, "micro_batch_size": 2, "activation_checkpointing": "none", "tp": 1, "pp": 1,
+        "dtype": "bf16", "offload_optimizer": False, "overlap_comm": False, "flash_attention": True}
+
+
+def _terms(**change: object) -> tuple[dict[str, float], dict[str, float]]:
+    T, M = TransformerPrior(SHAPE).terms([{**BASE, **change}])
+    return dict(zip(TIME_TERMS, T[0], strict=True)), dict(zip(MEMORY_TERMS, M[0], strict=True))
+
+
+def test_default_param_count_is_llama_like() -> None:
+    assert 7.0e9 < SHAPE.num_params < 8.5e9
+
+
+def test_memory_terms_follow_zero_checkpointing_and_micro_batch() -> None:
+    states = [_terms(zero_stage=z)[1]["model_states"] for z in (0, 1, 2, 3)]
+    assert all(a > b for a, b in itertools.pairwise(states))
+    acts = [_terms(activation_checkpointing=k, flash_attention=False)[1]["activations"]
+            for k in ("none", "selective", "full")]
+    assert acts[0] > acts[1] > acts[2]
+    # with flash attention the score matrix is never stored: selective recomputation saves nothing more
+    assert _terms(activation_checkpointing="selective")[1]["activations"] == _terms()[1]["activations"]
+    assert _terms(micro_batch_size=4)[1]["activations"] > _terms(micro_batch_size=2)[1]["activations"]
+    assert _terms(offload_optimizer=True)[1]["model_states"] < _terms()[1]["model_states"]
+    assert _terms(tp=2)[1]["activations"] < _terms()[1]["activations"]
+    assert _terms(flash_attention=False)[1]["activations"] > _terms()[1]["activations"]
+
+
+def test_time_terms_follow_recompute_offload_and_parallelism() -> None:
+    base_t, _ = _terms()
+    assert _terms(activation_checkpointing="full")[0]["compute_bf16"] > base_t["compute_bf16"]
+    assert _terms(dtype="fp32")[0]["compute_bf16"] == 0.0 < _terms(dtype="fp32")[0]["compute_fp32"]
+    assert base_t["offload"] == 0.0 < _terms(offload_optimizer=True)[0]["offload"]
+    assert base_t["tp_comm"] == 0.0 < _terms(tp=2)[0]["tp_comm"]
+    assert base_t["pipeline_bubble"] == 0.0 < _terms(pp=2)[0]["pipeline_bubble"]
+    assert _terms(micro_batch_size=1)[0]["micro_batch_overhead"] > base_t["micro_batch_overhead"]
+    assert _terms(zero_stage=3)[0]["dp_comm"] > base_t["dp_comm"]
+
+
+def test_missing_knobs_take_neutral_defaults_and_every_row_is_positive() -> None:
+    T, M = TransformerPrior(SHAPE).terms([{}, {"zero_stage": 3}])
+    assert np.all(T >= 0) and np.all(M >= 0)
+    assert np.all(T.sum(1) > 0) and np.all(M.sum(1) > 0)
+
+
+def test_spec_round_trip() -> None:
+    p = TransformerPrior(SHAPE)
+    q = prior_from_spec(p.spec())
+    assert isinstance(q, TransformerPrior) and q.shape == p.shape
+    assert np.array_equal(q.terms([BASE])[0], p.terms([BASE])[0])

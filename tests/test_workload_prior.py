@@ -1,0 +1,43 @@
+"""Building a workload's analytic prior."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infrarsi.search.transformer_prior import TransformerPrior
+from infrarsi.workload import Workload
+from infrarsi.workload_prior import prior_for_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["dense_debug", "moe_debug", "surrogate_dense_1node", "surrogate_dense_2node"])
+def test_bundled_workloads_have_a_prior(name: str) -> None:
+    wl = Workload.from_yaml(ROOT / "workloads" / f"{name}.yaml")
+    p = prior_for_workload(wl)
+    assert isinstance(p, TransformerPrior)
+    assert p.shape.world_size == wl.world_size
+    assert p.shape.global_batch * wl.data.seq_len == wl.tokens_per_step
+
+
+def test_dense_debug_param_count_matches_the_model() -> None:
+    from workloads.models import build_model
+
+    wl = Workload.from_yaml(ROOT / "workloads" / "dense_debug.yaml")
+    p = prior_for_workload(wl)
+    assert p is not None
+    n = sum(t.numel() for t in build_model("dense", "debug").parameters())
+    assert abs(p.shape.num_params - n) / n < 0.02
+
+
+def test_prior_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFRARSI_PRIOR", "off")
+    assert prior_for_workload(Workload.from_yaml(ROOT / "workloads" / "dense_debug.yaml")) is None
+
+
+def test_unknown_flavour_runs_without_a_prior() -> None:
+    wl = Workload.from_yaml(ROOT / "workloads" / "dense_debug.yaml")
+    wl = wl.model_copy(update={"model": wl.model.model_copy(update={"size": "no_such_size"})})
+    assert prior_for_workload(wl) is None
