@@ -52,6 +52,21 @@ def prior_for_workload(wl: Workload) -> TransformerPrior | None:
     return None if shape is None else TransformerPrior(shape)
 
 
+def _model_args(wl: Workload) -> Any:
+    """The workload's model architecture from the ``workloads`` package next to its YAML (the
+    directory trials run their code from), importing it as the workers do."""
+    import sys
+
+    from infrarsi.execution.runner import default_code_dir
+
+    code_dir = default_code_dir(wl)
+    if code_dir not in sys.path:
+        sys.path.insert(0, code_dir)
+    from workloads.models import model_args
+
+    return model_args(wl.model.family, wl.model.size, wl.model.overrides)
+
+
 def _shape(wl: Workload) -> Any:
     seq = wl.data.seq_len
     batch = max(1, wl.tokens_per_step // seq)
@@ -66,9 +81,7 @@ def _shape(wl: Workload) -> Any:
         return transformer_shape(n_layers=m.n_layers, hidden=m.hidden, n_heads=m.n_heads, vocab=m.vocab,
                                  seq_len=seq, global_batch=batch, world_size=wl.world_size, num_params=m.num_params,
                                  devices_per_node=int(wl.surrogate.get("gpus_per_node", 8)), **hw)
-    from workloads.models import model_args
-
-    a = model_args(wl.model.family, wl.model.size, wl.model.overrides)
+    a = _model_args(wl)
     kv = a.n_kv_heads or a.n_heads
     attn = 2 * a.dim * a.dim + 2 * a.dim * (a.dim * kv // a.n_heads)
     if a.num_experts:

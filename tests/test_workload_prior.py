@@ -41,3 +41,18 @@ def test_unknown_flavour_runs_without_a_prior() -> None:
     wl = Workload.from_yaml(ROOT / "workloads" / "dense_debug.yaml")
     wl = wl.model_copy(update={"model": wl.model.model_copy(update={"size": "no_such_size"})})
     assert prior_for_workload(wl) is None
+
+
+def test_prior_found_from_outside_the_repository(tmp_path: Path) -> None:
+    """The study's driver is a console script: ``workloads`` is not on its path (the demo hit this)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path = [p for p in sys.path if p not in ('', '.')]\n"
+            "from infrarsi.workload import Workload\n"
+            "from infrarsi.workload_prior import prior_for_workload\n"
+            f"p = prior_for_workload(Workload.from_yaml({str(ROOT / 'workloads' / 'dense_debug.yaml')!r}))\n"
+            "print(p is not None and p.shape.num_params > 0)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"})
+    assert out.stdout.strip().splitlines()[-1] == "True", out.stderr
