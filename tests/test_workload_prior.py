@@ -56,3 +56,14 @@ def test_prior_found_from_outside_the_repository(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"})
     assert out.stdout.strip().splitlines()[-1] == "True", out.stderr
+
+
+def test_cpu_prior_assumes_no_bf16_gain_and_gpu_prior_does() -> None:
+    cpu = prior_for_workload(Workload.from_yaml(ROOT / "workloads" / "dense_debug.yaml"))
+    gpu = prior_for_workload(Workload.from_yaml(ROOT / "workloads" / "surrogate_dense_1node.yaml"))
+    assert cpu is not None and gpu is not None
+    for p, ratio in ((cpu, 1.0), (gpu, 2.0)):
+        cfg = {"zero_stage": 1, "micro_batch_size": 1}
+        T16, _ = p.terms([{**cfg, "dtype": "bf16"}])
+        T32, _ = p.terms([{**cfg, "dtype": "fp32"}])
+        assert abs(T32[0, 1] / T16[0, 0] - ratio) < 1e-9

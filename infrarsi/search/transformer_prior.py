@@ -5,7 +5,8 @@ coefficient (``prior``):
 
 - time: ideal compute (6N + 12Lhs FLOPs per token, Narayanan et al. 2021; full recomputation adds a
   forward pass, selective recomputation re-runs attention; without flash attention the attention
-  part runs at half speed), one term per dtype (their ratio differs between GPUs and CPUs); a
+  part runs at half speed), one term per dtype (their ratio differs between GPUs and CPUs, see
+  ``JobShape.bf16_speedup``); a
   fixed cost per micro-batch and layer (small micro-batches run less efficient kernels); tensor-
   parallel all-reduces (4 per layer and micro-batch); ZeRO gradient/parameter traffic (2 psi per
   step for stages 0-1, reduce-scatter per micro-batch for 2, 3 psi per micro-batch for 3, Rajbhandari
@@ -77,6 +78,10 @@ class JobShape:
     """Parameters active per token (MoE); 0 means ``num_params``."""
     default_dtype: str = "bf16"
     """dtype when the space has no ``dtype`` knob."""
+    bf16_speedup: float = 2.0
+    """Nominal speed of bf16 over fp32 compute: 2 on tensor-core GPUs (TF32 vs bf16 peaks); 1 on
+    CPUs, where it ranges from far slower (AVX2, no bf16 units) to faster (AMX), so no gain is
+    assumed until a bf16 trial has been measured."""
 
 
 def _get(config: Mapping[str, Any], name: str, default: Any) -> Any:
@@ -140,7 +145,7 @@ class TransformerPrior:
             attn = attn * 4 / 3
         tokens = j.global_batch * s
         compute = tokens * (dense + attn) / (ws * j.peak_flops)
-        compute_bf16, compute_fp32 = (0.0, 2.0 * compute) if fp32 else (compute, 0.0)
+        compute_bf16, compute_fp32 = (0.0, j.bf16_speedup * compute) if fp32 else (compute, 0.0)
         mb_overhead = gas * (L / pp) * 1e-3
         tp_comm = 0.0
         if tp > 1:
