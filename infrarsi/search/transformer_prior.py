@@ -16,7 +16,7 @@ coefficient (``prior``):
   stage, optimizer states gone with offload); activations per Korthikanti et al. 2022 (34 sbh per
   layer, +5as^2b without flash attention or recomputation, 2sbh per layer with full recomputation
   plus one layer's working set; 1F1B keeps L layers' worth on the first stage); fp32 logits;
-  communication buckets; a fixed workspace.
+  communication buckets (at their configured size); a fixed workspace.
 
 Knobs are read by name with neutral defaults, so a space without ``tp`` or ``pp`` works; unknown
 knobs are left to the GPs. This module never sees the true model of any backend.
@@ -190,7 +190,10 @@ class TransformerPrior:
         else:
             acts = full_layer * L
         logits = s * mbs * V * 6 / tp
-        elems = min(5e8 if bucket == "auto" else float(bucket), shard)
+        # ZeRO-1/2 allocate their gradient buckets at the configured size, however small the model
+        # (a 5e7-element bucket OOMed a 5M-parameter job on CPU); "auto" is infrarsi's rule
+        # (one bucket for the whole model, between 1e6 and 5e8 elements).
+        elems = min(5e8, max(j.num_params, 1e6)) if bucket == "auto" else float(bucket)
         buffers = elems * 4 * (2 if overlap else 1) if zero >= 1 else (min(5e8, shard) * elem if dp > 1 else 0.0)
         memory = [states, acts, logits, buffers, j.fixed_memory_bytes]
         return time, memory

@@ -65,3 +65,14 @@ def test_spec_round_trip() -> None:
     q = prior_from_spec(p.spec())
     assert isinstance(q, TransformerPrior) and q.shape == p.shape
     assert np.array_equal(q.terms([BASE])[0], p.terms([BASE])[0])
+
+
+def test_bucket_buffers_are_allocated_at_their_size_even_for_a_small_model() -> None:
+    small = transformer_shape(n_layers=4, hidden=256, n_heads=4, vocab=4096, seq_len=128, global_batch=16,
+                              world_size=2, num_params=5.2e6)
+    _, M = TransformerPrior(small).terms([{"zero_stage": 2, "reduce_bucket_size": 50_000_000},
+                                          {"zero_stage": 2, "reduce_bucket_size": "auto"}])
+    buffers = dict(enumerate(MEMORY_TERMS))
+    col = next(i for i, n in buffers.items() if n == "buffers")
+    assert M[0, col] == 50_000_000 * 4  # 200 MB: what made the demo's trial OOM
+    assert M[1, col] == 5.2e6 * 4  # auto: one bucket for the whole model
