@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from search_synthetic import BASELINE, CAPACITY, DENSE, memory_bytes, run, step_time_s
 
 from infrarsi.search import Optimizer, Outcome, SearchExhausted, SearchSpace
@@ -37,14 +36,6 @@ def tiny_run(c: dict) -> Outcome:
         return Outcome(status="oom")
     t = (1.0 + 1.5 / c["mbs"]) * (1.3 if c["ckpt"] else 1.0) * (1.0 + 0.15 * c["stage"])
     return Outcome(status="ok", step_time=t, peak_memory=mem)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def test_import_does_not_load_ray() -> None:

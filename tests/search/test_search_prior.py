@@ -17,14 +17,6 @@ from infrarsi.search.models.tobit import fit_tobit_gp
 from infrarsi.search.prior import PRIORS, fit_log_coefficients, log_prior_sum, prior_from_spec
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def test_log_prior_sum_matches_numpy_and_skips_zero_terms() -> None:
     F = np.array([[1.0, 0.0, 2.0], [0.5, 3.0, 0.0]])
     u = np.array([0.3, -1.0, 0.7])

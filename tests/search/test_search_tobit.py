@@ -23,15 +23,6 @@ from infrarsi.search.models.tobit import (
 torch.set_default_dtype(torch.float64)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small matrices: one thread is faster, and much faster on a busy machine."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def test_expected_log_prob_matches_hand_computation() -> None:
     lik = TobitLikelihood(noise_sd=0.2).double()
     s = float(lik.noise_sd.detach())
