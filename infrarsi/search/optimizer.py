@@ -139,6 +139,8 @@ class Optimizer(PersistenceMixin):
         """Analytic prior mean of both models (``infrarsi.search.prior``), or None."""
         self.prior_coef: dict[str, np.ndarray | None] = {"time": None, "memory": None}
         """Fitted log coefficients of the prior's time and memory terms (None: nominal)."""
+        self.prior_fit_keys: dict[str, str | None] = {"time": None, "memory": None}
+        """Fingerprint of the data each coefficient set was fitted on."""
         self._prior_rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._all_terms: tuple[np.ndarray, np.ndarray] | None = None
         self.models = ModelSet(mean_indices=idx, mean_signs=signs,
@@ -199,15 +201,23 @@ class Optimizer(PersistenceMixin):
 
     def _fit_prior(self, ok: list[Observation], mem_rows: list[dict[str, Any]], mem_y: list[float],
                    mem_cens: list[bool]) -> None:
+        """Refit the prior's coefficients, each set only when its data changed (a refit on the same
+        data drifts by ~1e-7, which changed the GPs' inputs and made them refit too)."""
         if ok:
-            T, _ = self._terms([o.config for o in ok])
             y = np.array([math.log(o.outcome.step_time) for o in ok])  # type: ignore[arg-type]
-            self.prior_coef["time"] = fit_log_coefficients(T, y, noise_sd=TIME_NOISE_SD, warm=self.prior_coef["time"])
+            key = repr(([self.space.key(o.config) for o in ok], y.tolist()))
+            if key != self.prior_fit_keys["time"]:
+                T, _ = self._terms([o.config for o in ok])
+                self.prior_coef["time"] = fit_log_coefficients(T, y, noise_sd=TIME_NOISE_SD, warm=self.prior_coef["time"])
+                self.prior_fit_keys["time"] = key
         if mem_rows:
-            _, M = self._terms(mem_rows)
-            self.prior_coef["memory"] = fit_log_coefficients(
-                M, np.array(mem_y), np.array(mem_cens), noise_sd=MEMORY_NOISE_SD, scale=self.memory_capacity,
-                warm=self.prior_coef["memory"])
+            key = repr(([self.space.key(c) for c in mem_rows], mem_y, mem_cens))
+            if key != self.prior_fit_keys["memory"]:
+                _, M = self._terms(mem_rows)
+                self.prior_coef["memory"] = fit_log_coefficients(
+                    M, np.array(mem_y), np.array(mem_cens), noise_sd=MEMORY_NOISE_SD, scale=self.memory_capacity,
+                    warm=self.prior_coef["memory"])
+                self.prior_fit_keys["memory"] = key
 
     def _fit(self) -> None:
         ok = self._ok()

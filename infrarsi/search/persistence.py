@@ -52,6 +52,7 @@ class PersistenceMixin:
             "models": opt.models.state_dict(),
             "prior": None if opt.prior is None else opt.prior.spec(),
             "prior_coefficients": {k: None if v is None else [float(x) for x in v] for k, v in opt.prior_coef.items()},
+            "prior_fit_keys": dict(opt.prior_fit_keys),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -74,6 +75,8 @@ class PersistenceMixin:
             coef = state.get("prior_coefficients") or {}
             opt.prior_coef = {k: None if coef.get(k) is None else np.asarray(coef[k], dtype=float)
                               for k in ("time", "memory")}
+            keys = state.get("prior_fit_keys") or {}
+            opt.prior_fit_keys = {k: keys.get(k) for k in ("time", "memory")}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Optimizer:

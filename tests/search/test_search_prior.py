@@ -148,3 +148,18 @@ def test_unknown_prior_kind_is_a_clear_error() -> None:
 
     with pytest.raises(SearchSpaceError, match=r"prior\.kind.*known kinds"):
         prior_from_spec({"kind": "nope"})
+
+
+def test_no_refit_when_the_data_did_not_change() -> None:
+    space = SearchSpace.from_yaml(DENSE)
+    opt = Optimizer(space, memory_capacity=CAPACITY, seed=1, baseline=BASELINE, prior=SyntheticPrior())
+    for _ in range(5):
+        c = opt.ask()
+        opt.tell(c, run(c))
+    opt.best()
+    coef = {k: v.copy() for k, v in opt.prior_coef.items() if v is not None}
+    models = (opt.models.time.model, opt.models.memory.model)
+    opt.best()
+    opt.predict([BASELINE])
+    assert all(np.array_equal(coef[k], opt.prior_coef[k]) for k in coef)
+    assert (opt.models.time.model, opt.models.memory.model) == models  # the same fitted objects
