@@ -11,7 +11,8 @@ Phases: the baseline, then a space-filling design (memory-aware once a memory mo
 constrained log-EI (``acquisition``) with memory-saver pairing (``pairing``). A config told
 oom/failed/timeout/nan/invariant_violation is never proposed again; a config told ok is proposed
 again only once every other config has been tried or is predicted to fail (``REPEAT_BELOW_P``).
-Persistence lives in ``persistence``.
+Slow outliers among the step times (stragglers) are left out of the step-time model
+(``models/outliers``); a config measured only as an outlier may be proposed again. Persistence lives in ``persistence``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from infrarsi.errors import InfrarsiError
 from infrarsi.search import acquisition, design, pairing
 from infrarsi.search.encoding import Encoder
+from infrarsi.search.models import outliers
 from infrarsi.search.models.feasibility import FAILURE_WEIGHT, FeasibilityModel
 from infrarsi.search.modelset import ModelSet
 from infrarsi.search.outcome import Outcome
@@ -142,6 +144,10 @@ class Optimizer(PersistenceMixin):
         self.prior_fit_keys: dict[str, str | None] = {"time": None, "memory": None}
         """Fingerprint of the data each coefficient set was fitted on."""
         self._prior_rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.time_outliers: set[int] = set()
+        """Indices into ``observations`` of ok step times left out as slow outliers (stragglers)."""
+        self.time_trim_key: str | None = None
+        """Fingerprint of the ok step times ``time_outliers`` was computed on."""
         self._all_terms: tuple[np.ndarray, np.ndarray] | None = None
         self.models = ModelSet(mean_indices=idx, mean_signs=signs,
                                prior_dim=None if prior is None else self.encoder.dim)
@@ -165,11 +171,12 @@ class Optimizer(PersistenceMixin):
     # -------------------------------------------------------------- helpers
     def _excluded(self) -> tuple[set[str], set[str]]:
         failed = {self.space.key(o.config) for o in self.observations if o.outcome.status != "ok"}
-        ok = {self.space.key(o.config) for o in self.observations if o.outcome.status == "ok"}
+        ok = {self.space.key(o.config) for o in self._ok()}  # a config measured only as a straggler may come again
         return failed, ok - failed
 
     def _ok(self) -> list[Observation]:
-        return [o for o in self.observations if o.outcome.status == "ok"]
+        """The ok observations the step-time model learns from (trimmed stragglers left out)."""
+        return [o for i, o in enumerate(self.observations) if o.outcome.status == "ok" and i not in self.time_outliers]
 
     # ---------------------------------------------------------------- prior
     def _terms(self, configs: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -199,37 +206,54 @@ class Optimizer(PersistenceMixin):
         X = self.encoder.encode(configs)
         return X if self.prior is None else self._augment(X, *self._terms(configs))
 
-    def _fit_prior(self, ok: list[Observation], mem_rows: list[dict[str, Any]], mem_y: list[float],
-                   mem_cens: list[bool]) -> None:
-        """Refit the prior's coefficients, each set only when its data changed (a refit on the same
-        data drifts by ~1e-7, which changed the GPs' inputs and made them refit too)."""
-        if ok:
-            y = np.array([math.log(o.outcome.step_time) for o in ok])  # type: ignore[arg-type]
-            key = repr(([self.space.key(o.config) for o in ok], y.tolist()))
-            if key != self.prior_fit_keys["time"]:
-                T, _ = self._terms([o.config for o in ok])
-                self.prior_coef["time"] = fit_log_coefficients(T, y, noise_sd=TIME_NOISE_SD, warm=self.prior_coef["time"])
-                self.prior_fit_keys["time"] = key
-        if mem_rows:
-            key = repr(([self.space.key(c) for c in mem_rows], mem_y, mem_cens))
-            if key != self.prior_fit_keys["memory"]:
-                _, M = self._terms(mem_rows)
-                self.prior_coef["memory"] = fit_log_coefficients(
-                    M, np.array(mem_y), np.array(mem_cens), noise_sd=MEMORY_NOISE_SD, scale=self.memory_capacity,
-                    warm=self.prior_coef["memory"])
-                self.prior_fit_keys["memory"] = key
+    def _fit_prior_time(self, ok: list[Observation]) -> None:
+        """Refit the prior's time coefficients when their data changed (a refit on the same data
+        drifts by ~1e-7, which changed the GPs' inputs and made them refit too)."""
+        if not ok or self.prior is None:
+            return
+        y = np.array([math.log(o.outcome.step_time) for o in ok])  # type: ignore[arg-type]
+        key = repr(([self.space.key(o.config) for o in ok], y.tolist()))
+        if key != self.prior_fit_keys["time"]:
+            T, _ = self._terms([o.config for o in ok])
+            self.prior_coef["time"] = fit_log_coefficients(T, y, noise_sd=TIME_NOISE_SD, warm=self.prior_coef["time"])
+            self.prior_fit_keys["time"] = key
+
+    def _fit_prior_memory(self, mem_rows: list[dict[str, Any]], mem_y: list[float], mem_cens: list[bool]) -> None:
+        """Refit the prior's memory coefficients when their data changed (OOMs as censored rows)."""
+        if not mem_rows or self.prior is None:
+            return
+        key = repr(([self.space.key(c) for c in mem_rows], mem_y, mem_cens))
+        if key != self.prior_fit_keys["memory"]:
+            _, M = self._terms(mem_rows)
+            self.prior_coef["memory"] = fit_log_coefficients(
+                M, np.array(mem_y), np.array(mem_cens), noise_sd=MEMORY_NOISE_SD, scale=self.memory_capacity,
+                warm=self.prior_coef["memory"])
+            self.prior_fit_keys["memory"] = key
+
+    def _fit_time_on(self, ok: list[Observation]) -> Any:
+        """Fit the prior's time coefficients and the step-time GP on ``ok``; the GP (or None)."""
+        self._fit_prior_time(ok)
+        if not ok:
+            self.models.time.model = self.models.time.pred = None
+            return None
+        X = self._X([o.config for o in ok])
+        y = torch.tensor([math.log(o.outcome.step_time) for o in ok], dtype=torch.float64)  # type: ignore[arg-type]
+        self.models.update_time(X, y)
+        return self.models.time.model
 
     def _fit(self) -> None:
-        ok = self._ok()
         rows, ys, cens = self._memory_rows()
-        if self.prior is not None:
-            self._fit_prior(ok, rows, ys, cens)
-        if ok:
-            X = self._X([o.config for o in ok])
-            y = torch.tensor([math.log(o.outcome.step_time) for o in ok], dtype=torch.float64)  # type: ignore[arg-type]
-            self.models.update_time(X, y)
-        else:
-            self.models.time.model = self.models.time.pred = None
+        self._fit_prior_memory(rows, ys, cens)  # first: the memory column is part of every input
+        idx = [i for i, o in enumerate(self.observations) if o.outcome.status == "ok"]
+        key = repr([(self.space.key(self.observations[i].config), self.observations[i].outcome.step_time) for i in idx])
+        if key != self.time_trim_key:  # new step times: look for stragglers again (models/outliers.py)
+            y = torch.tensor([math.log(self.observations[i].outcome.step_time) for i in idx])  # type: ignore[arg-type]
+            drop = outliers.trim_slow_outliers(
+                y, lambda keep: self._fit_time_on([self.observations[idx[j]] for j in keep]),
+                lambda js: self._X([self.observations[idx[j]].config for j in js]))
+            self.time_outliers = {idx[j] for j in drop}
+            self.time_trim_key = key
+        self._fit_time_on(self._ok())
         if len(rows) >= 2:
             self.models.update_memory(self._X(rows), torch.tensor(ys, dtype=torch.float64),
                                       torch.tensor(cens, dtype=torch.bool))
@@ -431,11 +455,11 @@ class Optimizer(PersistenceMixin):
     # ------------------------------------------------------------ results
     def best(self) -> dict[str, Any] | None:
         """The observed ok config with the best posterior-mean step time (None before any ok trial)."""
-        ok = self._ok()
-        if not ok:
+        if not any(o.outcome.status == "ok" for o in self.observations):
             return None
         with _threads(self.num_threads):
             self._fit()
+            ok = self._ok()  # after the fit: stragglers trimmed
             if self.models.time.model is None:
                 return dict(min(ok, key=lambda o: o.outcome.step_time or math.inf).config)
             mean, _ = acquisition.predict_time(self.models.time.pred, self._X([o.config for o in ok]))

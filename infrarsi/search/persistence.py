@@ -53,6 +53,8 @@ class PersistenceMixin:
             "prior": None if opt.prior is None else opt.prior.spec(),
             "prior_coefficients": {k: None if v is None else [float(x) for x in v] for k, v in opt.prior_coef.items()},
             "prior_fit_keys": dict(opt.prior_fit_keys),
+            "time_outliers": sorted(opt.time_outliers),
+            "time_trim_key": opt.time_trim_key,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -69,6 +71,8 @@ class PersistenceMixin:
         opt.rng.bit_generator.state = state["rng"]
         opt.n_asks = int(state["n_asks"])
         opt.models.load_state_dict(state.get("models") or {})
+        opt.time_outliers = {int(i) for i in state.get("time_outliers") or []}
+        opt.time_trim_key = state.get("time_trim_key")
         if opt.prior is not None:
             import numpy as np
 
