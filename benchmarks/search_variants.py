@@ -10,10 +10,16 @@ never leaks into another run's process):
   instead of BoTorch's default RBF;
 - ``sd_scale: s``: the step-time posterior sd multiplied by ``s`` in the acquisition (< 1 exploits
   more, > 1 explores more);
+- ``outliers: off``: no trimming of slow outliers (stragglers) from the step-time model
+  (``infrarsi/search/models/outliers.py``);
 - ``prior: null``: no analytic prior (the optimizer as before it had one);
 - ``prior_hardware_error: f``: every nominal hardware figure of the prior (peak FLOP/s, bandwidths,
   CPU Adam rate, fixed memory) multiplied by its own random factor in ``[1/f, f]`` (log-uniform,
   drawn per seed): a prior that has the wrong datasheet;
+- ``prior_memory_error: f``: every memory term of the prior (model states, activations, logits,
+  buffers, fixed) multiplied by its own random factor in ``[1/f, f]`` (log-uniform, drawn per
+  seed): memory formulas that miss the framework's real allocations (allocator fragmentation,
+  temporary buffers, a different attention kernel), so memory has to be learned from trials;
 - ``prior_terms: coarse``: a prior that only knows compute time and model-state + activation
   memory (every other term zero): a prior with missing physics.
 
@@ -65,6 +71,10 @@ def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
             return base(X, Y, covar_module=MaternKernel(nu=2.5, ard_num_dims=d, lengthscale_prior=prior).double(), **kw)
 
         time_gp.SingleTaskGP = with_matern  # type: ignore[misc,assignment]
+    if opts.pop("outliers", None) == "off":
+        from infrarsi.search.models import outliers
+
+        outliers.OUTLIER_MIN_POINTS = 10**9  # the trimming loop never starts: one plain fit
     scale = opts.pop("sd_scale", None)
     if scale is not None:
         from infrarsi.search import acquisition
@@ -77,6 +87,21 @@ def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
 
         acquisition.predict_time = scaled
     return opts
+
+
+class _ScaledMemoryPrior:
+    """A prior whose memory terms are each off by a fixed factor."""
+
+    def __init__(self, inner: Any, factors: np.ndarray) -> None:
+        self.inner, self.factors = inner, factors
+        self.kind, self.time_names, self.memory_names = inner.kind, inner.time_names, inner.memory_names
+
+    def terms(self, configs: Any) -> tuple[np.ndarray, np.ndarray]:
+        T, M = self.inner.terms(configs)
+        return T, M * self.factors
+
+    def spec(self) -> dict[str, Any]:
+        return dict(self.inner.spec())
 
 
 class _CoarsePrior:
@@ -106,8 +131,9 @@ def _misspecify_prior(problem: Any, opts: dict[str, Any], seed: int) -> dict[str
     from infrarsi.search.transformer_prior import TransformerPrior
 
     err = opts.pop("prior_hardware_error", None)
+    mem_err = opts.pop("prior_memory_error", None)
     coarse = opts.pop("prior_terms", None) == "coarse"
-    if err is None and not coarse:
+    if err is None and mem_err is None and not coarse:
         return opts
     prior = problem.prior
     if err is not None:
@@ -117,6 +143,10 @@ def _misspecify_prior(problem: Any, opts: dict[str, Any], seed: int) -> dict[str
         lf = math.log(float(err))
         shape = replace(prior.shape, **{f: getattr(prior.shape, f) * math.exp(rng.uniform(-lf, lf)) for f in fields})
         prior = TransformerPrior(shape)
+    if mem_err is not None:
+        lm = math.log(float(mem_err))
+        factors = np.exp(np.random.default_rng([seed, 98]).uniform(-lm, lm, size=len(prior.memory_names)))
+        prior = _ScaledMemoryPrior(prior, factors)
     if coarse:
         prior = _CoarsePrior(prior)
     opts["prior"] = prior
