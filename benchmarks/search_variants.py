@@ -10,6 +10,8 @@ never leaks into another run's process):
   instead of BoTorch's default RBF;
 - ``sd_scale: s``: the step-time posterior sd multiplied by ``s`` in the acquisition (< 1 exploits
   more, > 1 explores more);
+- ``local_radius: r``: local steps score configs within ``r`` knob changes of the incumbent
+  (``optimizer.LOCAL_RADIUS``, default 2);
 - ``outliers: off``: no trimming of slow outliers (stragglers) from the step-time model
   (``infrarsi/search/models/outliers.py``);
 - ``prior: null``: no analytic prior (the optimizer as before it had one);
@@ -71,6 +73,11 @@ def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
             return base(X, Y, covar_module=MaternKernel(nu=2.5, ard_num_dims=d, lengthscale_prior=prior).double(), **kw)
 
         time_gp.SingleTaskGP = with_matern  # type: ignore[misc,assignment]
+    radius = opts.pop("local_radius", None)
+    if radius is not None:
+        from infrarsi.search import optimizer
+
+        optimizer.LOCAL_RADIUS = int(radius)
     if opts.pop("outliers", None) == "off":
         from infrarsi.search.models import outliers
 
