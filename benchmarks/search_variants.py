@@ -96,39 +96,44 @@ def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
-class _ScaledMemoryPrior:
-    """A prior whose memory terms are each off by a fixed factor."""
-
-    def __init__(self, inner: Any, factors: np.ndarray) -> None:
-        self.inner, self.factors = inner, factors
-        self.kind, self.time_names, self.memory_names = inner.kind, inner.time_names, inner.memory_names
-
-    def terms(self, configs: Any) -> tuple[np.ndarray, np.ndarray]:
-        T, M = self.inner.terms(configs)
-        return T, M * self.factors
-
-    def spec(self) -> dict[str, Any]:
-        return dict(self.inner.spec())
-
-
-class _CoarsePrior:
-    """A prior with only the compute time and model-state + activation memory terms."""
-
-    TIME_KEEP = ("compute_bf16", "compute_fp32", "fixed")
-    MEMORY_KEEP = ("model_states", "activations", "fixed")
+class _WrappedPrior:
+    """A prior that edits another prior's terms (``_edit``); names and spec stay the inner one's."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.kind, self.time_names, self.memory_names = inner.kind, inner.time_names, inner.memory_names
 
     def terms(self, configs: Any) -> tuple[np.ndarray, np.ndarray]:
-        T, M = self.inner.terms(configs)
-        T[:, [i for i, n in enumerate(self.time_names) if n not in self.TIME_KEEP]] = 0.0
-        M[:, [i for i, n in enumerate(self.memory_names) if n not in self.MEMORY_KEEP]] = 0.0
-        return T, M
+        return self._edit(*self.inner.terms(configs))
+
+    def _edit(self, T: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
 
     def spec(self) -> dict[str, Any]:
         return dict(self.inner.spec())
+
+
+class _ScaledMemoryPrior(_WrappedPrior):
+    """A prior whose memory terms are each off by a fixed factor."""
+
+    def __init__(self, inner: Any, factors: np.ndarray) -> None:
+        super().__init__(inner)
+        self.factors = factors
+
+    def _edit(self, T: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return T, M * self.factors
+
+
+class _CoarsePrior(_WrappedPrior):
+    """A prior with only the compute time and model-state + activation memory terms."""
+
+    TIME_KEEP = ("compute_bf16", "compute_fp32", "fixed")
+    MEMORY_KEEP = ("model_states", "activations", "fixed")
+
+    def _edit(self, T: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        T[:, [i for i, n in enumerate(self.time_names) if n not in self.TIME_KEEP]] = 0.0
+        M[:, [i for i, n in enumerate(self.memory_names) if n not in self.MEMORY_KEEP]] = 0.0
+        return T, M
 
 
 def _misspecify_prior(problem: Any, opts: dict[str, Any], seed: int) -> dict[str, Any]:
