@@ -2,7 +2,8 @@
 and seeds.
 
 Searchers: infrarsi, infrarsi with censoring off (OOMs dropped), infrarsi with pairing off,
-random, grid, a DeepSpeed-autotuner-style ramp, Ax (Sobol -> BoTorch Modular, OOM failed) and
+infrarsi with the analytic prior off, infrarsi without intensification (an incumbent measured
+once is not re-run), random, grid, a DeepSpeed-autotuner-style ramp, Ax (Sobol -> BoTorch Modular, OOM failed) and
 Optuna TPE with constraints. Problems: see ``benchmarks/problems.py``.
 
 Per (problem, searcher, seed) one run of ``max(budgets)`` trials. Reported per searcher:
@@ -50,7 +51,7 @@ from benchmarks.problems import PROBLEMS, TABULAR_PATH, BenchProblem
 OUT = Path(__file__).resolve().parent / "results"
 BUDGETS = (12, 24, 48)
 INFRARSI = {"infrarsi": {}, "infrarsi_no_censoring": {"censoring": False}, "infrarsi_no_pairing": {"pairing": False},
-            "infrarsi_no_prior": {"prior": None}}
+            "infrarsi_no_prior": {"prior": None}, "infrarsi_no_intensify": {"intensify": False}}
 SEARCHERS = (*INFRARSI, "random", "grid", "ramp", "ax", "optuna_tpe")
 QUICK_SEARCHERS = ("random", "grid", "ramp")
 

@@ -198,14 +198,21 @@ def main() -> None:
     ap.add_argument("variants", help='JSON: name -> options, e.g. \'{"default": {}}\'')
     ap.add_argument("--seeds", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=PROBLEMS)
+    ap.add_argument("--jsonl", help="also write one JSON line per run (per-seed ratios) to this file")
     args = ap.parse_args()
     variants = json.loads(args.variants)
-    jobs = [(v, o, p, s) for v, o in variants.items() for p in PROBLEMS for s in range(args.seeds)]
+    jobs = [(v, o, p, s) for v, o in variants.items() for p in args.problems for s in range(args.seeds)]
     started = time.time()
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with ProcessPoolExecutor(args.workers, max_tasks_per_child=1) as ex:
         for r in ex.map(run_one, jobs):
             runs.setdefault((r["variant"], r["problem"]), []).append(r)
+    if args.jsonl:
+        with open(args.jsonl, "w") as f:
+            for rs in runs.values():
+                for r in rs:
+                    f.write(json.dumps(r) + "\n")
     print("| variant | problem | seeds | ratio@12 median [IQR] | ratio@24 median [IQR] | wasted (median) |")
     print("|---|---|---|---|---|---|")
     for (v, p), rs in sorted(runs.items()):

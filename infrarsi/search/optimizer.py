@@ -106,7 +106,7 @@ class Optimizer(PersistenceMixin):
     def __init__(self, space: SearchSpace, memory_capacity: float, seed: int = 0,
                  baseline: Mapping[str, Any] | None = None, censoring: bool = True, pairing: bool = True,
                  n_init: int | None = None, candidate_cap: int = CANDIDATE_CAP, num_threads: int | None = 1,
-                 local_every: int = 2, prior: PriorMean | None = None) -> None:
+                 local_every: int = 2, prior: PriorMean | None = None, intensify: bool = True) -> None:
         if not (isinstance(memory_capacity, (int, float)) and math.isfinite(memory_capacity) and memory_capacity > 0):
             raise InfrarsiError(f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}.")
         self.space = space
@@ -121,6 +121,9 @@ class Optimizer(PersistenceMixin):
         self.num_threads = num_threads
         self.local_every = int(local_every)
         """Every ``local_every``-th model-based ask is a local step around the incumbent (0: never)."""
+        self.intensify = bool(intensify)
+        """A local step re-measures the incumbent instead while it has only one trusted measurement
+        (SMAC-style intensification: a single lucky draw must not decide ``best()``)."""
         self.observations: list[Observation] = []
         self.pending: dict[str, dict[str, Any]] = {}
         self.last_ask_info: dict[str, Any] | list[dict[str, Any]] = {}
@@ -247,7 +250,8 @@ class Optimizer(PersistenceMixin):
         idx = [i for i, o in enumerate(self.observations) if o.outcome.status == "ok"]
         key = repr([(self.space.key(self.observations[i].config), self.observations[i].outcome.step_time) for i in idx])
         if key != self.time_trim_key:  # new step times: look for stragglers again (models/outliers.py)
-            y = torch.tensor([math.log(self.observations[i].outcome.step_time) for i in idx])  # type: ignore[arg-type]
+            y = torch.tensor([math.log(self.observations[i].outcome.step_time) for i in idx],  # type: ignore[arg-type]
+                             dtype=torch.float64)
             drop = outliers.trim_slow_outliers(
                 y, lambda keep: self._fit_time_on([self.observations[idx[j]] for j in keep]),
                 lambda js: self._X([self.observations[idx[j]].config for j in js]))
@@ -374,10 +378,26 @@ class Optimizer(PersistenceMixin):
                 s = self._scores(configs, X)
                 if float(np.max(s.p_fit * s.p_ok)) < REPEAT_BELOW_P:  # only likely failures are left
                     configs, X = self._candidates(failed | taken)
+            if k == 1 and not taken and n_seen >= self.n_init + 2 and self._local_turn():
+                inc = self._unconfirmed_incumbent()
+                if inc is not None:
+                    infos.append(self._info(inc, "replicate", None, None))
+                    break
             for info in self._bo_picks(configs, X, k - len(infos), taken, failed):
                 infos.append(info)
                 taken.add(self.space.key(info["config"]))
         return infos
+
+    def _local_turn(self) -> bool:
+        return bool(self.local_every) and self.n_asks % self.local_every == self.local_every - 1
+
+    def _unconfirmed_incumbent(self) -> dict[str, Any] | None:
+        """The incumbent, when ``intensify`` is on and it has exactly one trusted measurement."""
+        inc = self.best() if self.intensify else None
+        if inc is None:
+            return None
+        key = self.space.key(inc)
+        return inc if sum(self.space.key(o.config) == key for o in self._ok()) == 1 else None
 
     def _design_pick(self, configs: list[dict[str, Any]], X: torch.Tensor, taken: set[str]) -> dict[str, Any]:
         keys = {self.space.key(c) for c in configs}
@@ -402,7 +422,7 @@ class Optimizer(PersistenceMixin):
         phase = "bo"
         if q == 1 and not taken:
             masked = scores.log_score
-            if self.local_every and self.n_asks % self.local_every == self.local_every - 1:
+            if self._local_turn():
                 near = self._near_incumbent(configs)
                 if near.any():
                     masked, phase = np.where(near, scores.log_score, -np.inf), "bo-local"

@@ -44,6 +44,7 @@ class PersistenceMixin:
             "candidate_cap": opt.candidate_cap,
             "num_threads": opt.num_threads,
             "local_every": opt.local_every,
+            "intensify": opt.intensify,
             "observations": [{"config": o.config, "outcome": o.outcome.to_dict()} for o in opt.observations],
             "pending": list(opt.pending.values()),
             "ask_infos": list(opt.ask_infos.values()),
@@ -77,10 +78,12 @@ class PersistenceMixin:
             import numpy as np
 
             coef = state.get("prior_coefficients") or {}
-            opt.prior_coef = {k: None if coef.get(k) is None else np.asarray(coef[k], dtype=float)
-                              for k in ("time", "memory")}
+            n_terms = {"time": len(opt.prior.time_names), "memory": len(opt.prior.memory_names)}
+            # coefficients saved for another set of terms (an older prior) are refitted from the trials
+            opt.prior_coef = {k: None if coef.get(k) is None or len(coef[k]) != n_terms[k]
+                              else np.asarray(coef[k], dtype=float) for k in ("time", "memory")}
             keys = state.get("prior_fit_keys") or {}
-            opt.prior_fit_keys = {k: keys.get(k) for k in ("time", "memory")}
+            opt.prior_fit_keys = {k: keys.get(k) if opt.prior_coef[k] is not None else None for k in ("time", "memory")}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Optimizer:
@@ -94,6 +97,7 @@ class PersistenceMixin:
                                baseline=state.get("baseline"), censoring=state["censoring"], pairing=state["pairing"],
                                n_init=state["n_init"], candidate_cap=state["candidate_cap"],
                                num_threads=state.get("num_threads", 1), local_every=state.get("local_every", 2),
+                               intensify=state.get("intensify", True),
                                prior=None if state.get("prior") is None else prior_from_spec(state["prior"]))
         opt.load_state_dict(state)
         return cast("Optimizer", opt)

@@ -6,8 +6,10 @@ coefficient (``prior``):
 - time: ideal compute (6N + 12Lhs FLOPs per token, Narayanan et al. 2021; full recomputation adds a
   forward pass, selective recomputation re-runs attention; without flash attention the attention
   part runs at half speed), one term per dtype (their ratio differs between GPUs and CPUs, see
-  ``JobShape.bf16_speedup``); a
-  fixed cost per micro-batch and layer (small micro-batches run less efficient kernels); tensor-
+  ``JobShape.bf16_speedup``); the efficiency lost by small GEMMs, to first order (a GEMM with
+  ``r`` rows, the tokens of a micro-batch, and per-device width ``h / tp`` takes its ideal time
+  times ``1 + r0 / r + w0 tp / h``; one term each, so their coefficients are fitted apart); a
+  fixed cost per micro-batch and layer (kernel launches, layer-norms and other small kernels); tensor-
   parallel all-reduces (4 per layer and micro-batch); ZeRO gradient/parameter traffic (2 psi per
   step for stages 0-1, reduce-scatter per micro-batch for 2, 3 psi per micro-batch for 3, Rajbhandari
   et al. 2020), partly hidden by ``overlap_comm``; the optimizer step (memory bound) or its CPU
@@ -33,7 +35,7 @@ import numpy as np
 
 from infrarsi.search.prior import PRIORS
 
-TIME_TERMS = ("compute_bf16", "compute_fp32", "micro_batch_overhead", "tp_comm", "dp_comm", "optimizer",
+TIME_TERMS = ("compute_bf16", "compute_fp32", "short_gemm", "narrow_gemm", "micro_batch_overhead", "tp_comm", "dp_comm", "optimizer",
               "offload", "pipeline_bubble", "fixed")
 MEMORY_TERMS = ("model_states", "activations", "logits", "buffers", "fixed")
 
@@ -74,6 +76,12 @@ class JobShape:
     """Nominal CPU Adam throughput per device's share of cores, parameters/s."""
     fixed_memory_bytes: float = 2.0e9
     """Nominal fixed memory per device (runtime context, allocator slack), bytes."""
+    gemm_rows0: float = 512.0
+    """GEMM rows (tokens per micro-batch) at which a GEMM takes twice its ideal time: the nominal
+    ``r0`` of the first-order efficiency loss ``r0 / r`` (tiles and waves not filled)."""
+    gemm_width0: float = 128.0
+    """Per-device GEMM width (``hidden / tp``) at which a GEMM takes twice its ideal time: the
+    nominal ``w0`` of the loss ``w0 tp / h`` (tensor parallelism narrows every layer's GEMMs)."""
     active_params: float = 0.0
     """Parameters active per token (MoE); 0 means ``num_params``."""
     default_dtype: str = "bf16"
@@ -146,6 +154,9 @@ class TransformerPrior:
         tokens = j.global_batch * s
         compute = tokens * (dense + attn) / (ws * j.peak_flops)
         compute_bf16, compute_fp32 = (0.0, j.bf16_speedup * compute) if fp32 else (compute, 0.0)
+        ideal = compute_bf16 + compute_fp32
+        short_gemm = ideal * j.gemm_rows0 / (mbs * s)
+        narrow_gemm = ideal * j.gemm_width0 * tp / h
         mb_overhead = gas * (L / pp) * 1e-3
         tp_comm = 0.0
         if tp > 1:
@@ -166,8 +177,8 @@ class TransformerPrior:
         off = local / j.cpu_adam_params_per_s + local * (elem + 2) / j.host_bytes_per_s if offload else 0.0
         if offload_param:
             off += gas * 2 * shard * elem / dp / j.host_bytes_per_s
-        bubble = (pp - 1) / gas * (compute + mb_overhead) if pp > 1 else 0.0
-        time = [compute_bf16, compute_fp32, mb_overhead, tp_comm, dp_comm, optimizer, off, bubble, 0.02]
+        bubble = (pp - 1) / gas * (ideal + short_gemm + narrow_gemm + mb_overhead) if pp > 1 else 0.0
+        time = [compute_bf16, compute_fp32, short_gemm, narrow_gemm, mb_overhead, tp_comm, dp_comm, optimizer, off, bubble, 0.02]
 
         # ---- memory (bytes per device) ----
         p_b, g_b, o_b = (4, 4, 8) if fp32 else (2, 2, 12)

@@ -143,6 +143,29 @@ def test_prior_search_runs_saves_restores_and_batches(tmp_path) -> None:
     assert len({space.key(c) for c in batch}) == 3
 
 
+def _told(seed: int, n: int) -> Optimizer:
+    """An optimizer with ``SyntheticPrior`` after ``n`` asks and tells."""
+    opt = Optimizer(SearchSpace.from_yaml(DENSE), memory_capacity=CAPACITY, seed=seed, baseline=BASELINE,
+                    prior=SyntheticPrior())
+    for _ in range(n):
+        c = opt.ask()
+        opt.tell(c, run(c))
+    return opt
+
+
+def test_state_with_coefficients_of_another_term_set_refits_them() -> None:
+    opt = _told(seed=2, n=5)
+    space = opt.space
+    state = opt.state_dict()
+    state["prior_coefficients"]["time"] = [0.0, 0.0]  # saved by a prior with two time terms
+    restored = Optimizer.from_state(state)
+    assert restored.prior_coef["time"] is None and restored.prior_fit_keys["time"] is None
+    assert restored.prior_coef["memory"] is not None
+    c = restored.ask()
+    assert restored.prior_coef["time"] is not None and len(restored.prior_coef["time"]) == 3
+    assert space.validate(c) == c
+
+
 def test_unknown_prior_kind_is_a_clear_error() -> None:
     from infrarsi.errors import SearchSpaceError
 
@@ -151,11 +174,7 @@ def test_unknown_prior_kind_is_a_clear_error() -> None:
 
 
 def test_no_refit_when_the_data_did_not_change() -> None:
-    space = SearchSpace.from_yaml(DENSE)
-    opt = Optimizer(space, memory_capacity=CAPACITY, seed=1, baseline=BASELINE, prior=SyntheticPrior())
-    for _ in range(5):
-        c = opt.ask()
-        opt.tell(c, run(c))
+    opt = _told(seed=1, n=5)
     opt.best()
     coef = {k: v.copy() for k, v in opt.prior_coef.items() if v is not None}
     models = (opt.models.time.model, opt.models.memory.model)

@@ -54,6 +54,18 @@ def test_time_terms_follow_recompute_offload_and_parallelism() -> None:
     assert _terms(zero_stage=3)[0]["dp_comm"] > base_t["dp_comm"]
 
 
+def test_gemm_efficiency_terms_follow_micro_batch_and_tensor_parallel_width() -> None:
+    base_t, _ = _terms()
+    ideal = base_t["compute_bf16"]
+    # first order: short GEMMs lose r0 / rows, narrow ones w0 * tp / hidden, of the ideal time
+    assert np.isclose(base_t["short_gemm"], ideal * SHAPE.gemm_rows0 / (2 * SHAPE.seq_len))
+    assert np.isclose(base_t["narrow_gemm"], ideal * SHAPE.gemm_width0 / SHAPE.hidden)
+    assert np.isclose(_terms(micro_batch_size=1)[0]["short_gemm"], 2 * base_t["short_gemm"])
+    assert np.isclose(_terms(tp=2)[0]["narrow_gemm"], 2 * base_t["narrow_gemm"])
+    fp32, _ = _terms(dtype="fp32")  # the losses scale the dtype's own compute time
+    assert np.isclose(fp32["short_gemm"] / fp32["compute_fp32"], base_t["short_gemm"] / ideal)
+
+
 def test_missing_knobs_take_neutral_defaults_and_every_row_is_positive() -> None:
     T, M = TransformerPrior(SHAPE).terms([{}, {"zero_stage": 3}])
     assert np.all(T >= 0) and np.all(M >= 0)
