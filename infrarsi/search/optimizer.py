@@ -325,8 +325,8 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
                     configs, X = self._candidates(failed | taken)
             if k == 1 and not taken and n_seen >= self.n_init + 2 and self._local_turn():
                 inc = self._unconfirmed_incumbent()
-                if inc is not None:
-                    infos.append(self._info(inc, "replicate", None, None))
+                if inc is not None:  # provenance with the model's predictions, as for any ask
+                    infos.append(self._info(inc, "replicate", self._scores([inc]), 0))
                     break
             for info in self._bo_picks(configs, X, k - len(infos), taken, failed):
                 infos.append(info)

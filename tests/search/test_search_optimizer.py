@@ -277,6 +277,7 @@ def test_an_incumbent_measured_once_is_re_measured_on_a_local_turn(intensify: bo
             told = [space.key(o.config) for o in opt.observations if o.outcome.status == "ok"]
             assert told.count(space.key(c)) == 1  # the incumbent, measured once so far
             assert c == opt.best()
+            assert info["predicted_step_time_s"] > 0 and 0.0 <= info["p_fit"] <= 1.0
             assert opt.n_asks % 2 == 0  # a local turn (n_asks counts this ask)
         opt.tell(c, tiny_run(c))
     assert bool(replicated) == intensify
