@@ -5,6 +5,9 @@ trial function and its noiseless truth (for the oracle).
   8 / 16 H100-80GB (``workloads/surrogate_dense_*.yaml``), evaluated directly (no Ray). A trial
   is drawn with the same noise, stragglers and crashes as the ``surrogate`` backend; the truth is
   the noiseless model; the oracle is the best noiseless feasible config by enumeration.
+- ``surrogate_2node_wide``: the 2-node problem over ``search_spaces/surrogate_gpu_wide.yaml``
+  (36,936 configs, above the optimizer's exhaustive-scoring cap, so its sampled-candidate path
+  runs).
 - ``tabular_dense_debug``: real CPU trials of ``workloads/dense_debug.yaml`` measured once and
   stored in ``benchmarks/data/tabular_dense_debug.parquet`` (see ``make_tabular.py``); a trial
   returns one stored replicate; the truth is the median of the replicates.
@@ -88,11 +91,12 @@ class BenchProblem:
         return Draw(status, step, m["peak_memory_bytes"], ws * m["wall_s"])
 
 
-def surrogate_problem(workload_path: str | Path, name: str) -> BenchProblem:
+def surrogate_problem(workload_path: str | Path, name: str, space_path: str | Path | None = None) -> BenchProblem:
+    """The workload's analytic problem over its own search space, or over ``space_path``."""
     wl = Workload.from_yaml(workload_path)
     cap = parse_size(wl.memory_capacity or "80GB")
     prob = problem_for(wl, cap)
-    space = SearchSpace.from_yaml(wl.search_space_path())
+    space = SearchSpace.from_yaml(space_path or wl.search_space_path())
     rows = space.enumerate()
     if rows is None:
         raise ValueError(f"{space.file}: too large to enumerate for the oracle")
@@ -133,6 +137,8 @@ def tabular_problem(path: Path = TABULAR_PATH) -> BenchProblem:
 PROBLEMS = {
     "surrogate_1node": lambda: surrogate_problem(ROOT / "workloads" / "surrogate_dense_1node.yaml", "surrogate_1node"),
     "surrogate_2node": lambda: surrogate_problem(ROOT / "workloads" / "surrogate_dense_2node.yaml", "surrogate_2node"),
+    "surrogate_2node_wide": lambda: surrogate_problem(ROOT / "workloads" / "surrogate_dense_2node.yaml", "surrogate_2node_wide",
+                                                      ROOT / "search_spaces" / "surrogate_gpu_wide.yaml"),
     "tabular_dense_debug": tabular_problem,
 }
 """Problem name -> builder."""

@@ -41,7 +41,8 @@ from infrarsi.search.prior_inputs import PriorInputsMixin
 from infrarsi.search.space import SearchSpace
 
 CANDIDATE_CAP = 20_000
-"""Above this many valid configs, score a random subset plus the incumbents' neighbours."""
+"""Above this many valid configs, score a random subset of half this size plus the baseline, the
+neighbours of the five fastest ok configs and the two-change neighbourhood of the fastest."""
 
 
 LOCAL_RADIUS = 2
@@ -263,10 +264,16 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
         else:
             for c in self.space.sample(self.rng, self.candidate_cap // 2):
                 pool.setdefault(self.space.key(c), c)
+        base = self.baseline if self.baseline is not None else self.space.default_config()
+        if not self.space.violated(base):  # the design starts from it: it must be in every pool
+            pool.setdefault(self.space.key(base), base)
         ok = sorted(self._ok(), key=lambda o: o.outcome.step_time or math.inf)[:5]
-        for o in ok:
-            for nb in self.space.neighbours(o.config):
-                pool.setdefault(self.space.key(nb), nb)
+        for rank, o in enumerate(ok):  # the fastest: its whole LOCAL_RADIUS neighbourhood (local steps)
+            ring = [o.config]
+            for _ in range(LOCAL_RADIUS if rank == 0 else 1):
+                ring = [nb for c in ring for nb in self.space.neighbours(c)]
+                for nb in ring:
+                    pool.setdefault(self.space.key(nb), nb)
         configs = [c for k, c in pool.items() if k not in exclude]
         return configs, self._X(configs)
 

@@ -283,3 +283,21 @@ def test_an_incumbent_measured_once_is_re_measured_on_a_local_turn(intensify: bo
     assert bool(replicated) == intensify
     assert len(set(replicated)) == len(replicated)  # a confirmed incumbent is not re-run again
     assert Optimizer.from_state(opt.state_dict()).intensify == intensify
+
+
+def test_sampled_candidates_start_from_the_baseline_and_keep_the_local_neighbourhood() -> None:
+    """Above ``candidate_cap`` the optimizer scores a random subset: the baseline must still come
+    first, and a local step must still see the fastest config's two-change neighbourhood."""
+    space = SearchSpace.from_yaml(DENSE)
+    n_valid = len(space.enumerate() or [])
+    baseline = space.validate(BASELINE)
+    opt = Optimizer(space, memory_capacity=CAPACITY, seed=3, baseline=baseline, candidate_cap=40)
+    assert n_valid > 40  # so the sampled path runs
+    first = opt.ask()
+    assert first == baseline and opt.last_ask_info["phase"] == "baseline"
+    opt.tell(first, run(first))
+    configs, _ = opt._candidates(set())
+    keys = {space.key(c) for c in configs}
+    two_away = [nb2 for nb in space.neighbours(first) for nb2 in space.neighbours(nb)]
+    assert all(space.key(c) in keys for c in two_away)
+    assert len(configs) < n_valid  # still a subset, not the whole space
