@@ -49,3 +49,22 @@ def test_ramp_stops_raising_at_oom() -> None:
     for (ck, z, m, status), (ck2, z2, m2, _) in itertools.pairwise(seen):
         if status == "oom":  # the next trial starts a new ramp (another stage) at a small micro-batch
             assert (ck2, z2) != (ck, z) and m2 <= m
+
+
+def test_wide_problem_is_above_the_candidate_cap_with_the_same_oracle() -> None:
+    from infrarsi.search.optimizer import CANDIDATE_CAP
+
+    wide, narrow = PROBLEMS["surrogate_2node_wide"](), PROBLEMS["surrogate_2node"]()
+    assert len(wide.truth) > CANDIDATE_CAP >= len(narrow.truth)  # so its sampled path runs
+    assert math.isclose(wide.oracle_time, narrow.oracle_time)  # a superset space with the same best config
+
+
+def test_ask_latency_writes_windows(tmp_path: Path) -> None:
+    from benchmarks.ask_latency import main as latency_main
+
+    result = latency_main(["--trials", "6", "--seeds", "1", "--problems", "surrogate_1node", "--out", str(tmp_path)])
+    (window,) = result["problems"]["surrogate_1node"]["windows"]
+    assert window["observations"] == "1-25" and window["asks"] == 5  # the process's first ask is left out
+    assert 0.0 < window["median_s"] <= window["p90_s"] <= window["max_s"]
+    assert result["first_ask_s"] > 0.0
+    assert "| surrogate_1node |" in (tmp_path / "ask_latency.md").read_text()
