@@ -155,6 +155,8 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
         self._all = space.enumerate_values()
         self._all_keys = None if self._all is None else [json_key(v) for v in self._all]
         self._all_X: torch.Tensor | None = None
+        self._all_configs: list[dict[str, Any]] | None = None
+        self._all_index: dict[str, int] | None = None
 
     # ------------------------------------------------------------------ tell
     def tell(self, config: Mapping[str, Any], outcome: Outcome | Mapping[str, Any]) -> None:
@@ -245,37 +247,51 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
                                            self._best_log_time(), self.feasibility.p_ok(configs))
 
     def _candidates(self, exclude: set[str]) -> tuple[list[dict[str, Any]], torch.Tensor]:
-        """Allowed candidate configs and their features."""
-        if self._all is not None and len(self._all) <= self.candidate_cap:
-            if self._all_X is None:
-                self._all_X = self.encoder.encode_values(self._all)
-            keep = [i for i, k in enumerate(self._all_keys or []) if k not in exclude]
-            configs = [self.space.as_config(self._all[i]) for i in keep]
-            if self.prior is None:
-                return configs, self._all_X[keep]
-            if self._all_terms is None:
-                self._all_terms = self.prior.terms([self.space.as_config(v) for v in self._all])
-            T, M = self._all_terms
-            return configs, self._augment(self._all_X[keep], T[keep], M[keep])
-        pool: dict[str, dict[str, Any]] = {}
-        if self._all is not None:
-            for i in self.rng.choice(len(self._all), size=self.candidate_cap // 2, replace=False).tolist():
-                pool.setdefault(json_key(self._all[i]), self.space.as_config(self._all[i]))
-        else:
+        """Allowed candidate configs and their features: every valid config up to
+        ``candidate_cap``, else a random half-cap sample plus the anchors (``_anchors``)."""
+        if self._all is None:  # too many to enumerate: sampled configs, encoded per ask
+            pool: dict[str, dict[str, Any]] = {}
             for c in self.space.sample(self.rng, self.candidate_cap // 2):
                 pool.setdefault(self.space.key(c), c)
+            for c in self._anchors():
+                pool.setdefault(self.space.key(c), c)
+            configs = [c for k, c in pool.items() if k not in exclude]
+            return configs, self._X(configs)
+        if self._all_X is None:  # built once: callers copy a config before changing it
+            self._all_X = self.encoder.encode_values(self._all)
+            self._all_configs = [self.space.as_config(v) for v in self._all]
+            self._all_index = {k: i for i, k in enumerate(self._all_keys or [])}
+        keys, index = self._all_keys or [], self._all_index or {}
+        if len(self._all) <= self.candidate_cap:
+            keep = [i for i, k in enumerate(keys) if k not in exclude]
+        else:  # enumerated but too many to score: rows of the cached features, in insertion order
+            order = dict.fromkeys(self.rng.choice(len(self._all), size=self.candidate_cap // 2, replace=False).tolist())
+            for c in self._anchors():
+                j = index.get(self.space.key(c))
+                if j is not None:
+                    order.setdefault(j)
+            keep = [i for i in order if keys[i] not in exclude]
+        configs = [self._all_configs[i] for i in keep]  # type: ignore[index]
+        if self.prior is None:
+            return configs, self._all_X[keep]
+        if self._all_terms is None:
+            self._all_terms = self.prior.terms(self._all_configs or [])
+        T, M = self._all_terms
+        return configs, self._augment(self._all_X[keep], T[keep], M[keep])
+
+    def _anchors(self) -> Iterator[dict[str, Any]]:
+        """Configs every sampled pool holds: the baseline (the design starts from it), the
+        neighbours of the five fastest ok configs and the fastest one's whole ``LOCAL_RADIUS``
+        neighbourhood (local steps)."""
         base = self.baseline if self.baseline is not None else self.space.default_config()
-        if not self.space.violated(base):  # the design starts from it: it must be in every pool
-            pool.setdefault(self.space.key(base), base)
+        if not self.space.violated(base):
+            yield base
         ok = sorted(self._ok(), key=lambda o: o.outcome.step_time or math.inf)[:5]
-        for rank, o in enumerate(ok):  # the fastest: its whole LOCAL_RADIUS neighbourhood (local steps)
+        for rank, o in enumerate(ok):
             ring = [o.config]
             for _ in range(LOCAL_RADIUS if rank == 0 else 1):
                 ring = [nb for c in ring for nb in self.space.neighbours(c)]
-                for nb in ring:
-                    pool.setdefault(self.space.key(nb), nb)
-        configs = [c for k, c in pool.items() if k not in exclude]
-        return configs, self._X(configs)
+                yield from ring
 
     def _info(self, cfg: dict[str, Any], phase: str, scores: acquisition.Scores | None, i: int | None) -> dict[str, Any]:
         info: dict[str, Any] = {"config": dict(cfg), "phase": phase, "ask_index": self.n_asks, "repair_of": None}

@@ -61,3 +61,26 @@ def test_an_oom_exonerates_nothing() -> None:
     assert m.blame()["dtype='bf16'"] == pytest.approx(3.0 / (3.0 + CULPRIT_PRIOR))
     m.clear()
     assert m.blame() == {} and not m.exonerated
+
+
+def test_the_batched_p_ok_matches_one_config_at_a_time() -> None:
+    """``p_ok`` scores whole candidate sets a knob at a time; it must give what the per-config
+    formula gives, keep ``True`` apart from ``1``, and fall back for mixed key orders."""
+    import itertools
+
+    import numpy as np
+
+    m = FeasibilityModel()
+    m.add(BASE, failed=False)
+    m.add(cfg(dtype="bf16", mbs=4), failed=True, weight=FAILURE_WEIGHT["nan"])
+    m.add(cfg(offload=True, zero=1), failed=True)
+    m.add(cfg(mbs=4), failed=False)
+    grid = [cfg(zero=z, mbs=b, dtype=d, offload=o)
+            for z, b, d, o in itertools.product([1, 3], [1, 4, True], ["fp32", "bf16"], [False, True, 1])]
+    got = m.p_ok(grid)
+    want = np.array([m.p_ok([c])[0] for c in grid])  # one config: the batched path on n = 1
+    assert np.allclose(got, want, rtol=0, atol=1e-12)
+    one, true = m.p_ok([cfg(mbs=1), cfg(mbs=True)])  # equal and same hash, but other values
+    assert one != true and one == m.p_ok([cfg(mbs=1)])[0] and true == m.p_ok([cfg(mbs=True)])[0]
+    reordered = [dict(reversed(list(c.items()))) if i % 2 else c for i, c in enumerate(grid)]
+    assert np.allclose(m.p_ok(reordered), got, rtol=0, atol=1e-12)  # the per-config fallback agrees
