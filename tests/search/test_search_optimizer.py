@@ -301,3 +301,32 @@ def test_sampled_candidates_start_from_the_baseline_and_keep_the_local_neighbour
     two_away = [nb2 for nb in space.neighbours(first) for nb2 in space.neighbours(nb)]
     assert all(space.key(c) in keys for c in two_away)
     assert len(configs) < n_valid  # still a subset, not the whole space
+
+
+def test_a_space_too_large_to_enumerate_is_sampled_and_still_starts_from_the_baseline() -> None:
+    """10^12 configs: no enumeration (``space.enumerate()`` is None); candidates are sampled per
+    ask plus the anchors, and every ask is valid, never a failed config, and new unless it is the
+    incumbent's replicate."""
+    knobs = "\n".join(f"  - name: k{i}\n    type: int\n    values: [{', '.join(str(v) for v in range(10))}]"
+                      + ("\n    memory: hungry" if i == 0 else "") for i in range(12))
+    space = SearchSpace.from_yaml(f"name: huge\nknobs:\n{knobs}\nconstraints:\n  - \"k1 + k2 <= 15\"\n")
+    assert space.enumerate() is None
+    baseline = {f"k{i}": 0 for i in range(12)}
+    opt = Optimizer(space, memory_capacity=10.0, seed=0, baseline=baseline, candidate_cap=400)
+    seen, failed = set(), set()
+    for i in range(8):
+        c = opt.ask()
+        if i == 0:
+            assert c == space.validate(baseline) and opt.last_ask_info["phase"] == "baseline"
+        assert space.is_valid(c) and space.key(c) not in failed
+        # new, unless it re-measures the incumbent (intensification)
+        assert space.key(c) not in seen or opt.last_ask_info["phase"] == "replicate"
+        if c["k3"] == 9:
+            failed.add(space.key(c))
+            opt.tell(c, Outcome(status="failed"))
+            continue
+        seen.add(space.key(c))
+        mem = 2.0 + c["k0"]
+        opt.tell(c, Outcome(status="oom") if mem > 10.0 else
+                 Outcome(status="ok", step_time=1.0 + sum((c[f"k{j}"] - 4) ** 2 for j in range(12)) / 50, peak_memory=mem))
+    assert opt.best() is not None
