@@ -261,7 +261,7 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
             self._all_X = self.encoder.encode_values(self._all)
             self._all_configs = [self.space.as_config(v) for v in self._all]
             self._all_index = {k: i for i, k in enumerate(self._all_keys or [])}
-        keys, index = self._all_keys or [], self._all_index or {}
+        keys, index, all_configs = self._all_keys or [], self._all_index or {}, self._all_configs or []
         if len(self._all) <= self.candidate_cap:
             keep = [i for i, k in enumerate(keys) if k not in exclude]
         else:  # enumerated but too many to score: rows of the cached features, in insertion order
@@ -271,11 +271,11 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
                 if j is not None:
                     order.setdefault(j)
             keep = [i for i in order if keys[i] not in exclude]
-        configs = [self._all_configs[i] for i in keep]  # type: ignore[index]
+        configs = [all_configs[i] for i in keep]
         if self.prior is None:
             return configs, self._all_X[keep]
         if self._all_terms is None:
-            self._all_terms = self.prior.terms(self._all_configs or [])
+            self._all_terms = self.prior.terms(all_configs)
         T, M = self._all_terms
         return configs, self._augment(self._all_X[keep], T[keep], M[keep])
 
