@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from infrarsi.search.models.feasibility import CULPRIT_PRIOR, FAILURE_WEIGHT, FeasibilityModel
+from infrarsi.search.models.feasibility import (
+    CULPRIT_PRIOR,
+    FAILURE_WEIGHT,
+    PRIOR_BIAS,
+    FeasibilityModel,
+)
 
 BASE = {"zero": 3, "mbs": 1, "ckpt": "full", "dtype": "fp32", "offload": False}
 
@@ -80,7 +87,14 @@ def test_the_batched_p_ok_matches_one_config_at_a_time() -> None:
     got = m.p_ok(grid)
     want = np.array([m.p_ok([c])[0] for c in grid])  # one config: the batched path on n = 1
     assert np.allclose(got, want, rtol=0, atol=1e-12)
+    m.p_ok(grid[:1])  # fitted
+    coef, blame, base = m._coef or {}, m.blame(), 1.0 / (1.0 + math.exp(-PRIOR_BIAS[0]))
+    for c, p in zip(grid, got, strict=True):  # the formula, written out per config
+        z = m._bias + sum(coef.get(f"{k}={v!r}", 0.0) for k, v in c.items())
+        logistic = min(1.0, (1.0 - 1.0 / (1.0 + math.exp(-z))) / (1.0 - base))
+        assert p == pytest.approx(min(logistic, math.prod(1.0 - blame.get(f"{k}={v!r}", 0.0) for k, v in c.items())),
+                                  rel=1e-12)
     one, true = m.p_ok([cfg(mbs=1), cfg(mbs=True)])  # equal and same hash, but other values
     assert one != true and one == m.p_ok([cfg(mbs=1)])[0] and true == m.p_ok([cfg(mbs=True)])[0]
     reordered = [dict(reversed(list(c.items()))) if i % 2 else c for i, c in enumerate(grid)]
-    assert np.allclose(m.p_ok(reordered), got, rtol=0, atol=1e-12)  # the per-config fallback agrees
+    assert np.allclose(m.p_ok(reordered), got, rtol=0, atol=1e-12)  # the one-config-at-a-time fallback agrees

@@ -122,14 +122,9 @@ class FeasibilityModel:
         n = len(configs)
         names = list(configs[0]) if n else []
         if any(list(c) != names for c in configs):  # mixed key orders: one config at a time
-            out = np.empty(n)
-            for i, cfg in enumerate(configs):
-                z = self._bias + sum(coef.get(f"{k}={v!r}", 0.0) for k, v in cfg.items())
-                logistic = min(1.0, (1.0 - 1.0 / (1.0 + math.exp(-z))) / (1.0 - base))
-                culprit = math.prod(1.0 - blame.get(f"{k}={v!r}", 0.0) for k, v in cfg.items())
-                out[i] = min(logistic, culprit)
-            return out
-        # the same sums and products, a knob at a time over every config (tens of thousands per ask)
+            return np.array([float(self.p_ok([c])[0]) for c in configs])
+        # logit = bias + sum of the values' weights, cap = product of (1 - blame) over the values:
+        # a knob at a time over every config (tens of thousands per ask)
         z_sum, cap = np.zeros(n), np.ones(n)
         for k in names:
             codes, reprs = _value_codes(configs, k)
