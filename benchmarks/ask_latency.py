@@ -52,6 +52,36 @@ def run(problem_name: str, seed: int, trials: int) -> list[tuple[int, float, str
     return out
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def speed_probe_s(repeats: int = 5) -> float:
+    """Median seconds of a fixed reference fit: the step-time GP (``fit_time_gp``, 40 L-BFGS
+    iterations from the prior) on 80 seeded synthetic points with 14 features. Asks are mostly
+    such fits, so latencies measured on two machines compare after dividing by this."""
+    import torch
+
+    from infrarsi.search.models.time_gp import fit_time_gp
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(80, 14, generator=g, dtype=torch.float64)
+    y = (X[:, :4].sum(-1) + 0.05 * torch.randn(80, generator=g, dtype=torch.float64)).log1p()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fit_time_gp(X, y, maxiter=40)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
 def summarise(rows: Sequence[tuple[int, float, str]]) -> list[dict[str, Any]]:
     """Median / p90 / max ask seconds per observation window (the first ask left out)."""
     out = []
@@ -86,8 +116,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         result["problems"][name] = {"runs": args.seeds, "windows": summarise(rows),
                                     "configs": len(PROBLEMS[name]().truth)}
     result["first_ask_s"] = first_ask_s
+    probe = speed_probe_s()  # after the runs: the first ask above pays the process's warm-up
     result["meta"] = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+                      "machine": f"{cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, Python {platform.python_version()}",
+                      "speed_probe_s": probe,
                       "load_before": load_before, "load_after": os.getloadavg()[0], "trials": args.trials}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ask_latency.json").write_text(json.dumps(result, indent=2))
@@ -98,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
              "", "One process, one torch thread; each `ask()` timed with `time.perf_counter`, filed under the number of "
              "observations told before it. The process's first ask (torch/GPyTorch warm-up) is left out of the "
              f"windows: it took {first_ask_s:.2f} s. Target: median <= 1 s with up to 100 observations.", "",
+             f"Machine speed probe (`speed_probe_s`: median of 5 reference step-time GP fits, 80 points, 14 "
+             f"features, 40 L-BFGS iterations): {probe:.3f} s. Latencies from two machines compare after "
+             "dividing by it.", "",
              "| problem | configs | observations | asks | median s | p90 s | max s |", "|---|---|---|---|---|---|---|"]
     for name, p in result["problems"].items():
         for w in p["windows"]:

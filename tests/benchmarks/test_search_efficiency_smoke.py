@@ -66,5 +66,7 @@ def test_ask_latency_writes_windows(tmp_path: Path) -> None:
     (window,) = result["problems"]["surrogate_1node"]["windows"]
     assert window["observations"] == "1-25" and window["asks"] == 5  # the process's first ask is left out
     assert 0.0 < window["median_s"] <= window["p90_s"] <= window["max_s"]
-    assert result["first_ask_s"] > 0.0
+    assert result["first_ask_s"] > 0.0 and result["meta"]["speed_probe_s"] > 0.0
+    text = (tmp_path / "ask_latency.md").read_text()
+    assert "speed probe" in text and "cores" in result["meta"]["machine"]
     assert "| surrogate_1node |" in (tmp_path / "ask_latency.md").read_text()
