@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 PROBLEMS = ("surrogate_1node", "surrogate_2node")
+"""Default problems (any of ``benchmarks.problems.PROBLEMS`` may be named with ``--problems``)."""
 BUDGETS = (12, 24)
 
 
@@ -194,11 +195,13 @@ def run_one(job: tuple[str, dict[str, Any], str, int]) -> dict[str, Any]:
 
 
 def main() -> None:
+    from benchmarks.problems import PROBLEMS as ALL_PROBLEMS
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("variants", help='JSON: name -> options, e.g. \'{"default": {}}\'')
     ap.add_argument("--seeds", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=PROBLEMS)
+    ap.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=sorted(ALL_PROBLEMS))
     ap.add_argument("--jsonl", help="also write one JSON line per run (per-seed ratios) to this file")
     args = ap.parse_args()
     variants = json.loads(args.variants)

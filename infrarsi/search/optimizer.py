@@ -395,6 +395,10 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
                 if near.any():
                     masked, phase = np.where(near, scores.log_score, -np.inf), "bo-local"
             picks = [int(np.argmax(masked))]
+            if self.pairing and phase == "bo" and not self._scores_every_config():
+                paired = self._pair_before_pick(configs, scores, picks[0], failed | taken | self._excluded()[1])
+                if paired is not None:
+                    return [paired]
         else:
             top = np.argsort(-scores.log_score, kind="stable")[: acquisition.BATCH_CHOICES]
             ok = self._ok()
@@ -418,10 +422,42 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
                             "original_p_fit": float(scores.p_fit[i]),
                             "predicted_step_time_s": _exp(pred["log_time_mean"]), "p_fit": pred["p_fit"],
                             "predicted_memory_bytes": self.memory_capacity * math.exp(pred["mem_mean"]),
-                            "p_ok": pred["p_ok"]}
+                            "p_ok": pred["p_ok"], "paired": "after_pick"}
             used.add(self.space.key(info["config"]))
             out.append(info)
         return out
+
+    def _scores_every_config(self) -> bool:
+        """Whether ``_candidates`` returns every allowed config (not a sample)."""
+        return self._all is not None and len(self._all) <= self.candidate_cap
+
+    def _pair_before_pick(self, configs: list[dict[str, Any]], scores: acquisition.Scores, pick: int,
+                          excluded: set[str]) -> dict[str, Any] | None:
+        """Pairing before the pick (``pairing``): the best repairs of the sample's fast-but-too-big
+        candidates that are not in the sample, if one scores above the sample's best (``pick``)."""
+        if self.models.memory.model is None:
+            return None
+        sources = pairing.fast_but_too_big(scores.log_score, scores.p_fit)
+        if not sources:
+            return None
+        in_pool = {self.space.key(c) for c in configs}
+        found: dict[str, tuple[pairing.Repair, int]] = {}
+        for i in sources:
+            rep = pairing.best_repair(self.space, configs[i], self._predict_raw, excluded=excluded | in_pool)
+            if rep is not None:
+                found.setdefault(self.space.key(rep[0].config), (rep[0], i))
+        if not found:
+            return None
+        reps = list(found.values())
+        s = self._scores([r.config for r, _ in reps])
+        j = int(np.argmax(s.log_score))
+        if not float(s.log_score[j]) > float(scores.log_score[pick]):
+            return None
+        r, src = reps[j]
+        info = self._info(r.config, "repair", s, j)
+        info.update(repair_of=dict(configs[src]), repair_moves=r.moves, original_p_fit=float(scores.p_fit[src]),
+                    paired="before_pick")
+        return info
 
     def _near_incumbent(self, configs: list[dict[str, Any]]) -> np.ndarray:
         """``(n,)`` bool: within ``LOCAL_RADIUS`` knob changes of the posterior-best ok config."""

@@ -7,6 +7,16 @@ value back (values are listed from least to most hungry). Moves are combined bre
 ZeRO-3 activates ``offload_param``, which may then move too), and constraints are respected.
 Among the repairs the memory model predicts to fit, the one with the best predicted step time
 wins; ties go to the smaller move.
+
+The optimizer pairs at two points (``Optimizer._bo_picks``):
+
+- *before the pick*, when the candidates are a sample of a space too large to score whole: the
+  ``PAIR_SOURCES`` candidates with the best acquisition if memory were no object
+  (``fast_but_too_big``) are repaired, and a repair that is not in the sample competes with the
+  sample's best under the same constrained acquisition. A sample rarely holds the fitting
+  neighbour of a fast config that sits just past the memory cliff; this puts it there. When every
+  config is scored, the repairs are already among them and this step changes nothing.
+- *after the pick*, when the chosen candidate itself is unlikely to fit (``PAIRING_TRIGGER``).
 """
 
 from __future__ import annotations
@@ -23,6 +33,10 @@ PAIRING_TRIGGER = 0.5
 """Repair a chosen candidate whose P(fit) is below this."""
 PAIRING_TARGET = 0.7
 """A repair must reach at least this P(fit)."""
+PAIR_SOURCES = 4
+"""Before the pick: how many fast-but-too-big candidates are repaired."""
+SOURCE_SCAN = 64
+"""... looked for among this many candidates with the best unconstrained acquisition."""
 
 
 @dataclass
@@ -75,6 +89,16 @@ def repairs(space: SearchSpace, config: Mapping[str, Any], max_steps: int = 3,
                     return out
         frontier = nxt
     return out
+
+
+def fast_but_too_big(log_score: np.ndarray, p_fit: np.ndarray, sources: int = PAIR_SOURCES,
+                     scan: int = SOURCE_SCAN, trigger: float = PAIRING_TRIGGER) -> list[int]:
+    """Indices of up to ``sources`` candidates, best first by ``log_score - log p_fit`` (the
+    acquisition if memory were no object) among the ``scan`` best by it, whose P(fit) is below
+    ``trigger``."""
+    free = np.asarray(log_score, dtype=float) - np.log(np.clip(np.asarray(p_fit, dtype=float), 1e-300, None))
+    top = np.argsort(-free, kind="stable")[:scan]
+    return [int(i) for i in top if p_fit[i] < trigger][:sources]
 
 
 def best_repair(space: SearchSpace, config: Mapping[str, Any],

@@ -330,3 +330,56 @@ def test_a_space_too_large_to_enumerate_is_sampled_and_still_starts_from_the_bas
         opt.tell(c, Outcome(status="oom") if mem > 10.0 else
                  Outcome(status="ok", step_time=1.0 + sum((c[f"k{j}"] - 4) ** 2 for j in range(12)) / 50, peak_memory=mem))
     assert opt.best() is not None
+
+
+def test_pairing_before_the_pick_repairs_a_fast_config_the_sample_cannot_fit() -> None:
+    """A sampled pool holding only a fast config that cannot fit and a slow one that does: the
+    fast one's best repair (outside the pool) is scored and, beating the slow one, asked instead,
+    with its source recorded."""
+    space = SearchSpace.from_yaml(DENSE)
+    opt = Optimizer(space, memory_capacity=CAPACITY, seed=0, baseline=BASELINE, candidate_cap=40)
+    for _ in range(10):
+        c = opt.ask()
+        opt.tell(c, run(c))
+    for over in ({"zero_stage": 0, "micro_batch_size": 8, "dtype": "fp32"}, {"zero_stage": 0, "micro_batch_size": 4},
+                 {"zero_stage": 1, "micro_batch_size": 8, "dtype": "fp32"}):  # OOMs teach the memory model
+        v = space.validate({"activation_checkpointing": "none", "dtype": "bf16", **over})
+        out = run(v)
+        assert out.status == "oom"
+        opt.tell(v, out)
+    fast = space.validate({"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none", "dtype": "bf16"})
+    slow = space.validate({"zero_stage": 3, "micro_batch_size": 1, "activation_checkpointing": "full",
+                           "offload_optimizer": True, "offload_param": True, "dtype": "fp32"})
+    assert memory_bytes(fast) > CAPACITY >= memory_bytes(slow) and step_time_s(fast) < step_time_s(slow)
+    pool = [fast, slow]
+    opt._fit()  # as ask() does before scoring
+    scores = opt._scores(pool)
+    assert scores.p_fit[0] < 0.5  # the memory model knows the fast one will not fit
+    pick = int(scores.log_score.argmax())
+    info = opt._pair_before_pick(pool, scores, pick, excluded=set())
+    assert info is not None
+    c = info["config"]
+    assert info["phase"] == "repair" and info["paired"] == "before_pick" and info["repair_of"] == fast
+    assert space.key(c) not in {space.key(fast), space.key(slow)} and space.is_valid(c)
+    assert info["p_fit"] >= 0.7 and info["log_acquisition"] > scores.log_score[pick]
+    assert info["repair_moves"] and all(space.knob(m.split(":")[0]).memory != "neutral" for m in info["repair_moves"])
+
+
+@pytest.mark.parametrize("cap", [40, None])
+def test_pairing_before_the_pick_runs_only_on_a_sampled_pool(cap: int | None) -> None:
+    """Every repair asked before the pick is valid, fits by the model and records its source; when
+    every config is scored (no cap), the repairs are in the pool already and it never fires."""
+    space = SearchSpace.from_yaml(DENSE)
+    opt = Optimizer(space, memory_capacity=CAPACITY, seed=1, baseline=BASELINE,
+                    **({} if cap is None else {"candidate_cap": cap}))
+    fired = 0
+    for _ in range(20):
+        c = opt.ask()
+        info = dict(opt.last_ask_info)  # type: ignore[arg-type]
+        if info.get("paired") == "before_pick":
+            fired += 1
+            assert info["phase"] == "repair" and info["original_p_fit"] < 0.5 <= info["p_fit"]
+            assert space.is_valid(c) and space.key(info["repair_of"]) != space.key(c)
+        opt.tell(c, run(c))
+    if cap is None:
+        assert fired == 0

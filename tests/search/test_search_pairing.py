@@ -6,7 +6,7 @@ import numpy as np
 from search_synthetic import CAPACITY, DENSE, memory_bytes, step_time_s
 
 from infrarsi.search import SearchSpace
-from infrarsi.search.pairing import best_repair, repairs, saving_moves
+from infrarsi.search.pairing import best_repair, fast_but_too_big, repairs, saving_moves
 
 
 def test_saving_moves_go_toward_saving() -> None:
@@ -66,3 +66,14 @@ def test_no_repair_when_nothing_fits_or_all_excluded() -> None:
     assert best_repair(space, cfg, never_fits, excluded=set()) is None
     every = {space.key(r.config) for r in repairs(space, cfg)}
     assert best_repair(space, cfg, _oracle_predict, excluded=every) is None
+
+
+def test_fast_but_too_big_ranks_by_the_acquisition_without_memory() -> None:
+    # candidate 0 fits and scores best; 1 and 3 would score better still if memory were no object
+    log_score = np.array([-1.0, -5.0, -2.0, -4.0])
+    p_fit = np.array([0.9, 0.001, 0.8, 0.01])
+    # unconstrained: 0 -> -0.89, 1 -> +1.91, 2 -> -1.78, 3 -> +0.61
+    assert fast_but_too_big(log_score, p_fit) == [1, 3]
+    assert fast_but_too_big(log_score, p_fit, sources=1) == [1]
+    assert fast_but_too_big(log_score, p_fit, scan=1) == [1]
+    assert fast_but_too_big(log_score, np.ones(4)) == []  # everything fits: nothing to pair

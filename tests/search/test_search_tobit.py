@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -20,7 +21,15 @@ from infrarsi.search.models.tobit import (
     tobit_loss,
 )
 
-torch.set_default_dtype(torch.float64)
+
+@pytest.fixture(autouse=True)
+def _float64_default() -> Iterator[None]:
+    """These tests build tensors in float64; the process-wide default is restored after each
+    (other tests run the optimizer under torch's own float32 default, as users do)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
 
 
 def test_expected_log_prob_matches_hand_computation() -> None:
