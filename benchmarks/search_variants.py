@@ -11,7 +11,7 @@ never leaks into another run's process):
 - ``sd_scale: s``: the step-time posterior sd multiplied by ``s`` in the acquisition (< 1 exploits
   more, > 1 explores more);
 - ``local_radius: r``: local steps score configs within ``r`` knob changes of the incumbent
-  (``optimizer.LOCAL_RADIUS``, default 2);
+  (``candidates.LOCAL_RADIUS``, default 2);
 - ``outliers: off``: no trimming of slow outliers (stragglers) from the step-time model
   (``infrarsi/search/models/outliers.py``);
 - ``prior: null``: no analytic prior (the optimizer as before it had one);
@@ -76,9 +76,9 @@ def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
         time_gp.SingleTaskGP = with_matern  # type: ignore[misc,assignment]
     radius = opts.pop("local_radius", None)
     if radius is not None:
-        from infrarsi.search import optimizer
+        from infrarsi.search import candidates
 
-        optimizer.LOCAL_RADIUS = int(radius)
+        candidates.LOCAL_RADIUS = int(radius)
     if opts.pop("outliers", None) == "off":
         from infrarsi.search.models import outliers
 

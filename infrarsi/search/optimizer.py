@@ -14,7 +14,8 @@ again once every other config has been tried or is predicted to fail (``REPEAT_B
 as a replicate while it is the incumbent with a single trusted measurement (``intensify``).
 Slow outliers among the step times (stragglers) are left out of the step-time model
 (``models/outliers``); a config measured only as an outlier may be proposed again. The analytic
-prior's inputs and coefficient fits live in ``prior_inputs``, persistence in ``persistence``.
+prior's inputs and coefficient fits live in ``prior_inputs``, the candidate pool in
+``candidates``, persistence in ``persistence``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 
 from infrarsi.errors import InfrarsiError
 from infrarsi.search import acquisition, design, pairing
+from infrarsi.search.candidates import CANDIDATE_CAP, CandidatePoolMixin
 from infrarsi.search.encoding import Encoder
 from infrarsi.search.models import outliers
 from infrarsi.search.models.feasibility import FAILURE_WEIGHT, FeasibilityModel
@@ -39,15 +41,6 @@ from infrarsi.search.persistence import PersistenceMixin
 from infrarsi.search.prior import PriorMean
 from infrarsi.search.prior_inputs import PriorInputsMixin
 from infrarsi.search.space import SearchSpace
-
-CANDIDATE_CAP = 20_000
-"""Above this many valid configs, score a random subset of half this size plus the baseline, the
-neighbours of the five fastest ok configs and the two-change neighbourhood of the fastest."""
-
-
-LOCAL_RADIUS = 2
-"""A local step scores only configs within this many knob changes of the incumbent."""
-
 
 REPEAT_BELOW_P = 0.05
 """When every untried config is this unlikely to run (P(fit) x P(no failure)), configs told ok
@@ -98,7 +91,7 @@ def _threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-class Optimizer(PriorInputsMixin, PersistenceMixin):
+class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
     """Ask/tell optimizer minimising step time under ``peak memory <= memory_capacity`` (bytes per device)."""
 
     def __init__(self, space: SearchSpace, memory_capacity: float, seed: int = 0,
@@ -246,53 +239,6 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
         return acquisition.analytic_scores(self.models.time.pred, mem_pred, noise, X,
                                            self._best_log_time(), self.feasibility.p_ok(configs))
 
-    def _candidates(self, exclude: set[str]) -> tuple[list[dict[str, Any]], torch.Tensor]:
-        """Allowed candidate configs and their features: every valid config up to
-        ``candidate_cap``, else a random half-cap sample plus the anchors (``_anchors``)."""
-        if self._all is None:  # too many to enumerate: sampled configs, encoded per ask
-            pool: dict[str, dict[str, Any]] = {}
-            for c in self.space.sample(self.rng, self.candidate_cap // 2):
-                pool.setdefault(self.space.key(c), c)
-            for c in self._anchors():
-                pool.setdefault(self.space.key(c), c)
-            configs = [c for k, c in pool.items() if k not in exclude]
-            return configs, self._X(configs)
-        if self._all_X is None:  # built once: callers copy a config before changing it
-            self._all_X = self.encoder.encode_values(self._all)
-            self._all_configs = [self.space.as_config(v) for v in self._all]
-            self._all_index = {k: i for i, k in enumerate(self._all_keys or [])}
-        keys, index, all_configs = self._all_keys or [], self._all_index or {}, self._all_configs or []
-        if len(self._all) <= self.candidate_cap:
-            keep = [i for i, k in enumerate(keys) if k not in exclude]
-        else:  # enumerated but too many to score: rows of the cached features, in insertion order
-            order = dict.fromkeys(self.rng.choice(len(self._all), size=self.candidate_cap // 2, replace=False).tolist())
-            for c in self._anchors():
-                j = index.get(self.space.key(c))
-                if j is not None:
-                    order.setdefault(j)
-            keep = [i for i in order if keys[i] not in exclude]
-        configs = [all_configs[i] for i in keep]
-        if self.prior is None:
-            return configs, self._all_X[keep]
-        if self._all_terms is None:
-            self._all_terms = self.prior.terms(all_configs)
-        T, M = self._all_terms
-        return configs, self._augment(self._all_X[keep], T[keep], M[keep])
-
-    def _anchors(self) -> Iterator[dict[str, Any]]:
-        """Configs every sampled pool holds: the baseline (the design starts from it), the
-        neighbours of the five fastest ok configs and the fastest one's whole ``LOCAL_RADIUS``
-        neighbourhood (local steps)."""
-        base = self.baseline if self.baseline is not None else self.space.default_config()
-        if not self.space.violated(base):
-            yield base
-        ok = sorted(self._ok(), key=lambda o: o.outcome.step_time or math.inf)[:5]
-        for rank, o in enumerate(ok):
-            ring = [o.config]
-            for _ in range(LOCAL_RADIUS if rank == 0 else 1):
-                ring = [nb for c in ring for nb in self.space.neighbours(c)]
-                yield from ring
-
     def _info(self, cfg: dict[str, Any], phase: str, scores: acquisition.Scores | None, i: int | None) -> dict[str, Any]:
         info: dict[str, Any] = {"config": dict(cfg), "phase": phase, "ask_index": self.n_asks, "repair_of": None}
         if scores is not None and i is not None:
@@ -427,10 +373,6 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
             out.append(info)
         return out
 
-    def _scores_every_config(self) -> bool:
-        """Whether ``_candidates`` returns every allowed config (not a sample)."""
-        return self._all is not None and len(self._all) <= self.candidate_cap
-
     def _pair_before_pick(self, configs: list[dict[str, Any]], scores: acquisition.Scores, pick: int,
                           excluded: set[str]) -> dict[str, Any] | None:
         """Pairing before the pick (``pairing``): the best repairs of the sample's fast-but-too-big
@@ -458,16 +400,6 @@ class Optimizer(PriorInputsMixin, PersistenceMixin):
         info.update(repair_of=dict(configs[src]), repair_moves=r.moves, original_p_fit=float(scores.p_fit[src]),
                     paired="before_pick")
         return info
-
-    def _near_incumbent(self, configs: list[dict[str, Any]]) -> np.ndarray:
-        """``(n,)`` bool: within ``LOCAL_RADIUS`` knob changes of the posterior-best ok config."""
-        best = self.best()
-        if best is None:
-            return np.zeros(len(configs), dtype=bool)
-        names = self.space.names
-        ref = [best[n] for n in names]
-        return np.array([sum(c[n] != r or type(c[n]) is not type(r) for n, r in zip(names, ref, strict=True)) <= LOCAL_RADIUS
-                         for c in configs], dtype=bool)
 
     def _has_memory_prediction(self) -> bool:
         return self.models.memory.model is not None or self.prior is not None
