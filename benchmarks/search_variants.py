@@ -12,6 +12,8 @@ never leaks into another run's process):
   more, > 1 explores more);
 - ``local_radius: r``: local steps score configs within ``r`` knob changes of the incumbent
   (``candidates.LOCAL_RADIUS``, default 2);
+- ``config_sd: s``: the sd (log seconds) of the step-time kernel's per-config deviation term
+  (``models/time_gp.CONFIG_DEVIATION_SD``; 0 turns the term off);
 - ``outliers: off``: no trimming of slow outliers (stragglers) from the step-time model
   (``infrarsi/search/models/outliers.py``);
 - ``prior: null``: no analytic prior (the optimizer as before it had one);
@@ -79,6 +81,11 @@ def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
         from infrarsi.search import candidates
 
         candidates.LOCAL_RADIUS = int(radius)
+    config_sd = opts.pop("config_sd", None)
+    if config_sd is not None:
+        from infrarsi.search.models import time_gp
+
+        time_gp.CONFIG_DEVIATION_SD = float(config_sd)
     if opts.pop("outliers", None) == "off":
         from infrarsi.search.models import outliers
 

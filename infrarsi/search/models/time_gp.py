@@ -3,6 +3,20 @@
 ``SingleTaskGP`` with BoTorch's dimension-scaled lengthscale prior (robust with ~10-20 features and
 few points) on the unit-cube features of ``Encoder``. Fits are warm-started from the previous
 hyperparameters and capped in iterations, so a refit after one more observation costs little.
+
+The kernel is the smooth (RBF) kernel plus a per-config term: an independent deviation of each
+distinct config, sd ``CONFIG_DEVIATION_SD`` log seconds, fixed (``_config_kernel``). Without it,
+a smooth fit (long lengthscales over the analytic prior's residuals) shrinks every config's own
+replicates towards its neighbours. In a traced 2-node run, two trials of the oracle averaging
+0.7% below its true time were predicted 1.7% above it, behind a config 2.9% slower with one lucky
+draw, so ``best()`` recommended the slower one; with the term (sd 0.08) the oracle is predicted
+0.2% below its true time and recommended. The sd was chosen on the benchmark problems
+(``benchmarks/search_variants.py``, ``config_sd``: 0.02, 0.04, 0.08; see
+``benchmarks/results/search_efficiency.md``). It also gives an untried config that much more
+predictive spread, so the acquisition explores a little more. The term is used only with the
+analytic prior (``offset``): without one, the smooth GP is the whole model and the extra spread
+made the search explore more, and it did no better (prior off, 8 seeds at 24 trials, one machine:
+1.138 / 1.195 on the 1- / 2-node surrogate with the term, against 1.045 / 1.217 without it).
 """
 
 from __future__ import annotations
@@ -16,6 +30,7 @@ from botorch.models import SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from botorch.optim.fit import fit_gpytorch_mll_scipy
+from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
 from gpytorch.means import LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import NormalPrior
@@ -23,6 +38,12 @@ from gpytorch.priors import NormalPrior
 from infrarsi.search.models.offset_mean import OffsetMean
 
 State = dict[str, torch.Tensor]
+
+CONFIG_DEVIATION_SD = 0.08
+"""Sd (log seconds) of each distinct config's own deviation from the smooth model (0: none)."""
+_IDENTITY_LENGTHSCALE = 1e-3
+"""Lengthscale of the per-config term: distinct configs differ by at least one knob step (>= 1/63
+of the unit cube for any knob with up to 64 values), where this kernel is exp(-125) ~ 0."""
 
 
 def hyper_state(model: torch.nn.Module) -> State:
@@ -42,13 +63,39 @@ def _linear_mean(d: int) -> LinearMean:
     return mean
 
 
+def _config_kernel(d: int) -> ScaleKernel:
+    """An identity kernel over distinct configs (1 on the same features, ~0 elsewhere) with a
+    fixed scale, set per fit in standardised units (``_set_config_scale``)."""
+    k = ScaleKernel(RBFKernel(active_dims=list(range(d))))
+    k.base_kernel.lengthscale = _IDENTITY_LENGTHSCALE
+    k.base_kernel.raw_lengthscale.requires_grad_(False)
+    k.raw_outputscale.requires_grad_(False)
+    return k
+
+
+def _covar(d: int) -> Kernel:
+    smooth = get_covar_module_with_dim_scaled_prior(ard_num_dims=d, active_dims=list(range(d)))
+    return smooth if CONFIG_DEVIATION_SD <= 0 else smooth + _config_kernel(d)
+
+
+def _set_config_scale(model: SingleTaskGP) -> None:
+    """Put the per-config term's variance, ``CONFIG_DEVIATION_SD**2`` in log seconds, in the
+    model's standardised units (the outcome's sd changes from fit to fit)."""
+    kernels: Any = getattr(model.covar_module, "kernels", ())
+    if len(kernels) == 2:
+        tf: Any = model.outcome_transform
+        sd = float(tf.stdvs.reshape(()))
+        with torch.no_grad():
+            kernels[1].outputscale = max((CONFIG_DEVIATION_SD / max(sd, 1e-6)) ** 2, 1e-12)
+
+
 def _build(train_X: torch.Tensor, Y: torch.Tensor, offset: tuple[int, int] | None) -> SingleTaskGP:
-    if offset is None:
+    if offset is None:  # no analytic prior: BoTorch's default kernel, no per-config term (module docstring)
         return SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=_linear_mean(train_X.shape[-1]))
     d, column = offset
     mean = OffsetMean(_linear_mean(d), d, column)
-    model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=mean,
-                         covar_module=get_covar_module_with_dim_scaled_prior(ard_num_dims=d, active_dims=list(range(d))))
+    model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=mean, covar_module=_covar(d))
+    _set_config_scale(model)
     return model
 
 
@@ -81,6 +128,7 @@ def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State 
     if warm is not None:
         with contextlib.suppress(RuntimeError):  # shapes changed (another space): start fresh
             torch.nn.Module.load_state_dict(model, warm, strict=False)
+        _set_config_scale(model)  # the warm state holds the previous fit's units
     _standardize_offset(model)
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     mll.train()

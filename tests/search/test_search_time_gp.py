@@ -1,0 +1,70 @@
+"""The step-time GP's per-config deviation term (``models/time_gp``), used with the analytic prior
+(inputs: the features, then the prior's log-time column; here a zero prior)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from infrarsi.search.models import time_gp
+from infrarsi.search.models.predict import ExactMarginal
+
+
+def _data() -> tuple[torch.Tensor, torch.Tensor, int]:
+    """A smooth log time over a 1-knob grid (64 values), one point per config, except config 20:
+    four replicates, all 5% faster than the smooth curve (that config is really faster)."""
+    g = torch.Generator().manual_seed(0)
+    grid = torch.linspace(0, 1, 64, dtype=torch.float64)
+    xs = grid[::3]
+    y = 0.5 * torch.sin(3 * xs) + 0.01 * torch.randn(xs.shape[0], generator=g, dtype=torch.float64)
+    j = 20
+    xr = grid[j].repeat(4)
+    yr = 0.5 * torch.sin(3 * xr) - 0.05 + 0.01 * torch.randn(4, generator=g, dtype=torch.float64)
+    x = torch.cat([xs, xr]).reshape(-1, 1)
+    return torch.cat([x, torch.zeros_like(x)], dim=-1), torch.cat([y, yr]), j
+
+
+def _at(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack([x, torch.zeros_like(x)]).reshape(1, 2)
+
+
+def _posterior(sd: float, monkeypatch: pytest.MonkeyPatch, x: torch.Tensor) -> tuple[float, time_gp.SingleTaskGP]:
+    monkeypatch.setattr(time_gp, "CONFIG_DEVIATION_SD", sd)
+    X, y, _ = _data()
+    model, _state = time_gp.fit_time_gp(X, y, maxiter=80, offset=(1, 1))
+    mean, _var = ExactMarginal(model)(_at(x))
+    return float(mean), model
+
+
+def test_the_config_term_is_an_identity_kernel_with_a_fixed_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    grid = torch.linspace(0, 1, 64, dtype=torch.float64).reshape(-1, 1)
+    _, model = _posterior(0.04, monkeypatch, grid[20])
+    _smooth, config = model.covar_module.kernels
+    K = config(torch.cat([grid[18:23], torch.zeros(5, 1, dtype=torch.float64)], dim=-1)).to_dense()
+    sd = float(model.outcome_transform.stdvs.reshape(()))
+    assert torch.allclose(torch.diagonal(K), torch.full((5,), (0.04 / sd) ** 2, dtype=torch.float64))
+    assert float((K - torch.diag(torch.diagonal(K))).abs().max()) < 1e-12  # neighbours one step apart: 0
+    assert not config.raw_outputscale.requires_grad and not config.base_kernel.raw_lengthscale.requires_grad
+
+
+def test_replicates_of_a_config_move_its_prediction_towards_their_mean(monkeypatch: pytest.MonkeyPatch) -> None:
+    _X, y, j = _data()
+    x = torch.linspace(0, 1, 64, dtype=torch.float64)[j]
+    replicate_mean = float(y[-4:].mean())
+    without, _ = _posterior(0.0, monkeypatch, x)
+    with_term, _ = _posterior(0.04, monkeypatch, x)
+    assert abs(with_term - replicate_mean) < abs(without - replicate_mean)
+    # a config next to it, never measured, is not pulled along as much
+    nxt = torch.linspace(0, 1, 64, dtype=torch.float64)[j + 2]  # 22: not on the measured grid (every 3rd)
+    n0, _ = _posterior(0.0, monkeypatch, nxt)
+    n1, _ = _posterior(0.04, monkeypatch, nxt)
+    assert (without - with_term) > (n0 - n1)
+
+
+def test_without_the_term_or_without_a_prior_the_kernel_is_the_plain_smooth_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, model = _posterior(0.0, monkeypatch, torch.tensor(0.5, dtype=torch.float64))
+    assert not hasattr(model.covar_module, "kernels")
+    monkeypatch.setattr(time_gp, "CONFIG_DEVIATION_SD", 0.08)
+    X, y, _ = _data()
+    no_prior, _state = time_gp.fit_time_gp(X[:, :1], y, maxiter=5)
+    assert not hasattr(no_prior.covar_module, "kernels")
