@@ -11,7 +11,7 @@ replicates towards its neighbours. In a traced 2-node run, two trials of the ora
 0.7% below its true time were predicted 1.7% above it, behind a config 2.9% slower with one lucky
 draw, so ``best()`` recommended the slower one; with the term (sd 0.08) the oracle is predicted
 0.2% below its true time and recommended. The sd was chosen on the benchmark problems
-(``benchmarks/search_variants.py``, ``config_sd``: 0.02, 0.04, 0.08; see
+(``benchmarks/search_variants.py``, ``config_sd``: 0.02 to 0.16; see
 ``benchmarks/results/search_efficiency.md``). It also gives an untried config that much more
 predictive spread, so the acquisition explores a little more. The term is used only with the
 analytic prior (``offset``): without one, the smooth GP is the whole model and the extra spread
