@@ -14,6 +14,14 @@ never leaks into another run's process):
   (``candidates.LOCAL_RADIUS``, default 2);
 - ``config_sd: s``: the sd (log seconds) of the step-time kernel's per-config deviation term
   (``models/time_gp.CONFIG_DEVIATION_SD``; 0 turns the term off);
+- ``coef_prior_sd: s``: the sd of each step-time log coefficient's prior around nominal
+  (``prior.COEF_PRIOR_SD`` for the time fit only; smaller keeps the fitted prior nearer its
+  nominal shape);
+- ``time_noise_sd: s``: the assumed sd of log step time around the fitted prior in the coefficient
+  fit (``prior.TIME_NOISE_SD``);
+- ``acq_config_sd: s``: the sd (log seconds) of the per-config deviation term as the acquisition
+  credits it to untried configs (``models/time_gp.ACQUISITION_CONFIG_SD``, default 0.04; 0.08,
+  the model's ``CONFIG_DEVIATION_SD``, credits it in full);
 - ``outliers: off``: no trimming of slow outliers (stragglers) from the step-time model
   (``infrarsi/search/models/outliers.py``);
 - ``prior: null``: no analytic prior (the optimizer as before it had one);
@@ -86,6 +94,22 @@ def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
         from infrarsi.search.models import time_gp
 
         time_gp.CONFIG_DEVIATION_SD = float(config_sd)
+    coef_sd = opts.pop("coef_prior_sd", None)
+    time_noise = opts.pop("time_noise_sd", None)
+    if coef_sd is not None or time_noise is not None:
+        from infrarsi.search import prior_inputs
+
+        orig_fit = prior_inputs.fit_log_coefficients
+
+        def fit(terms, y, censored=None, **kw):  # type: ignore[no-untyped-def]
+            if censored is None and "scale" not in kw:  # the step-time fit (memory passes both)
+                if coef_sd is not None:
+                    kw["prior_sd"] = float(coef_sd)
+                if time_noise is not None:
+                    kw["noise_sd"] = float(time_noise)
+            return orig_fit(terms, y, censored, **kw)
+
+        prior_inputs.fit_log_coefficients = fit  # type: ignore[assignment]
     if opts.pop("outliers", None) == "off":
         from infrarsi.search.models import outliers
 
@@ -101,6 +125,11 @@ def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
             return m, s * float(scale)
 
         acquisition.predict_time = scaled
+    acq_sd = opts.pop("acq_config_sd", None)
+    if acq_sd is not None:
+        from infrarsi.search.models import time_gp
+
+        time_gp.ACQUISITION_CONFIG_SD = float(acq_sd)
     return opts
 
 
@@ -207,12 +236,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("variants", help='JSON: name -> options, e.g. \'{"default": {}}\'')
     ap.add_argument("--seeds", type=int, default=16)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds run from here (default 0)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=sorted(ALL_PROBLEMS))
     ap.add_argument("--jsonl", help="also write one JSON line per run (per-seed ratios) to this file")
     args = ap.parse_args()
     variants = json.loads(args.variants)
-    jobs = [(v, o, p, s) for v, o in variants.items() for p in args.problems for s in range(args.seeds)]
+    jobs = [(v, o, p, s) for v, o in variants.items() for p in args.problems for s in range(args.first_seed, args.first_seed + args.seeds)]
     started = time.time()
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with ProcessPoolExecutor(args.workers, max_tasks_per_child=1) as ex:

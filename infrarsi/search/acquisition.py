@@ -4,7 +4,9 @@
   (tens of thousands per second):
   ``log EI(log step time vs. the best posterior mean among ok trials) + log P(memory fits) + log p_ok``.
   With independent outputs this is what ``LogConstrainedExpectedImprovement`` computes; the
-  incumbent is the best posterior mean (noise-aware), not the luckiest measurement.
+  incumbent is the best posterior mean (noise-aware), not the luckiest measurement. The EI of an
+  untried config counts the step-time kernel's per-config term at ``ACQUISITION_CONFIG_SD``, not
+  at the model's full sd (``exploration_sd``; ``models/time_gp.py``).
 - A batch, or with trials pending: ``qLogNoisyExpectedImprovement`` on a ``ModelListGP`` (step time,
   memory) with the constraint ``log(peak / capacity) <= 0`` and the pending configs as
   ``X_pending``, optimised by ``optimize_acqf_discrete`` (sequential greedy) over the top
@@ -39,7 +41,7 @@ class Scores:
     time_mean: np.ndarray
     """Posterior mean of log step time (log seconds)."""
     time_sd: np.ndarray
-    """Posterior sd of log step time."""
+    """Posterior sd of log step time (the model's; the EI may use less, ``exploration_sd``)."""
     mem_mean: np.ndarray
     """Posterior mean of log(peak / capacity) (0 where no memory model)."""
     p_fit: np.ndarray
@@ -60,6 +62,16 @@ def predict_time(pred: Any, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return mean, var.sqrt()
 
 
+def exploration_sd(pred: Any, X: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+    """The log-time sd the expected improvement uses: the posterior sd, less the predictor's
+    ``untried_variance_cut`` on configs it has no measurement of (``time_gp.ACQUISITION_CONFIG_SD``)."""
+    cut = float(getattr(pred, "untried_variance_cut", 0.0) or 0.0)
+    if cut <= 0.0 or X.shape[0] == 0:
+        return sd
+    var = sd * sd - cut * pred.untried(X).to(sd.dtype)
+    return var.clamp_min(1e-12).sqrt()
+
+
 def predict_memory(pred: Any, noise_sd: float, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Posterior mean and sd of log(peak/capacity), and P(peak <= capacity), each ``(n,)``."""
     n = X.shape[0]
@@ -78,8 +90,9 @@ def analytic_scores(time_pred: Any, mem_pred: Any, mem_noise_sd: float, X: torch
     if time_pred is None or best_log_time is None:
         log_ei = torch.zeros_like(pf)
     else:
-        u = (best_log_time - t_mean) / t_sd
-        log_ei = _log_ei_helper(u) + t_sd.log()
+        ei_sd = exploration_sd(time_pred, X, t_sd)
+        u = (best_log_time - t_mean) / ei_sd
+        log_ei = _log_ei_helper(u) + ei_sd.log()
     log_score = log_ei + pf.clamp_min(1e-300).log() + torch.from_numpy(np.log(np.clip(p_ok, 1e-300, None)))
     return Scores(log_score=log_score.numpy(), time_mean=t_mean.numpy(), time_sd=t_sd.numpy(),
                   mem_mean=m_mean.numpy(), p_fit=pf.numpy(), p_ok=np.asarray(p_ok, dtype=float))

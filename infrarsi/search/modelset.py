@@ -14,7 +14,13 @@ from typing import Any
 import torch
 
 from infrarsi.search.models.predict import ExactMarginal, VariationalMarginal
-from infrarsi.search.models.time_gp import State, fit_time_gp, state_from_json, state_to_json
+from infrarsi.search.models.time_gp import (
+    State,
+    acquisition_variance_cut,
+    fit_time_gp,
+    state_from_json,
+    state_to_json,
+)
 from infrarsi.search.models.tobit import fit_tobit_gp
 
 FULL_REFIT_GROWTH = 1.4
@@ -73,7 +79,7 @@ class ModelSet:
             iters = TIME_ITERS[2]
         off = None if self.prior_dim is None else (self.prior_dim, self.prior_dim)
         self.time.model, self.time.state = fit_time_gp(X, log_t, warm=self.time.state, maxiter=iters, offset=off)
-        self.time.pred = ExactMarginal(self.time.model)
+        self.time.pred = ExactMarginal(self.time.model, acquisition_variance_cut(self.time.model))
         self.time.fitted_key = key
 
     def update_memory(self, X: torch.Tensor, y: torch.Tensor, censored: torch.Tensor) -> None:

@@ -242,7 +242,8 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
     def _info(self, cfg: dict[str, Any], phase: str, scores: acquisition.Scores | None, i: int | None) -> dict[str, Any]:
         info: dict[str, Any] = {"config": dict(cfg), "phase": phase, "ask_index": self.n_asks, "repair_of": None}
         if scores is not None and i is not None:
-            info.update(predicted_step_time_s=_exp(scores.time_mean[i]), p_fit=float(scores.p_fit[i]),
+            info.update(predicted_step_time_s=_exp(scores.time_mean[i]), step_time_sd_log=float(scores.time_sd[i]),
+                        p_fit=float(scores.p_fit[i]),
                         predicted_memory_bytes=self.memory_capacity * math.exp(float(scores.mem_mean[i]))
                         if self._has_memory_prediction() else None,
                         p_ok=float(scores.p_ok[i]), log_acquisition=float(scores.log_score[i]))

@@ -68,3 +68,28 @@ def test_without_the_term_or_without_a_prior_the_kernel_is_the_plain_smooth_one(
     X, y, _ = _data()
     no_prior, _state = time_gp.fit_time_gp(X[:, :1], y, maxiter=5)
     assert not hasattr(no_prior.covar_module, "kernels")
+
+
+def test_the_acquisition_credits_an_untried_config_with_part_of_the_term(monkeypatch: pytest.MonkeyPatch) -> None:
+    from infrarsi.search.acquisition import exploration_sd
+
+    monkeypatch.setattr(time_gp, "ACQUISITION_CONFIG_SD", 0.03)
+    grid = torch.linspace(0, 1, 64, dtype=torch.float64)
+    _, model = _posterior(0.08, monkeypatch, grid[20])
+    cut = time_gp.acquisition_variance_cut(model)
+    assert cut == pytest.approx(0.08**2 - 0.03**2)
+    pred = ExactMarginal(model, cut)
+    X = torch.cat([_at(grid[21]), _at(grid[20]), _at(grid[22])])  # 21 is measured (every 3rd), 20 too (4x); 22 is not
+    assert pred.untried(X).tolist() == [False, False, True]
+    _mean, var = pred(X)
+    sd = var.sqrt()
+    ei_sd = exploration_sd(pred, X, sd)
+    assert torch.equal(ei_sd[:2], sd[:2])  # measured configs keep the model's posterior
+    assert float(ei_sd[2] ** 2) == pytest.approx(float(var[2]) - cut)
+    # the untried config's own posterior of the term is its prior: what is left is the smooth
+    # model's uncertainty plus ACQUISITION_CONFIG_SD**2, so still more than a measured config's
+    assert float(ei_sd[2]) > 0.03
+    # without the term, or with the cut at 0, nothing changes
+    _, plain = _posterior(0.0, monkeypatch, grid[20])
+    assert time_gp.acquisition_variance_cut(plain) == 0.0
+    assert torch.equal(exploration_sd(ExactMarginal(plain), X, sd), sd)

@@ -18,7 +18,10 @@ CHUNK = 8192
 class ExactMarginal:
     """Marginal posterior (latent) of a ``SingleTaskGP`` with a ``Standardize`` outcome transform."""
 
-    def __init__(self, model: SingleTaskGP) -> None:
+    def __init__(self, model: SingleTaskGP, untried_variance_cut: float = 0.0) -> None:
+        self.untried_variance_cut = float(untried_variance_cut)
+        """Variance (original units) the acquisition takes off configs not among the training
+        inputs (``time_gp.acquisition_variance_cut``; 0: none)."""
         with torch.no_grad():
             self.model = model
             X = model.train_inputs[0]
@@ -48,6 +51,14 @@ class ExactMarginal:
                 means.append(m * self.sd + self.mu)
                 vars_.append(var * self.sd**2)
         return torch.cat(means), torch.cat(vars_)
+
+    def untried(self, Xc: torch.Tensor) -> torch.Tensor:
+        """``(n,)`` bool: True where a row of ``Xc`` is not one of the training inputs."""
+        out = []
+        with torch.no_grad():
+            for i in range(0, Xc.shape[0], CHUNK):
+                out.append(torch.cdist(Xc[i:i + CHUNK], self.X).amin(-1) > 1e-9)
+        return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
 
 
 class VariationalMarginal:

@@ -13,7 +13,8 @@ draw, so ``best()`` recommended the slower one; with the term (sd 0.08) the orac
 0.2% below its true time and recommended. The sd was chosen on the benchmark problems
 (``benchmarks/search_variants.py``, ``config_sd``: 0.02 to 0.16; see
 ``benchmarks/results/search_efficiency.md``). It also gives an untried config that much more
-predictive spread, so the acquisition explores a little more. The term is used only with the
+predictive spread; the acquisition credits an untried config with only part of it
+(``ACQUISITION_CONFIG_SD``, ``acquisition_variance_cut``). The term is used only with the
 analytic prior (``offset``): without one, the smooth GP is the whole model and the extra spread
 made the search explore more, and it did no better (prior off, 8 seeds at 24 trials, one machine:
 1.138 / 1.195 on the 1- / 2-node surrogate with the term, against 1.045 / 1.217 without it).
@@ -41,6 +42,12 @@ State = dict[str, torch.Tensor]
 
 CONFIG_DEVIATION_SD = 0.08
 """Sd (log seconds) of each distinct config's own deviation from the smooth model (0: none)."""
+ACQUISITION_CONFIG_SD = 0.04
+"""Sd (log seconds) of the per-config deviation that the acquisition credits an untried config
+with (``acquisition_variance_cut``). The model's 0.08 is sized for recommendation (so that a
+config's replicates outweigh its neighbours); credited in full, it made every untried neighbour
+of the incumbent an 8% lottery ticket, and the search spent its trials on knobs worth under 1%
+(buckets, overlap, offload) inside the first basin it found."""
 _IDENTITY_LENGTHSCALE = 1e-3
 """Lengthscale of the per-config term: distinct configs differ by at least one knob step (>= 1/63
 of the unit cube for any knob with up to 64 values), where this kernel is exp(-125) ~ 0."""
@@ -87,6 +94,17 @@ def _set_config_scale(model: SingleTaskGP) -> None:
         sd = float(tf.stdvs.reshape(()))
         with torch.no_grad():
             kernels[1].outputscale = max((CONFIG_DEVIATION_SD / max(sd, 1e-6)) ** 2, 1e-12)
+
+
+def acquisition_variance_cut(model: SingleTaskGP) -> float:
+    """What the acquisition takes off an untried config's posterior variance (log seconds squared):
+    ``CONFIG_DEVIATION_SD**2 - ACQUISITION_CONFIG_SD**2`` when the model has the per-config term,
+    else 0. An untried config's posterior of the term is its prior, so the cut leaves the smooth
+    model's uncertainty plus ``ACQUISITION_CONFIG_SD**2``."""
+    kernels: Any = getattr(model.covar_module, "kernels", ())
+    if len(kernels) != 2:
+        return 0.0
+    return max(CONFIG_DEVIATION_SD**2 - ACQUISITION_CONFIG_SD**2, 0.0)
 
 
 def _build(train_X: torch.Tensor, Y: torch.Tensor, offset: tuple[int, int] | None) -> SingleTaskGP:
