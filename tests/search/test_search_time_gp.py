@@ -81,6 +81,9 @@ def test_the_acquisition_credits_an_untried_config_with_part_of_the_term(monkeyp
     pred = ExactMarginal(model, cut)
     X = torch.cat([_at(grid[21]), _at(grid[20]), _at(grid[22])])  # 21 is measured (every 3rd), 20 too (4x); 22 is not
     assert pred.untried(X).tolist() == [False, False, True]
+    # the whole grid at once (cdist's matmul form would leave rounding on the measured rows)
+    full = torch.cat([_at(x) for x in grid])
+    assert torch.nonzero(~pred.untried(full)).reshape(-1).tolist() == sorted({*range(0, 64, 3), 20})
     _mean, var = pred(X)
     sd = var.sqrt()
     ei_sd = exploration_sd(pred, X, sd)
@@ -93,3 +96,13 @@ def test_the_acquisition_credits_an_untried_config_with_part_of_the_term(monkeyp
     _, plain = _posterior(0.0, monkeypatch, grid[20])
     assert time_gp.acquisition_variance_cut(plain) == 0.0
     assert torch.equal(exploration_sd(ExactMarginal(plain), X, sd), sd)
+
+
+def test_untried_finds_every_training_row_in_a_large_pool() -> None:
+    """Encoded features in many dimensions (cdist's matmul form leaves ~1e-8 on identical rows)."""
+    g = torch.Generator().manual_seed(1)
+    X = torch.rand(40, 13, generator=g, dtype=torch.float64)
+    y = X[:, :12].sum(-1) + 0.01 * torch.randn(40, generator=g, dtype=torch.float64)
+    model, _state = time_gp.fit_time_gp(X, y, maxiter=5, offset=(12, 12))
+    pool = torch.cat([torch.rand(500, 13, generator=g, dtype=torch.float64), X])
+    assert torch.nonzero(~ExactMarginal(model).untried(pool)).reshape(-1).tolist() == list(range(500, 540))

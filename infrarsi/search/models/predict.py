@@ -57,7 +57,9 @@ class ExactMarginal:
         out = []
         with torch.no_grad():
             for i in range(0, Xc.shape[0], CHUNK):
-                out.append(torch.cdist(Xc[i:i + CHUNK], self.X).amin(-1) > 1e-9)
+                # exact distances: the matmul form of cdist leaves ~1e-8 on identical rows
+                d = torch.cdist(Xc[i:i + CHUNK], self.X, compute_mode="donot_use_mm_for_euclid_dist")
+                out.append(d.amin(-1) > 1e-9)
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
 
 
