@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from infrarsi.execution.surrogate import problem_for, sample_trial
-from infrarsi.execution.surrogate_model import evaluate
+from infrarsi.execution.surrogate.backend import problem_for, sample_trial
+from infrarsi.execution.surrogate.model import evaluate
 from infrarsi.search.space import SearchSpace
 from infrarsi.units import parse_size
 from infrarsi.workload import Workload

@@ -1,6 +1,6 @@
-"""One trial's result: the row the Arrow log stores (see DESIGN.md, "Trial log").
+"""One trial's result: the row the Arrow trial log stores.
 
-Every field name carries its unit. The Arrow schema in ``infrarsi.log`` is derived from this
+Every field name carries its unit. The Arrow schema in ``infrarsi.study.trial_log`` is derived from this
 dataclass, so adding a field here adds a column there.
 """
 

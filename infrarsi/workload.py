@@ -1,4 +1,6 @@
-"""The workload: the training job being tuned (model, data, tokens per step, steps, resources,
+"""The workload: the training job being tuned, read from its YAML.
+
+The workload: the training job being tuned (model, data, tokens per step, steps, resources,
 baseline recipe, search space), loaded from a YAML file in ``workloads/``.
 """
 

@@ -1,4 +1,6 @@
-"""The analytic prior (``infrarsi.search.transformer_prior``) of a workload: its model shape, batch,
+"""The analytic prior of a workload: the model shape, batch and device that the prior's formulas need.
+
+The analytic prior (``infrarsi.search.transformer_prior``) of a workload: its model shape, batch,
 world size and nominal hardware figures.
 
 - ``surrogate`` backend: the model and GPU kinds named by the workload (shapes and datasheet
@@ -17,8 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from infrarsi.logging import get_logger
 from infrarsi.search.transformer_prior import TransformerPrior, transformer_shape
+from infrarsi.structlog_config import get_logger
 from infrarsi.workload import Workload
 
 log = get_logger(__name__)
@@ -73,7 +75,7 @@ def _shape(wl: Workload) -> Any:
     seq = wl.data.seq_len
     batch = max(1, wl.tokens_per_step // seq)
     if wl.backend == "surrogate":
-        from infrarsi.execution.surrogate_model import GPUS, MODELS
+        from infrarsi.execution.surrogate.model import GPUS, MODELS
 
         m = MODELS[str(wl.surrogate.get("model", wl.model.size))]
         g = GPUS[str(wl.surrogate.get("gpu", "h100_sxm"))]

@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from infrarsi.contract import Contract
 from infrarsi.result import TrialResult
+from infrarsi.study.contract import Contract
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"zero_stage": 3, "micro_batch_size": 1, "activation_checkpointing": "full", "dtype": "fp32",

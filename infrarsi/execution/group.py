@@ -1,5 +1,7 @@
-"""``TrialGroup``: N ``TrainWorker`` actors in one placement group, rendezvoused into a
-``torch.distributed`` process group, that run trials with a deadline.
+"""A trial group: N ``TrainWorker`` actors in one placement group, rendezvoused into one process group.
+
+``TrialGroup`` rendezvouses its actors into a ``torch.distributed`` process group and runs
+trials on them with a deadline.
 
 - One bundle per worker: ``{"CPU": cpus_per_worker}``, plus ``{"GPU": devices_per_worker}`` on
   cuda. Strategy ``PACK`` on one node, ``SPREAD`` across nodes.
@@ -23,7 +25,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from infrarsi.errors import TrialError
 from infrarsi.execution.worker import DEFAULT_ENTRY, TrainWorker, failed_rank_result
-from infrarsi.logging import get_logger
+from infrarsi.structlog_config import get_logger
 from infrarsi.workload import ResourcesSpec
 
 log = get_logger(__name__)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infrarsi.execution.group import GroupSpec, TrialGroup
-from infrarsi.logging import get_logger
+from infrarsi.structlog_config import get_logger
 
 log = get_logger(__name__)
 

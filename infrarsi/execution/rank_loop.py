@@ -1,4 +1,6 @@
-"""One trial on one rank: build the model and DeepSpeed engine from the knob config, train the
+"""One trial on one rank: build, train, time and measure.
+
+One trial on one rank: build the model and DeepSpeed engine from the knob config, train the
 contract's steps with harness-owned counting and timing, measure memory, evaluate.
 
 ``run_rank(spec) -> dict`` is called by the Ray ``TrainWorker`` (or a test's spawn harness)
@@ -39,12 +41,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from infrarsi.execution import _rank_support as rs
+from infrarsi.execution import rank_support as rs
 from infrarsi.execution.flops import flops_per_token, peak_flops_per_s
+from infrarsi.execution.knobs.deepspeed import build_trial
 from infrarsi.execution.memory import MemoryMonitor, is_oom
 from infrarsi.execution.rank_result import RankResult
 from infrarsi.execution.telemetry import TelemetrySampler
-from infrarsi.execution.translate import build_trial
 from infrarsi.workload import Workload
 
 PHASES = ("data", "forward", "backward", "optimizer", "communication")

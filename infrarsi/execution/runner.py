@@ -8,13 +8,13 @@
         res = runner.run({"zero_stage": 2, "micro_batch_size": 4}, trial_id="t0")
 
 Before any trial it loads the workload's search space and checks that every knob has a handler
-(``infrarsi.knobs.check_handlers``); every config is validated against the space (unknown knob,
+(``infrarsi.execution.knobs.registry.check_handlers``); every config is validated against the space (unknown knob,
 bad value, broken constraint -> ``SearchSpaceError``, exit code 2 in the CLI). Trials run on a
 warm ``WorkerPool``; the peak FLOP/s of a device is probed once per runner. A ``backend:
-surrogate`` workload is answered by ``infrarsi.execution.surrogate`` without Ray.
+surrogate`` workload is answered by ``infrarsi.execution.surrogate.backend`` without Ray.
 
-Ray Tune trainables share one runner (and so one warm pool) through a named actor:
-``get_or_create_remote_runner(name, workload, ...)`` in the driver, ``ray.get_actor(name)`` or the
+Ray Tune trainables share one runner (and so one warm pool) through a named actor
+(``infrarsi.execution.remote``): ``get_or_create_remote_runner(name, workload, ...)`` in the driver, ``ray.get_actor(name)`` or the
 same call in the trainable, then ``ray.get(handle.run.remote(config, trial_id=...))``.
 """
 
@@ -30,10 +30,10 @@ from typing import Any
 
 from infrarsi.errors import TrialError
 from infrarsi.execution.aggregate import aggregate
+from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialBuild, check_handlers
 from infrarsi.execution.worker import DEFAULT_ENTRY
-from infrarsi.knobs import KNOB_HANDLERS, KnobContext, TrialBuild, check_handlers
-from infrarsi.logging import get_logger
 from infrarsi.result import TrialResult
+from infrarsi.structlog_config import get_logger
 from infrarsi.units import parse_size
 from infrarsi.workload import Workload
 
@@ -150,7 +150,7 @@ class TrialRunner:
         """The ``SearchSpace`` configs are validated against: ``space`` if given (a study's frozen
         copy), else the workload's (None if the search package is unavailable)."""
         if workload.backend == "surrogate":
-            importlib.import_module("infrarsi.execution.surrogate")  # registers surrogate knobs
+            importlib.import_module("infrarsi.execution.surrogate.backend")  # registers surrogate knobs
         if check_knobs and self.space is not None:
             check_handlers(self.space.names, source=str(workload.search_space_path()))
 
@@ -205,7 +205,7 @@ class TrialRunner:
         """
         full = self.validate(config, where=f"trial {trial_id} config")
         if self.workload.backend == "surrogate":
-            from infrarsi.execution.surrogate import run_surrogate
+            from infrarsi.execution.surrogate.backend import run_surrogate
 
             res = run_surrogate(self.workload, full, trial_id=trial_id, stage=stage,
                                 memory_capacity_bytes=self.memory_capacity_bytes, seed=self.seed or 0)
@@ -306,11 +306,3 @@ class TrialRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# ---------------------------------------------------------------------------- Ray Tune
-def get_or_create_remote_runner(name: str, workload: Workload | None = None, **kwargs: Any) -> Any:
-    """The named ``RemoteRunner`` actor shared by Ray Tune trainables (see ``remote.py``)."""
-    from infrarsi.execution.remote import get_or_create_remote_runner as _get
-
-    return _get(name, workload, **kwargs)

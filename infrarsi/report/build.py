@@ -102,7 +102,7 @@ def _config_diff(data: StudyData) -> Section:
     base_ds = deepspeed_config(data.contract, data.baseline.config, data.trials)
     best_ds = deepspeed_config(data.contract, data.best.config, data.trials)
     if base_ds is not None and best_ds is not None:
-        s.blocks.append(Para("DeepSpeed config (as built by infrarsi.execution.translate), "
+        s.blocks.append(Para("DeepSpeed config (as built by infrarsi.execution.knobs.deepspeed), "
                              "unified diff baseline -> best:"))
         s.blocks.append(Code(json_diff(base_ds, best_ds) or "(identical)", "diff"))
     else:

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infrarsi.contract import Contract
 from infrarsi.result import TrialResult
+from infrarsi.study.contract import Contract
 
 
 def read_trial_rows(study_dir: Path) -> list[TrialResult]:
-    """Every logged trial of the study, in start order (via ``infrarsi.log.read_trials``)."""
+    """Every logged trial of the study, in start order (via ``infrarsi.study.trial_log.read_trials``)."""
     try:
-        from infrarsi.log import read_trials
+        from infrarsi.study.trial_log import read_trials
 
         table = read_trials(study_dir)
         records = table.to_pylist()

@@ -1,4 +1,6 @@
-"""The DeepSpeed config a knob config becomes (through ``infrarsi.execution.translate``), and
+"""The DeepSpeed config a knob config becomes, as the report and ``apply`` show it.
+
+The DeepSpeed config a knob config becomes (through ``infrarsi.execution.knobs.deepspeed``), and
 diffs between configs, shared by the report and ``apply``.
 """
 
@@ -8,8 +10,8 @@ import difflib
 import json
 from typing import Any
 
-from infrarsi.contract import Contract
 from infrarsi.result import TrialResult
+from infrarsi.study.contract import Contract
 
 
 def model_sizes(contract: Contract, trials: list[TrialResult] | None = None) -> tuple[int, int]:
@@ -43,14 +45,14 @@ def deepspeed_config(
         if r.config == config and isinstance(logged, dict) and logged:
             return dict(logged)
     try:
-        from infrarsi.execution.translate import build_trial
+        from infrarsi.execution.knobs.deepspeed import build_trial
     except ImportError:
         return None
     num_params, hidden = model_sizes(contract, trials)
     try:
         if contract.workload.get("backend") == "surrogate":
             # registers the surrogate-only knobs (tp, pp, flash_attention) as record-only
-            import infrarsi.execution.surrogate  # noqa: F401
+            import infrarsi.execution.surrogate.backend  # noqa: F401
         wl = contract.workload_model()
         build = build_trial(wl, dict(config), wl.world_size, num_params, hidden)
     except Exception:

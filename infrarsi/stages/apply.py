@@ -30,9 +30,9 @@ from typing import Any
 import git
 import yaml
 
-from infrarsi.contract import Contract
 from infrarsi.errors import ApplyError, PatchError
 from infrarsi.result import TrialResult
+from infrarsi.study.contract import Contract
 
 PROTECTED = ("main", "master")
 """Branches apply never writes to, even with ``force``."""
@@ -109,7 +109,7 @@ def _best_patches(best: dict[str, Any], rows: list[TrialResult]) -> list[str]:
         for r in rows:
             if r.stage == stage and r.config == cfg and r.patches:
                 return list(r.patches)
-    from infrarsi.execution.patch_knob import config_patch, patch_relpath
+    from infrarsi.execution.knobs.code_patch import config_patch, patch_relpath
 
     name = config_patch(cfg)  # a `code_patch` knob names its file even without a logged row
     return [patch_relpath(name)] if name else []

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from infrarsi.errors import ContractError
 
 if TYPE_CHECKING:
-    from infrarsi.contract import Contract
     from infrarsi.search import SearchSpace
+    from infrarsi.study.contract import Contract
 
 SPACE_COPY = "search_space.yaml"
 """The study keeps its own copy of the search space, so it needs no other file."""

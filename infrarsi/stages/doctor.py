@@ -21,7 +21,7 @@ from infrarsi.stages.doctor_analysis import (
     LOSS_TOLERANCE_FLOOR,
     analyse_baseline,
 )
-from infrarsi.study import StudyPaths, write_json_atomic
+from infrarsi.study.paths import StudyPaths, write_json_atomic
 
 log = structlog.get_logger(__name__)
 
@@ -29,8 +29,8 @@ log = structlog.get_logger(__name__)
 def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None = None,
                  tolerance_floor: float = LOSS_TOLERANCE_FLOOR) -> dict[str, Any]:
     """Run ``repeats`` baseline trials (separate trials, one after another) and write doctor.json."""
-    from infrarsi.contract import Contract
     from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.study.contract import Contract
 
     if repeats < 2:
         raise StudyError(f"doctor: repeats must be >= 2 to measure noise, got {repeats}.")

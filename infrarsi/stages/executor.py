@@ -30,7 +30,7 @@ import structlog
 
 from infrarsi.result import TrialResult
 from infrarsi.stages.common import load_space
-from infrarsi.study import InflightMarkers, StudyPaths, TrialIds
+from infrarsi.study.paths import InflightMarkers, StudyPaths, TrialIds
 
 log = structlog.get_logger(__name__)
 
@@ -45,9 +45,9 @@ class StudyExecutor:
 
     def __init__(self, study_dir: str | Path, *, address: str | None = None,
                  check: bool = True) -> None:
-        from infrarsi.contract import Contract
         from infrarsi.execution.runner import TrialRunner
-        from infrarsi.log import TrialLogWriter, read_trials
+        from infrarsi.study.contract import Contract
+        from infrarsi.study.trial_log import TrialLogWriter, read_trials
 
         self.paths = StudyPaths(Path(study_dir))
         self.contract = Contract.load(self.paths.root)
@@ -117,7 +117,7 @@ class StudyExecutor:
     def _code_dir_for(self, config: dict[str, Any], patch_list: list[str]) -> tuple[str | None, dict[str, Any]]:
         """The code dir of a config (None: the runner's own) and extra row fields; appends the
         patch file (repository-relative) to ``patch_list``."""
-        from infrarsi.execution.patch_knob import config_patch, patch_relpath
+        from infrarsi.execution.knobs.code_patch import config_patch, patch_relpath
 
         name = config_patch(config)
         if name is None:
@@ -132,7 +132,7 @@ class StudyExecutor:
         """The worktree of patch ``name`` (made on first use) and the code dir inside it."""
         import git
 
-        from infrarsi.execution.patch_knob import patch_file
+        from infrarsi.execution.knobs.code_patch import patch_file
         from infrarsi.patches import create_worktree
 
         code_root = Path(self.runner.code_dir).resolve()
@@ -182,7 +182,7 @@ class StudyExecutor:
         return TIMEOUT_FACTOR * float(wall) + TIMEOUT_SLACK_S
 
     def _apply_invariants(self, result: TrialResult) -> None:
-        from infrarsi.invariants import Reference, check_invariants
+        from infrarsi.study.invariants import Reference, check_invariants
 
         ref = self.reference or {}
         reference = Reference(loss=list(ref["reference_loss"]), eval_loss=ref.get("reference_eval_loss"))

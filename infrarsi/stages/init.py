@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from infrarsi.errors import ContractError
-from infrarsi.knobs import check_handlers
+from infrarsi.execution.knobs.registry import check_handlers
 from infrarsi.workload import Workload
 
 
@@ -32,9 +32,9 @@ def init_stage(
     batch divides over the ranks, and every patch the ``code_patch`` knob names stays inside the
     editable globs and applies to the workload repository's HEAD (``PatchError`` otherwise).
     """
-    from infrarsi.contract import Contract
     from infrarsi.search import SearchSpace
     from infrarsi.stages.common import copy_space
+    from infrarsi.study.contract import Contract
 
     d = Path(study_dir)
     wl = Workload.from_yaml(workload_path)
@@ -74,8 +74,8 @@ def init_stage(
 
 def _check_patches(space: Any, wl: Workload, editable_globs: list[str] | None) -> list[str]:
     """Scope- and apply-check the patches of the space's ``code_patch`` knob (none: no-op)."""
-    from infrarsi.contract import EditableScope
-    from infrarsi.execution.patch_knob import check_space_patches, patch_names
+    from infrarsi.execution.knobs.code_patch import check_space_patches, patch_names
+    from infrarsi.study.contract import EditableScope
 
     if not patch_names(space):
         return []

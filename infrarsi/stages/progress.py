@@ -1,4 +1,6 @@
-"""A rich progress bar for ``run`` (trial n/N, best so far, speedup vs baseline) that is also a
+"""A progress bar for ``run`` (trial n/N, best so far, speedup) that also logs.
+
+A rich progress bar for ``run`` (trial n/N, best so far, speedup vs baseline) that is also a
 Ray Tune callback, plus the device-hours budget stopper."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ warm worker pool) to run one real trial; the executor checks the invariants and 
 the trainable reports the row back to Tune, whose ``InfrarsiSearcher`` tells the optimizer.
 
 A ``ConcurrencyLimiter`` keeps timed trials from sharing devices or cores (two trials at once on
-2 cores distort step time by 1.63x, NOTES.md). ``--resume`` rebuilds the optimizer from the log,
+2 cores distort step time by 1.63x, measured on 2 CPU cores). ``--resume`` rebuilds the optimizer from the log,
 logs trials that were in flight at the crash as interrupted, and runs only the remaining budget.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, cast
 import structlog
 
 from infrarsi.errors import StudyError
-from infrarsi.study import StudyPaths
+from infrarsi.study.paths import StudyPaths
 
 log = structlog.get_logger(__name__)
 
@@ -61,14 +61,14 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
 
-    from infrarsi.contract import Contract
     from infrarsi.execution.runner import init_ray as ensure_ray
-    from infrarsi.log import read_trials
-    from infrarsi.log import rows as rows_from_table
     from infrarsi.stages.common import device_budget_s
     from infrarsi.stages.executor import StudyExecutor
     from infrarsi.stages.progress import RunProgress
     from infrarsi.stages.searcher_factory import build_optimizer, make_searcher
+    from infrarsi.study.contract import Contract
+    from infrarsi.study.trial_log import read_trials
+    from infrarsi.study.trial_log import rows as rows_from_table
 
     paths = StudyPaths(Path(study_dir).resolve())
     contract = Contract.load(paths.root)

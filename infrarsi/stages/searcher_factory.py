@@ -1,6 +1,6 @@
 """Builds the study's optimizer from its log, and the Ray Tune searcher over it.
 
-Warm start from the experience bank (``infrarsi.bank``): when a bank exists (``$INFRARSI_BANK``,
+Warm start from the experience bank (``infrarsi.study.bank``): when a bank exists (``$INFRARSI_BANK``,
 else ``~/.cache/infrarsi/bank``; ``INFRARSI_BANK=off`` disables it) and holds ok trials of a
 similar workload (same model family and search space name) measured on OTHER hardware,
 ``build_optimizer`` returns a ``WarmStartOptimizer``. ``search.Optimizer`` has no prior or
@@ -130,7 +130,7 @@ def bank_prior_configs(contract: Any, space: Any, rows: Sequence[TrialResult], *
     ``warm_start_rows`` dicts. Empty when the bank is off, missing or has nothing similar."""
     if bank_disabled() or limit <= 0:
         return []
-    from infrarsi.bank import Bank
+    from infrarsi.study.bank import Bank
 
     bank = Bank(bank_root)
     if not bank.files():

@@ -1,4 +1,6 @@
-"""Stage 4, ``verify``: re-run the top candidates against the baseline, interleaved, and keep only
+"""Stage 4, ``verify``: re-run the top candidates interleaved with the baseline and keep the wins that clear the noise.
+
+Stage 4, ``verify``: re-run the top candidates against the baseline, interleaved, and keep only
 wins that clear the measured noise and keep every invariant.
 
 Per round, for each of ``pairs`` repetitions the baseline runs once and then each surviving
@@ -21,7 +23,7 @@ from typing import Any
 import structlog
 
 from infrarsi.errors import StudyError
-from infrarsi.study import StudyPaths, write_json_atomic
+from infrarsi.study.paths import StudyPaths, write_json_atomic
 
 log = structlog.get_logger(__name__)
 
@@ -29,10 +31,10 @@ log = structlog.get_logger(__name__)
 def select_candidates(study_dir: Path, top_k: int) -> list[dict[str, Any]]:
     """The top-k distinct run configs by the model's smoothed (posterior-mean) step time, falling
     back to the median observed step time. Invariant violations and the baseline are excluded."""
-    from infrarsi.contract import Contract
-    from infrarsi.log import read_trials, rows
     from infrarsi.stages.common import baseline_config
     from infrarsi.stages.searcher_factory import build_optimizer
+    from infrarsi.study.contract import Contract
+    from infrarsi.study.trial_log import read_trials, rows
 
     contract = Contract.load(study_dir)
     all_rows = rows(read_trials(study_dir))

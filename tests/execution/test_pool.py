@@ -69,7 +69,7 @@ def test_named_remote_runner_is_shared(ray_local):
     """Tune trainables reach one runner (one warm pool) by name; surrogate answers without ranks."""
     import ray
 
-    from infrarsi.execution.runner import get_or_create_remote_runner
+    from infrarsi.execution.remote import get_or_create_remote_runner
 
     wl = Workload.from_yaml(ROOT / "workloads" / "surrogate_dense_1node.yaml")
     handle = get_or_create_remote_runner("infrarsi-test-runner", wl)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from infrarsi.execution._rank_support import HarnessCounters
+from infrarsi.execution.rank_support import HarnessCounters
 from workloads.cheats import CHEATS, HONEST, seams_for
 from workloads.data import MarkovSource
 

@@ -1,0 +1,13 @@
+"""The ``infrarsi`` command line: ``main`` runs the typer app with every command registered."""
+
+from __future__ import annotations
+
+from infrarsi.cli import stages, trial
+from infrarsi.cli.app import app
+
+__all__ = ["app", "main", "stages", "trial"]
+
+
+def main() -> None:
+    """Console-script entry point (``infrarsi``)."""
+    app()

@@ -1,0 +1,178 @@
+"""The stage commands of the ``infrarsi`` CLI: init, doctor, run, verify, report, apply, tune.
+
+They register on ``infrarsi.cli.app`` with its ``command`` decorator, so they share its error
+handling and exit codes (0 ok, 2 bad input, 1 any other failure).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from infrarsi.cli.app import command, console
+from infrarsi.units import parse_duration, parse_size
+
+STUDY_HELP = "Study directory (everything a later stage needs is kept in it)."
+ADDRESS_HELP = "Existing Ray cluster address (also RAY_ADDRESS); default: start a local Ray."
+
+
+def _size(text: str | None, what: str) -> int | None:
+    return parse_size(text, what=what) if text else None
+
+
+def _duration(text: str | None, what: str) -> float | None:
+    return parse_duration(text, what=what) if text else None
+
+
+@command("init")
+def init_cmd(
+    workload: Path = typer.Argument(..., help="Workload YAML, e.g. workloads/dense_debug.yaml."),
+    study: Path = typer.Option(..., "--study", help=STUDY_HELP),
+    request: str = typer.Option("", "--request", help="The human request, kept verbatim in the contract."),
+    space: Path | None = typer.Option(None, "--space", help="Search-space YAML (default: the workload's)."),
+    memory_capacity: str | None = typer.Option(None, "--memory-capacity", help="Per-device memory capacity with units, e.g. 4GiB or 80GB."),
+    editable: list[str] = typer.Option([], "--editable", help="File glob a code patch may touch (repeatable; default workloads/**)."),
+    knob: list[str] = typer.Option([], "--knob", help="Knob a candidate may change (repeatable; default: every knob of the space)."),
+    trials: int | None = typer.Option(None, "--trials", help="Trial budget of the run stage."),
+    time_budget: str | None = typer.Option(None, "--time-budget", help="Wall-time budget of the run stage, e.g. 10m."),
+    device_hours: float | None = typer.Option(None, "--device-hours", help="Device-hours budget (devices x hours, failed trials included)."),
+    loss_tolerance: float | None = typer.Option(None, "--loss-tolerance", help="Absolute per-step loss tolerance vs the baseline (default: calibrated by doctor)."),
+) -> None:
+    """Lock the task contract of a new study (DIR/contract.yaml, frozen and hashed)."""
+    from infrarsi.stages.init import init_stage
+
+    c = init_stage(
+        workload, study, request=request, space=space,
+        memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"),
+        editable_globs=list(editable) or None, editable_knobs=list(knob) or None, trials=trials,
+        wall_time_s=_duration(time_budget, "--time-budget"), device_hours=device_hours,
+        loss_tolerance=loss_tolerance,
+    )
+    console.print(f"contract written: {study / 'contract.yaml'} (hash {c.contract_hash[:12]})")
+
+
+@command("doctor")
+def doctor_cmd(
+    study: Path = typer.Argument(..., help=STUDY_HELP),
+    repeats: int = typer.Option(3, "--repeats", help="Baseline trials to run (>= 2)."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+) -> None:
+    """Run the untouched baseline several times: noise, stragglers, phases, peak, loss tolerance."""
+    from infrarsi.stages.doctor import doctor_stage
+
+    d = doctor_stage(study, repeats=repeats, address=address)
+    t = Table(title="doctor: baseline", header_style="bold")
+    t.add_column("measure")
+    t.add_column("value")
+    st = d["step_time_s"]
+    t.add_row("step_time_s (median of trial medians)", f"{st['median']:.4f} s")
+    t.add_row("run-to-run CV / within-trial CV", f"{st['run_to_run_cv']:.2%} / {st['within_trial_cv']:.2%}")
+    t.add_row("noise margin verify must clear", f"{d['noise_margin']:.2%}")
+    t.add_row("straggler", str(d["stragglers"].get("flag")))
+    t.add_row("phases (s per step)", ", ".join(f"{k}={v:.3f}" for k, v in d["phase_times_s"].items()))
+    t.add_row("peak memory per device", f"{d['peak_memory_bytes'] / 2**20:.1f} MiB")
+    t.add_row("peak FLOP/s per device (measured)", f"{d['peak_flops_per_s']:.3g}" if d.get("peak_flops_per_s") else "-")
+    t.add_row("baseline MFU", f"{d['mfu']:.2%}" if d.get("mfu") is not None else "-")
+    t.add_row("loss tolerance (abs, per step)", f"{d['loss_tolerance_in_force']['atol']:.3g} ({d['loss_tolerance_in_force']['source']})")
+    console.print(t)
+
+
+@command("run")
+def run_cmd(
+    study: Path = typer.Argument(..., help=STUDY_HELP),
+    trials: int | None = typer.Option(None, "--trials", help="Trial budget (default: the contract's)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue a study whose harness was killed; rebuilds the optimizer from the log."),
+    time_budget: str | None = typer.Option(None, "--time-budget", help="Wall-time budget, e.g. 10m (default: the contract's)."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    seed: int = typer.Option(0, "--seed", help="Seed of the optimizer."),
+) -> None:
+    """Search: Ray Tune trials proposed by the censored-memory BoTorch optimizer."""
+    from infrarsi.stages.run import run_stage
+
+    s = run_stage(study, trials=trials, resume=resume, time_budget_s=_duration(time_budget, "--time-budget"),
+                  address=address, seed=seed)
+    console.print(json.dumps(s, indent=2, default=str))
+
+
+@command("verify")
+def verify_cmd(
+    study: Path = typer.Argument(..., help=STUDY_HELP),
+    top_k: int = typer.Option(3, "--top-k", help="Candidates to re-run."),
+    pairs: int = typer.Option(3, "--pairs", help="Interleaved baseline/candidate pairs per round."),
+    rounds: int = typer.Option(2, "--rounds", help="Rounds a candidate must pass."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+) -> None:
+    """Re-run the top candidates against the baseline, interleaved; keep wins that clear the noise."""
+    from infrarsi.stages.verify import verify_stage
+
+    v = verify_stage(study, top_k=top_k, pairs=pairs, rounds=rounds, address=address)
+    _print_verify(v)
+
+
+def _print_verify(v: dict) -> None:
+    t = Table(title="verify", header_style="bold")
+    for col in ("#", "accepted", "speedup", "CI", "changes vs baseline"):
+        t.add_column(col)
+    for i, c in enumerate(v.get("candidates", [])):
+        ci = f"[{c['ci_low']:.2f}, {c['ci_high']:.2f}]" if c.get("ci_low") is not None else "-"
+        sp = f"{c['speedup']:.2f}x" if c.get("speedup") is not None else "-"
+        diff = ", ".join(f"{k}={b}" for k, (_a, b) in c.get("diff_vs_baseline", {}).items())
+        t.add_row(str(i), "yes" if c["accepted"] else "no", sp, ci, diff)
+    console.print(t)
+    best = v.get("best")
+    if best:
+        console.print(f"verified speedup: {best['speedup']:.2f}x (95% CI lower bound {best['ci_low']:.2f}x)")
+    else:
+        console.print("no candidate was accepted: no win cleared the measured noise with every invariant kept")
+
+
+@command("report")
+def report_cmd(
+    study: Path = typer.Argument(..., help=STUDY_HELP),
+    pdf: bool = typer.Option(False, "--pdf", help="Also write report.pdf (needs chromium)."),
+) -> None:
+    """Write report.md and a self-contained report.html (plots embedded, audit trail)."""
+    from infrarsi.stages.report import write_report
+
+    out = write_report(study, pdf=pdf)
+    console.print(f"report: {out}")
+
+
+@command("apply")
+def apply_cmd(
+    study: Path = typer.Argument(..., help=STUDY_HELP),
+    repo: Path = typer.Option(..., "--repo", help="Git repository to promote the winner into (a new branch, never main)."),
+    branch: str | None = typer.Option(None, "--branch", help="Branch name (default infrarsi/<study>-<hash>)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing branch of that name and allow a dirty tree (never main/master)."),
+) -> None:
+    """Promote the verified winner (DeepSpeed JSON, knob YAML, patches) to a new git branch."""
+    from infrarsi.stages.apply import apply
+
+    out = apply(study, repo, branch=branch, force=force)
+    console.print(out.summary())
+
+
+@command("tune")
+def tune_cmd(
+    workload: Path = typer.Argument(..., help="Workload YAML, e.g. workloads/dense_debug.yaml."),
+    study: Path = typer.Option(..., "--study", help=STUDY_HELP),
+    trials: int | None = typer.Option(None, "--trials", help="Trial budget of the run stage (default 24)."),
+    time_budget: str | None = typer.Option(None, "--time-budget", help="Wall-time budget of the run stage, e.g. 10m."),
+    memory_capacity: str | None = typer.Option(None, "--memory-capacity", help="Per-device memory capacity with units, e.g. 4GiB."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    request: str = typer.Option("", "--request", help="The human request, kept verbatim in the contract."),
+    loss_tolerance: float | None = typer.Option(None, "--loss-tolerance", help="Absolute per-step loss tolerance (default: calibrated by doctor)."),
+    top_k: int = typer.Option(3, "--top-k", help="Candidates verify re-runs."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the optimizer."),
+) -> None:
+    """Every stage: init, doctor, run, verify, report (resumes a study directory where it stopped)."""
+    from infrarsi.stages.tune import tune_stage
+
+    out = tune_stage(workload, study, trials=trials, time_budget_s=_duration(time_budget, "--time-budget"),
+                     memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"), address=address,
+                     request=request, loss_tolerance=loss_tolerance, top_k=top_k, seed=seed)
+    _print_verify(out["verify"])
+    console.print(f"report: {out['report_html']}")

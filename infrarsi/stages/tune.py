@@ -1,0 +1,81 @@
+"""``infrarsi tune``: every stage in order on one study directory.
+
+``infrarsi tune``: every stage in order on one study directory (init, doctor, run, verify,
+report). A stage whose output already exists is skipped, so re-running ``tune`` on the same
+directory resumes where it stopped (``run`` resumes from the log). At the end the finished study
+is added to the experience bank (``infrarsi.study.bank``; ``$INFRARSI_BANK``, ``INFRARSI_BANK=off``
+disables it), which warm-starts later studies of similar workloads on other hardware."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from infrarsi.study.paths import StudyPaths
+
+log = structlog.get_logger(__name__)
+
+
+def tune_stage(
+    workload_path: str | Path,
+    study_dir: str | Path,
+    *,
+    trials: int | None = None,
+    time_budget_s: float | None = None,
+    memory_capacity_bytes: int | None = None,
+    address: str | None = None,
+    request: str = "",
+    doctor_repeats: int = 3,
+    top_k: int = 3,
+    pairs: int = 3,
+    rounds: int = 2,
+    loss_tolerance: float | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    from infrarsi.execution.runner import init_ray as ensure_ray
+    from infrarsi.stages.doctor import doctor_stage
+    from infrarsi.stages.init import init_stage
+    from infrarsi.stages.report import write_report
+    from infrarsi.stages.run import run_stage
+    from infrarsi.stages.verify import verify_stage
+    from infrarsi.study.trial_log import read_trials, rows
+
+    paths = StudyPaths(Path(study_dir).resolve())
+    ensure_ray(address)
+    if not paths.contract.exists():
+        init_stage(workload_path, paths.root, request=request, memory_capacity_bytes=memory_capacity_bytes,
+                   trials=trials, wall_time_s=time_budget_s, loss_tolerance=loss_tolerance)
+        log.info("tune.init_done", study=str(paths.root))
+    if not paths.doctor.exists():
+        doctor_stage(paths.root, repeats=doctor_repeats, address=address)
+    existing = [r for r in rows(read_trials(paths.root)) if r.stage == "run"]
+    run_summary = run_stage(paths.root, trials=trials, resume=bool(existing), time_budget_s=time_budget_s,
+                            address=address, seed=seed, progress=progress)
+    if not paths.verify.exists():
+        verify_stage(paths.root, top_k=top_k, pairs=pairs, rounds=rounds, address=address, seed=seed)
+    verify = json.loads(paths.verify.read_text())
+    write_report(paths.root)
+    return {"run": run_summary, "verify": verify, "report_html": str(paths.report_html),
+            "report_md": str(paths.report_md), "bank": add_to_bank(paths.root)}
+
+
+def add_to_bank(study_dir: str | Path) -> dict[str, Any]:
+    """Add a finished study to the experience bank; never fails the study (a bank error is
+    logged and returned). Returns ``{"root", "rows"}``, ``{"disabled": True}`` or ``{"error"}``."""
+    from infrarsi.stages.searcher_factory import bank_disabled
+    from infrarsi.study.bank import Bank
+
+    if bank_disabled():
+        return {"disabled": True}
+    bank = Bank()
+    try:
+        n = bank.add_study(study_dir)
+    except Exception as e:  # the study's results stand even when the bank cannot take them
+        log.warning("bank.add_failed", bank=str(bank.root), study=str(study_dir), error=str(e))
+        return {"root": str(bank.root), "error": str(e)}
+    log.info("bank.added", bank=str(bank.root), study=str(study_dir), rows=n)
+    return {"root": str(bank.root), "rows": n}

@@ -1,0 +1,220 @@
+"""The Arrow trial log: one row per trial, crash-safe.
+
+Layout: ``STUDY/trials/*.arrows``. Each writer process opens its own new IPC *stream* file
+(``<timestamp>-<pid>-<uuid>.arrows``), writes one record batch per trial, and flushes and fsyncs
+it. It never appends a second stream to an existing file, because a reader stops at the first
+end-of-stream marker. ``read_trials`` reads every segment and tolerates a torn last batch (a
+writer killed mid-write), which pyarrow reports as ``OSError`` or ``ArrowInvalid``.
+
+The schema is derived from ``infrarsi.result.TrialResult``: adding a field there adds a column
+here. Dict fields are stored as JSON strings, ``started_at``/``ended_at`` as UTC timestamps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import time
+import types
+import typing
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from infrarsi.errors import LogError
+from infrarsi.result import TrialResult
+
+TRIALS_DIRNAME = "trials"
+"""Name of the trial-log folder inside a study directory."""
+SEGMENT_SUFFIX = ".arrows"
+"""File suffix of one writer's IPC stream segment."""
+_TIMESTAMP_FIELDS = ("started_at", "ended_at")
+_TS_TYPE = pa.timestamp("us", tz="UTC")
+
+
+def _arrow_type(name: str, hint: Any) -> pa.DataType:
+    """Arrow type of one TrialResult field (``X | None`` becomes a nullable X)."""
+    if name in _TIMESTAMP_FIELDS:
+        return _TS_TYPE
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _arrow_type(name, args[0])
+    if hint is bool:
+        return pa.bool_()
+    if hint is int:
+        return pa.int64()
+    if hint is float:
+        return pa.float64()
+    if hint is str:
+        return pa.string()
+    if origin is list:
+        (inner,) = typing.get_args(hint) or (str,)
+        return pa.list_(pa.float64() if inner is float else pa.string())
+    if origin is dict or hint is dict:
+        return pa.string()  # JSON text
+    raise LogError(f"TrialResult field {name!r} has type {hint!r}, which the log cannot store.")
+
+
+def trial_schema() -> pa.Schema:
+    """The Arrow schema of one trial row, derived from ``TrialResult``."""
+    hints = typing.get_type_hints(TrialResult)
+    return pa.schema(
+        [pa.field(f.name, _arrow_type(f.name, hints[f.name])) for f in dataclasses.fields(TrialResult)]
+    )
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    return str(obj)
+
+
+def _row(result: TrialResult, schema: pa.Schema) -> dict[str, list[Any]]:
+    data = result.to_dict()
+    row: dict[str, list[Any]] = {}
+    for fld in schema:
+        value = data.get(fld.name)
+        if fld.name in _TIMESTAMP_FIELDS:
+            value = _dt.datetime.fromtimestamp(float(value or 0.0), tz=_dt.timezone.utc)
+        elif pa.types.is_string(fld.type) and isinstance(value, dict):
+            value = json.dumps(value, sort_keys=True, default=_json_default)
+        elif pa.types.is_list(fld.type) and value is not None:
+            value = [float(v) if pa.types.is_floating(fld.type.value_type) else str(v) for v in value]
+        row[fld.name] = [value]
+    return row
+
+
+def trials_dir(study_dir: str | os.PathLike[str]) -> Path:
+    """The ``trials/`` folder of a study directory."""
+    return Path(study_dir) / TRIALS_DIRNAME
+
+
+class TrialLogWriter:
+    """Appends trial rows to this process's own new stream file under ``STUDY/trials/``.
+
+    The file is created at the first ``write``; each row is one batch, flushed and fsynced.
+    Use as a context manager, or call ``close()``.
+    """
+
+    def __init__(self, study_dir: str | os.PathLike[str]) -> None:
+        self.study_dir = Path(study_dir)
+        """The study directory; rows go to its ``trials/`` folder."""
+        self.schema = trial_schema()
+        """Arrow schema of the rows."""
+        self.path: Path | None = None
+        """Path of this writer's segment, once the first row was written."""
+        self._sink: pa.OSFile | None = None
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+
+    def _open(self) -> None:
+        folder = trials_dir(self.study_dir)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LogError(f"cannot create the trial log folder {str(folder)!r}: {e}") from e
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        self.path = folder / f"{stamp}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SEGMENT_SUFFIX}"
+        self._sink = pa.OSFile(str(self.path), "ab")
+        self._writer = pa.ipc.new_stream(self._sink, self.schema)
+
+    def write(self, result: TrialResult) -> None:
+        """Append one trial row and make it durable (flush + fsync)."""
+        if self._writer is None:
+            self._open()
+        assert self._writer is not None and self._sink is not None
+        batch = pa.RecordBatch.from_pydict(_row(result, self.schema), schema=self.schema)
+        self._writer.write_batch(batch)
+        self._sink.flush()
+        os.fsync(self._sink.fileno())
+
+    def close(self) -> None:
+        """Write the end-of-stream marker and close the file (idempotent)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+
+    def __enter__(self) -> TrialLogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _segment_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    folder = path / TRIALS_DIRNAME if (path / TRIALS_DIRNAME).is_dir() else path
+    return sorted(folder.glob(f"*{SEGMENT_SUFFIX}"))
+
+
+def _read_segment(path: Path) -> pa.Table | None:
+    """Every complete batch of one segment; a torn tail (crash mid-write) is dropped."""
+    batches: list[pa.RecordBatch] = []
+    try:
+        reader = pa.ipc.open_stream(pa.memory_map(str(path)))
+    except (OSError, pa.ArrowInvalid):
+        return None  # empty file, or torn before the schema was complete
+    schema = reader.schema
+    while True:
+        try:
+            batches.append(reader.read_next_batch())
+        except StopIteration:
+            break
+        except (OSError, pa.ArrowInvalid):
+            break  # torn last batch
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def read_trials(path: str | os.PathLike[str]) -> pa.Table:
+    """All trial rows of a study directory (or of its ``trials/`` folder, or of one segment).
+
+    Segments are read in name order (their names start with a UTC timestamp). Columns missing
+    from older segments are null. A missing folder gives an empty table.
+    """
+    p = Path(path)
+    tables = [t for t in (_read_segment(f) for f in _segment_files(p)) if t is not None]
+    if not tables:
+        return trial_schema().empty_table()
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise LogError(f"trial log segments under {str(p)!r} have incompatible schemas: {e}") from e
+
+
+def _from_cell(value: Any) -> Any:
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)
+        return value.timestamp()
+    return value
+
+
+def rows(table: pa.Table) -> list[TrialResult]:
+    """The trial rows of a table from ``read_trials`` as ``TrialResult`` objects."""
+    out = []
+    for record in table.to_pylist():
+        data = {k: _from_cell(v) for k, v in record.items()}
+        for key in ("patches", "loss", "step_time_samples_s", "rank_step_time_s"):
+            if data.get(key) is None and key in data:
+                data[key] = []
+        for key in ("error", "memory_measure"):
+            if data.get(key) is None and key in data:
+                data[key] = ""
+        out.append(TrialResult.from_dict(data))
+    return out
+
+
+def read_results(path: str | os.PathLike[str]) -> list[TrialResult]:
+    """Shortcut: ``rows(read_trials(path))``."""
+    return rows(read_trials(path))
+
+
+__all__ = ["TrialLogWriter", "read_results", "read_trials", "rows", "trial_schema", "trials_dir"]

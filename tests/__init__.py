@@ -1,0 +1,1 @@
+"""The tests of infrarsi, laid out like the package they test."""

@@ -1,0 +1,104 @@
+"""``infrarsi trial``: exit codes on bad input, and real 2-rank trials through Ray."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from infrarsi.cli import app
+from infrarsi.cli.trial import parse_sets
+from infrarsi.errors import ConfigError
+from infrarsi.study.trial_log import read_trials, rows
+
+ROOT = Path(__file__).resolve().parents[2]
+DENSE = str(ROOT / "workloads" / "dense_debug.yaml")
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["trial", DENSE, "--set", "no_such_knob=1"], "no_such_knob"),
+        (["trial", DENSE, "--set", "zero_stage=7"], "zero_stage"),
+        (["trial", DENSE, "--set", "micro_batch_size=many"], "micro_batch_size"),
+        (["trial", str(ROOT / "workloads" / "missing.yaml")], "missing.yaml"),
+        (["trial", DENSE, "--set", "zero_stage"], "knob=value"),
+        (["trial", DENSE, "--memory-capacity", "lots"], "--memory-capacity"),
+        (["trial", DENSE, "--timeout", "-5m"], "--timeout"),
+    ],
+)
+def test_bad_input_exits_2_and_names_it(args, needle):
+    res = _invoke(*args)
+    assert res.exit_code == 2, res.output
+    assert needle in res.output.replace("\n", "")
+
+
+def test_bad_log_format_exits_2():
+    assert _invoke("--log-format", "xml", "trial", DENSE).exit_code == 2
+
+
+def test_parse_sets_reads_yaml_scalars():
+    assert parse_sets(["zero_stage=2", "dtype=bf16", "offload_optimizer=true", "x=1e-3"]) == {
+        "zero_stage": 2, "dtype": "bf16", "offload_optimizer": True, "x": 1e-3}
+    with pytest.raises(ConfigError):
+        parse_sets(["=3"])
+    with pytest.raises(ConfigError):
+        parse_sets(["a=[1, 2]"])
+
+
+# ----------------------------------------------------------------------------- integration
+def _short_workload(tmp_path: Path, warmup: int = 1, measured: int = 2) -> str:
+    data = yaml.safe_load(Path(DENSE).read_text())
+    data["steps"] = {"warmup": warmup, "measured": measured}
+    data["search_space"] = str(ROOT / "search_spaces" / "deepspeed_dense.yaml")
+    path = tmp_path / "dense_short.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _cli(*args: str, address: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("infrarsi")
+    return subprocess.run([str(exe), *args, "--address", address], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+
+
+@pytest.mark.integration
+def test_trial_trains_two_ranks_and_logs_an_ok_row(ray_local, tmp_path):
+    study = tmp_path / "study"
+    proc = _cli("trial", "workloads/dense_debug.yaml", "--set", "zero_stage=2", "--set", "micro_batch_size=4",
+                "--log", str(study), address=ray_local)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ok" in proc.stdout
+    (row,) = rows(read_trials(study))
+    assert row.status == "ok", row.error
+    assert row.world_size == 2 and row.nodes == 1
+    assert row.step_time_s is not None and row.step_time_s > 0
+    assert row.peak_memory_bytes is not None and row.peak_memory_bytes > 0
+    assert row.memory_censored is False
+    assert row.tokens_per_step == 2048
+    assert row.optimizer_steps == len(row.loss) == 2 + 8  # one loss per optimizer step (warm-up included)
+    assert len(row.step_time_samples_s) == 8
+    assert row.config["zero_stage"] == 2 and row.config["micro_batch_size"] == 4
+    assert row.device_seconds > 0 and row.ended_at > row.started_at
+
+
+@pytest.mark.integration
+def test_trial_over_capacity_gives_a_censored_oom_row(ray_local, tmp_path):
+    study = tmp_path / "study"
+    proc = _cli("trial", _short_workload(tmp_path), "--set", "zero_stage=2", "--set", "micro_batch_size=4",
+                "--memory-capacity", "1MiB", "--log", str(study), address=ray_local)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a trial that is not ok exits 1
+    (row,) = rows(read_trials(study))
+    assert row.status == "oom", row.error
+    assert row.memory_censored is True
+    assert row.peak_memory_bytes is not None and row.peak_memory_bytes >= 2**20
+    assert row.step_time_s is None
+    assert row.device_seconds > 0

@@ -1,0 +1,182 @@
+"""The ``code_patch`` knob: patches scope- and apply-checked at init, and a real patched trial.
+
+Each test builds its own git repository holding a copy of the workload code (``workloads/``)
+and a search space with a ``code_patch`` knob, so the patches apply to a committed tree whatever
+the state of this checkout. The real trial runs through ``StudyExecutor`` -> ``TrialRunner`` on
+2 gloo ranks.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import git
+import pytest
+import yaml
+
+from infrarsi.errors import KnobError, PatchError
+from infrarsi.execution.knobs.code_patch import PATCH_KNOB, code_patch, patch_names
+from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialBuild
+from infrarsi.stages.init import init_stage
+
+ROOT = Path(__file__).resolve().parents[3]
+MODEL = "workloads/models/dense/model.py"
+FAST = {"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none", "dtype": "fp32"}
+
+
+def _commit(repo: git.Repo, msg: str) -> None:
+    repo.git.add("-A")
+    repo.git.commit("-q", "-m", msg, "--no-verify")
+
+
+def _diff_patch(repo: git.Repo, name: str, old: str, new: str, path: str = MODEL) -> None:
+    """Write workloads/patches/<name>.diff with `git diff` of an edit, then undo the edit."""
+    f = Path(str(repo.working_tree_dir)) / path
+    text = f.read_text() if f.exists() else ""
+    assert old in text
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(text.replace(old, new, 1) if old else new)
+    out = Path(str(repo.working_tree_dir)) / "workloads/patches" / f"{name}.diff"
+    if not text:
+        repo.git.add("-N", path)
+    out.write_text(repo.git.diff(path) + "\n")
+    if text:
+        repo.git.checkout("--", path)
+    else:
+        repo.git.rm("--cached", "-q", path)
+        f.unlink()
+
+
+def make_repo(tmp: Path, values: list[str], *, steps: tuple[int, int] = (1, 3)) -> Path:
+    """A git repo with the workload code, ``workloads/dense_debug.yaml`` (short) and a space whose
+    ``code_patch`` knob takes ``values``; the patches ``boom`` and ``outside`` are generated."""
+    root = tmp / "repo"
+    shutil.copytree(ROOT / "workloads", root / "workloads", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "search_spaces").mkdir()
+    space = yaml.safe_load((ROOT / "search_spaces/deepspeed_dense.yaml").read_text())
+    space["knobs"] = [k for k in space["knobs"] if k["name"] != PATCH_KNOB]
+    space["knobs"].append({"name": PATCH_KNOB, "type": "choice", "values": values})
+    (root / "search_spaces/deepspeed_dense.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
+    wl = yaml.safe_load((ROOT / "workloads/dense_debug.yaml").read_text())
+    wl["steps"] = {"warmup": steps[0], "measured": steps[1]}
+    (root / "workloads/dense_debug.yaml").write_text(yaml.safe_dump(wl, sort_keys=False))
+    repo = git.Repo.init(root)
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "test")
+        cw.set_value("user", "email", "test@example.com")
+    _commit(repo, "workload")
+    _diff_patch(repo, "boom", '    c, s = cos[: x.shape[-2]], sin[: x.shape[-2]]\n',
+                '    raise RuntimeError("boom patch is applied")\n')
+    _diff_patch(repo, "outside", "", "print('not workload code')\n", path="infrarsi_hack.py")
+    _commit(repo, "patches")
+    return root
+
+
+def test_handler_records_and_checks_the_name() -> None:
+    assert KNOB_HANDLERS[PATCH_KNOB] is code_patch
+    ctx = KnobContext(world_size=2, num_params=1, hidden_size=1, global_batch_size=16, seq_len=128,
+                      device="cpu", config={})
+    build = TrialBuild()
+    code_patch("rope_complex", build, ctx)
+    assert build.runtime == {PATCH_KNOB: "rope_complex"} and not build.ds_config and not build.env
+    for bad in ("../etc/passwd", "a/b", "x.diff", ""):
+        with pytest.raises(KnobError, match="not a patch name"):
+            code_patch(bad, build, ctx)
+
+
+def test_shipped_patch_is_a_git_diff_of_the_dense_model() -> None:
+    text = (ROOT / "workloads/patches/rope_complex.diff").read_text()
+    assert text.startswith(f"diff --git a/{MODEL} b/{MODEL}\n")
+    assert "+    xc = torch.view_as_complex(" in text
+
+
+def test_patch_outside_the_editable_scope_is_refused_at_init(tmp_path: Path) -> None:
+    root = make_repo(tmp_path, ["none", "rope_complex", "outside"])
+    space = root / "search_spaces/deepspeed_dense.yaml"
+    assert patch_names(space) == ["rope_complex", "outside"]
+    with pytest.raises(PatchError) as e:
+        init_stage(root / "workloads/dense_debug.yaml", tmp_path / "study")
+    msg = str(e.value)
+    assert "outside.diff" in msg and "infrarsi_hack.py" in msg and "workloads/**" in msg
+    assert not (tmp_path / "study" / "contract.yaml").exists()
+    # A narrower scope refuses the model patch too; a missing patch file is named.
+    root2 = make_repo(tmp_path / "2", ["none", "rope_complex"])
+    with pytest.raises(PatchError, match=r"rope_complex.diff.*workloads/models/moe/\*\*"):
+        init_stage(root2 / "workloads/dense_debug.yaml", tmp_path / "s2", editable_globs=["workloads/models/moe/**"])
+    (root2 / "workloads/patches/rope_complex.diff").unlink()
+    with pytest.raises(PatchError, match=r"rope_complex\.diff does not exist"):
+        init_stage(root2 / "workloads/dense_debug.yaml", tmp_path / "s3")
+
+
+def test_patch_that_does_not_apply_to_head_is_refused_at_init(tmp_path: Path) -> None:
+    root = make_repo(tmp_path, ["none", "rope_complex"])
+    repo = git.Repo(root)
+    model = root / MODEL
+    model.write_text(model.read_text().replace('"""Rotate ``x``', '"""Rotates ``x``'))
+    _commit(repo, "the model moved on")
+    with pytest.raises(PatchError, match="does not apply"):
+        init_stage(root / "workloads/dense_debug.yaml", tmp_path / "study")
+
+
+@pytest.mark.integration
+def test_patched_trial_runs_the_patched_code_with_the_same_loss(tmp_path: Path, ray_local: str) -> None:
+    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.study.trial_log import read_trials
+
+    root = make_repo(tmp_path, ["none", "rope_complex", "boom"])
+    study = tmp_path / "study"
+    init_stage(root / "workloads/dense_debug.yaml", study)
+    ex = StudyExecutor(study, address=ray_local, check=False)
+    try:
+        base = ex.run_trial({**FAST, PATCH_KNOB: "none"}, "run")
+        patched = ex.run_trial({**FAST, PATCH_KNOB: "rope_complex"}, "run")
+        boom = ex.run_trial({**FAST, PATCH_KNOB: "boom"}, "run")
+        tree = ex._trees["rope_complex"].path
+        assert "view_as_complex" in (tree / MODEL).read_text()
+        assert "view_as_complex" not in (root / MODEL).read_text()  # the user's tree is untouched
+    finally:
+        ex.close()
+    assert not tree.exists()  # worktrees are removed at close
+    assert base["status"] == "ok" and base["patches"] == []
+    assert patched["status"] == "ok", patched["error"][-2000:]
+    assert patched["patches"] == ["workloads/patches/rope_complex.diff"]
+    assert patched["extra"]["patch_base_sha"] == git.Repo(root).head.commit.hexsha
+    assert len(patched["loss"]) == len(base["loss"]) == 4
+    assert max(abs(a - b) for a, b in zip(patched["loss"], base["loss"], strict=True)) <= 1e-4
+    # The trial really ran the worktree's code: the broken patch fails in the ranks.
+    assert boom["status"] == "failed" and "boom patch is applied" in boom["error"]
+    assert boom["patches"] == ["workloads/patches/boom.diff"]
+    logged = {r["trial_id"]: r for r in read_trials(study).to_pylist()}
+    assert list(logged[patched["trial_id"]]["patches"]) == ["workloads/patches/rope_complex.diff"]
+    print(f"step_time_s none={base['step_time_s']:.4f} rope_complex={patched['step_time_s']:.4f}")
+
+
+def test_apply_puts_the_winners_patch_on_the_branch(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from synthetic_study import row, write_rows
+
+    from infrarsi.stages.apply import apply
+    from infrarsi.stages.common import load_space
+    from infrarsi.study.contract import Contract
+
+    root = make_repo(tmp_path, ["none", "rope_complex"])
+    study = tmp_path / "study"
+    contract = init_stage(root / "workloads/dense_debug.yaml", study)
+    space = load_space(Contract.load(study), study)
+    base = space.validate(dict(contract.workload_model().baseline))
+    best = space.validate({**FAST, PATCH_KNOB: "rope_complex"})
+    write_rows(study, [row("doctor-0", "doctor", base, 0.0, step=2.0),
+                       row("run-0", "run", best, 30.0, step=0.6,
+                           patches=["workloads/patches/rope_complex.diff"])])
+    (study / "verify.json").write_text(json.dumps({"best": {"config": best, "speedup": 3.0, "ci_low": 2.8,
+                                                            "accepted": True}, "candidates": []}))
+    res = apply(study, root, branch="tuned")
+    assert MODEL in res.files
+    repo = git.Repo(root)
+    assert "view_as_complex" in repo.git.show(f"tuned:{MODEL}")
+    assert "view_as_complex" not in (root / MODEL).read_text()  # the checkout is untouched
+    assert PATCH_KNOB in repo.git.show(f"tuned:infrarsi/{contract.study}/knobs.yaml")

@@ -1,0 +1,117 @@
+"""apply: the verified winner goes to a new branch of a real git repo; main is never touched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import git
+import pytest
+import yaml
+from synthetic_study import BEST, make_study
+
+from infrarsi.errors import ApplyError
+from infrarsi.stages.apply import apply
+
+
+def make_repo(root: Path) -> git.Repo:
+    repo = git.Repo.init(root, initial_branch="main")
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "Test")
+        cw.set_value("user", "email", "test@example.com")
+    (root / "workloads").mkdir(parents=True)
+    (root / "workloads/model.py").write_text("def act(x):\n    return x\n")
+    repo.index.add(["workloads/model.py"])
+    repo.index.commit("baseline code")
+    return repo
+
+
+def make_patch(repo: git.Repo, out: Path) -> Path:
+    f = Path(repo.working_tree_dir) / "workloads/model.py"
+    before = f.read_text()
+    f.write_text(before.replace("return x", "return x * 1.0"))
+    out.write_text(repo.git.diff() + "\n")
+    f.write_text(before)
+    return out
+
+
+def test_apply_creates_branch_tag_and_commit(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    patch = make_patch(repo, tmp_path / "fuse.patch")
+    study = make_study(tmp_path, patches=[str(patch)])
+    main_sha = repo.head.commit.hexsha
+    res = apply(study, repo.working_tree_dir)
+    assert res.branch.startswith("infrarsi/study-") and res.base_sha == main_sha
+    assert res.tag == "infrarsi/golden/study" and res.tag_created
+    assert repo.tags["infrarsi/golden/study"].commit.hexsha == main_sha
+    # main and the user's checkout are untouched.
+    assert repo.heads.main.commit.hexsha == main_sha
+    assert repo.active_branch.name == "main" and not repo.is_dirty(untracked_files=True)
+    commit = repo.commit(res.commit_sha)
+    assert commit.parents[0].hexsha == main_sha
+    assert repo.heads[res.branch].commit.hexsha == res.commit_sha
+    knobs = yaml.safe_load((commit.tree / "infrarsi/study/knobs.yaml").data_stream.read())
+    assert knobs["knobs"] == BEST and knobs["speedup"] == 3.03
+    ds = json.loads((commit.tree / "infrarsi/study/deepspeed_config.json").data_stream.read())
+    assert ds["zero_optimization"]["stage"] == 0 and ds["train_micro_batch_size_per_gpu"] == 8
+    assert (commit.tree / "infrarsi/study/patches/fuse.patch").data_stream.read()
+    assert b"return x * 1.0" in (commit.tree / "workloads/model.py").data_stream.read()
+    assert "workloads/model.py" in res.files
+    # Again without force: the branch exists.
+    with pytest.raises(ApplyError, match="already exists"):
+        apply(study, repo.working_tree_dir)
+    # With force it is recreated; the golden tag is not moved.
+    (Path(repo.working_tree_dir) / "new.txt").write_text("x")
+    repo.index.add(["new.txt"])
+    repo.index.commit("later work")
+    res2 = apply(study, repo.working_tree_dir, force=True)
+    assert not res2.tag_created
+    assert repo.tags["infrarsi/golden/study"].commit.hexsha == main_sha
+
+
+def test_apply_refuses_main_master_and_dirty(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    study = make_study(tmp_path)
+    for name in ("main", "master", "refs/heads/main"):
+        with pytest.raises(ApplyError, match="never commits to main"):
+            apply(study, repo.working_tree_dir, branch=name, force=True)
+    (Path(repo.working_tree_dir) / "workloads/model.py").write_text("changed\n")
+    with pytest.raises(ApplyError, match="uncommitted changes"):
+        apply(study, repo.working_tree_dir, branch="tuned")
+    res = apply(study, repo.working_tree_dir, branch="tuned", force=True)
+    assert res.branch == "tuned"
+    assert (Path(repo.working_tree_dir) / "workloads/model.py").read_text() == "changed\n"
+    assert repo.heads.main.commit.hexsha == res.base_sha
+    with pytest.raises(ApplyError, match="not a valid git branch"):
+        apply(study, repo.working_tree_dir, branch="bad..name", force=True)
+
+
+def test_apply_refuses_unverified_and_non_repo(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    study = make_study(tmp_path, verified=False)
+    with pytest.raises(ApplyError, match="NOT accepted"):
+        apply(study, repo.working_tree_dir)
+    (study / "verify.json").unlink()
+    with pytest.raises(ApplyError, match="infrarsi verify"):
+        apply(study, repo.working_tree_dir)
+    study2 = make_study(tmp_path, name="s2")
+    with pytest.raises(ApplyError, match="not a git repository"):
+        apply(study2, tmp_path / "nowhere")
+    assert [h.name for h in repo.heads] == ["main"] and not repo.tags
+
+
+def test_apply_refuses_a_patch_outside_the_editable_scope(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (Path(repo.working_tree_dir) / "setup.cfg").write_text("[x]\n")
+    repo.index.add(["setup.cfg"])
+    repo.index.commit("cfg")
+    f = Path(repo.working_tree_dir) / "setup.cfg"
+    f.write_text("[y]\n")
+    bad = tmp_path / "bad.patch"
+    bad.write_text(repo.git.diff() + "\n")
+    f.write_text("[x]\n")
+    study = make_study(tmp_path, patches=[str(bad)])
+    with pytest.raises(ApplyError) as e:
+        apply(study, repo.working_tree_dir)
+    assert "setup.cfg" in str(e.value) and "workloads/**" in str(e.value)
+    assert [h.name for h in repo.heads] == ["main"]

@@ -1,0 +1,112 @@
+"""Experience-bank warm start: the bank's best configs from OTHER hardware are asked first
+(after the baseline); ``tune``'s last step adds the study to the bank. Unit tests, no Ray: the
+bank is built from synthetic study directories by the real ``Bank.add_study``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from synthetic_study import BASE, BEST, ROOT, make_study, row, write_rows
+
+from infrarsi.search import Optimizer, Outcome
+from infrarsi.stages.searcher_factory import WarmStartOptimizer, bank_prior_configs, build_optimizer
+from infrarsi.stages.tune import add_to_bank
+from infrarsi.study.bank import Bank
+from infrarsi.study.contract import Contract
+
+GIB = 1 << 30
+SECOND = {**BASE, "zero_stage": 1, "micro_batch_size": 8, "activation_checkpointing": "selective"}
+"""Only study b (hardware box-b) ran it: 0.9 s over a 2.05 s baseline."""
+TEMPTING = {**BASE, "zero_stage": 2, "micro_batch_size": 8, "activation_checkpointing": "none"}
+"""Only the new study's own hardware (box-c) ran it, fastest of all: must not be a prior."""
+THIRD = {**BASE, "micro_batch_size": 4}
+
+
+@pytest.fixture()
+def bank(tmp_path: Path) -> Bank:
+    b = Bank(tmp_path / "bank")
+    b.add_study(make_study(tmp_path, "a", hw="box-a"))
+    sb = make_study(tmp_path, "b", hw="box-b")
+    write_rows(sb, [row("run-extra", "run", SECOND, 0.0, step=0.9, mem=0.7, hw="box-b")], name="seg1")
+    b.add_study(sb)
+    sc = make_study(tmp_path, "c", hw="box-c")
+    write_rows(sc, [row("run-extra", "run", TEMPTING, 0.0, step=0.3, mem=0.5, hw="box-c")], name="seg1")
+    b.add_study(sc)
+    return b
+
+
+def new_study(tmp_path: Path) -> tuple[Contract, list]:
+    d = tmp_path / "new"
+    contract = Contract.create(ROOT / "workloads/dense_debug.yaml", study_dir=d, memory_capacity_bytes=GIB)
+    rows = [row(f"doctor-{i}", "doctor", BASE, 100.0 * i, step=3.0, mem=0.3, hw="box-c") for i in range(3)]
+    return contract, rows
+
+
+def test_first_asks_after_baseline_are_the_banks_best_from_other_hardware(tmp_path: Path, bank: Bank,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFRARSI_BANK", raising=False)
+    contract, rows = new_study(tmp_path)
+    opt = build_optimizer(contract, rows, study_dir=tmp_path / "new", bank_root=bank.root)
+    assert isinstance(opt, WarmStartOptimizer)
+    space = opt.space
+    asked = []
+    for _ in range(3):
+        cfg = opt.ask()
+        assert opt.last_ask_info["phase"] == "prior"
+        asked.append(cfg)
+        opt.tell(cfg, Outcome(status="ok", step_time=1.0, peak_memory=0.5 * GIB))
+    # Best relative step time first: BEST (0.66/2.05, studies a and b), SECOND (0.9/2.05, b),
+    # THIRD (1.1/2.05); box-c's TEMPTING (its own hardware) and the oom config are left out.
+    assert [space.key(c) for c in asked] == [space.key(space.validate(c)) for c in (BEST, SECOND, THIRD)]
+    assert opt.prior_meta[space.key(space.validate(SECOND))]["source_study"] == "b"
+    nxt = opt.ask()
+    assert opt.last_ask_info["phase"] != "prior"
+    assert space.key(nxt) not in {space.key(c) for c in asked}
+
+
+def test_baseline_comes_first_and_tried_priors_are_skipped(tmp_path: Path, bank: Bank,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFRARSI_BANK", raising=False)
+    contract, _ = new_study(tmp_path)
+    opt = build_optimizer(contract, [], study_dir=tmp_path / "new", bank_root=bank.root)
+    space = opt.space
+    first = opt.ask()
+    assert opt.last_ask_info["phase"] == "baseline"
+    assert space.key(first) == space.key(space.validate(BASE))
+    opt.tell(first, Outcome(status="ok", step_time=3.0, peak_memory=0.3 * GIB))
+    opt.tell(BEST, Outcome(status="ok", step_time=1.0, peak_memory=0.5 * GIB))  # already measured here
+    batch = opt.ask(2)
+    # No trial logged yet, so this machine is unknown and every bank study counts (box-c too).
+    assert [space.key(c) for c in batch] == [space.key(space.validate(c)) for c in (TEMPTING, SECOND)]
+    assert [i["phase"] for i in opt.last_ask_info] == ["prior", "prior"]
+
+
+def test_bank_off_or_empty_gives_the_plain_optimizer(tmp_path: Path, bank: Bank,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    contract, rows = new_study(tmp_path)
+    monkeypatch.setenv("INFRARSI_BANK", "off")
+    opt = build_optimizer(contract, rows, study_dir=tmp_path / "new", bank_root=bank.root)
+    assert type(opt) is Optimizer
+    monkeypatch.delenv("INFRARSI_BANK")
+    assert bank_prior_configs(contract, opt.space, rows, bank_root=tmp_path / "no-bank") == []
+    # Same hardware only: no prior (box-a's own rows are better used directly).
+    only_a = Bank(tmp_path / "bank-a")
+    only_a.add_study(tmp_path / "a")
+    rows_a = [row("doctor-0", "doctor", BASE, 0.0, step=3.0, mem=0.3, hw="box-a")]
+    assert bank_prior_configs(contract, opt.space, rows_a, bank_root=only_a.root) == []
+
+
+def test_add_to_bank_after_tune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    study = make_study(tmp_path, "done", hw="box-a")
+    monkeypatch.setenv("INFRARSI_BANK", "off")
+    assert add_to_bank(study) == {"disabled": True}
+    monkeypatch.setenv("INFRARSI_BANK", str(tmp_path / "bank"))
+    out = add_to_bank(study)
+    assert out["rows"] == 15 and Bank(tmp_path / "bank").table().num_rows == 15
+    empty = tmp_path / "empty"
+    Contract.create(ROOT / "workloads/dense_debug.yaml", study_dir=empty)
+    assert "no logged trials" in add_to_bank(empty)["error"]  # reported, never raised

@@ -1,0 +1,149 @@
+"""The task contract: frozen, hashed, refuses edits with a field-level message; only calibration."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infrarsi.errors import ContractError
+from infrarsi.study.contract import CONTRACT_FILE, Contract
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def wl_copy(tmp_path: Path) -> Path:
+    """A private copy of the dense debug workload and its search space (files we may edit)."""
+    (tmp_path / "workloads").mkdir()
+    (tmp_path / "search_spaces").mkdir()
+    shutil.copy(ROOT / "search_spaces/deepspeed_dense.yaml", tmp_path / "search_spaces")
+    shutil.copy(ROOT / "workloads/dense_debug.yaml", tmp_path / "workloads")
+    return tmp_path / "workloads/dense_debug.yaml"
+
+
+def test_create_and_load_roundtrip(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "study"
+    c = Contract.create(wl_copy, study_dir=study, request="Make it 2x faster, keep the loss.",
+                        trials=14, wall_time_s=600, memory_capacity_bytes=4 << 30)
+    assert (study / CONTRACT_FILE).exists()
+    loaded = Contract.load(study)
+    assert loaded.contract_hash == c.contract_hash == c.compute_hash()
+    assert loaded.request == "Make it 2x faster, keep the loss."
+    assert loaded.invariants.tokens_per_step == 2048
+    assert loaded.invariants.optimizer_steps == 10
+    assert loaded.invariants.warmup_steps == 2
+    assert loaded.invariants.loss_atol is None and not loaded.invariants.loss_calibrated
+    assert "zero_stage" in loaded.editable.knobs
+    assert loaded.editable.globs == ["workloads/**"]
+    assert loaded.budgets.trials == 14
+    assert loaded.study == "study"
+    assert len(loaded.workload_hash) == 64 and len(loaded.search_space_hash) == 64
+
+
+def test_edited_contract_is_refused_naming_the_field(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "s"
+    Contract.create(wl_copy, study_dir=study)
+    p = study / CONTRACT_FILE
+    data = yaml.safe_load(p.read_text())
+    data["invariants"]["tokens_per_step"] = 1024
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(ContractError) as e:
+        Contract.load(study)
+    msg = str(e.value)
+    assert "invariants.tokens_per_step" in msg and "2048" in msg and "1024" in msg
+
+
+def test_edit_with_recomputed_hash_is_still_refused(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "s"
+    c = Contract.create(wl_copy, study_dir=study)
+    forged = c.model_copy(update={"memory_capacity_bytes": 999}).freeze()
+    data = forged.content()
+    data["contract_hash"] = forged.contract_hash
+    (study / CONTRACT_FILE).write_text(yaml.safe_dump(data))
+    with pytest.raises(ContractError, match="memory_capacity_bytes"):
+        Contract.load(study)
+
+
+def test_changed_workload_file_is_refused(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "s"
+    Contract.create(wl_copy, study_dir=study)
+    wl_copy.write_text(wl_copy.read_text().replace("tokens_per_step: 2048", "tokens_per_step: 1024"))
+    with pytest.raises(ContractError) as e:
+        Contract.load(study)
+    assert str(wl_copy) in str(e.value) and "NEW_DIR" in str(e.value)
+    # A comment-only edit does not change the workload's hash.
+    wl_copy.write_text(wl_copy.read_text().replace("tokens_per_step: 1024", "tokens_per_step: 2048") + "\n# note\n")
+    Contract.load(study)
+
+
+def test_changed_search_space_is_refused(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "s"
+    Contract.create(wl_copy, study_dir=study)
+    sp = tmp_path / "search_spaces/deepspeed_dense.yaml"
+    sp.write_text(sp.read_text().replace("values: [1, 2, 4, 8]", "values: [1, 2]"))
+    with pytest.raises(ContractError, match="search space"):
+        Contract.load(study)
+
+
+def test_calibration_is_the_only_allowed_change(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "s"
+    c = Contract.create(wl_copy, study_dir=study)
+    cal = c.with_calibration(loss_atol=2e-4, eval_atol=5e-4, memory_capacity_bytes=1 << 30,
+                             reason="doctor: 3 baseline trials").save(study)
+    again = Contract.load(study)
+    assert again.contract_hash == cal.contract_hash != c.contract_hash
+    assert again.invariants.loss_atol == 2e-4 and again.invariants.loss_calibrated
+    assert again.invariants.eval_calibrated
+    assert len(again.amendments) == 1
+    assert again.amendments[0].changes["invariants.loss_atol"] == [None, 2e-4]
+    assert again.amendments[0].by == "doctor"
+    # Capacity cannot be changed once set.
+    with pytest.raises(ContractError, match="memory_capacity_bytes"):
+        again.with_calibration(memory_capacity_bytes=2 << 30)
+    # Saving anything else over a frozen contract is refused.
+    with pytest.raises(ContractError, match="request"):
+        again.model_copy(update={"request": "other"}).save(study)
+    with pytest.raises(ContractError, match=">= 0"):
+        again.with_calibration(loss_atol=-1.0)
+
+
+def test_init_twice_into_one_study_is_refused(tmp_path: Path, wl_copy: Path) -> None:
+    Contract.create(wl_copy, study_dir=tmp_path / "s")
+    with pytest.raises(ContractError, match="already exists"):
+        Contract.create(wl_copy, study_dir=tmp_path / "s")
+
+
+def test_unknown_editable_knob_lists_valid_ones(wl_copy: Path) -> None:
+    with pytest.raises(ContractError, match="zero_stage"):
+        Contract.create(wl_copy, editable_knobs=["warp_speed"])
+
+
+def test_missing_contract_says_run_init(tmp_path: Path) -> None:
+    with pytest.raises(ContractError, match="infrarsi init"):
+        Contract.load(tmp_path)
+
+
+def test_edit_without_frozen_copy_names_the_section(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "s"
+    Contract.create(wl_copy, study_dir=study, trials=5)
+    (study / ".contract.frozen.json").unlink()
+    p = study / CONTRACT_FILE
+    data = yaml.safe_load(p.read_text())
+    data["budgets"]["trials"] = 500
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(ContractError, match=r"changed section\(s\): \['budgets'\]"):
+        Contract.load(study)
+
+
+def test_unknown_field_is_refused(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "s"
+    Contract.create(wl_copy, study_dir=study)
+    p = study / CONTRACT_FILE
+    data = yaml.safe_load(p.read_text())
+    data["sneaky"] = 1
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(ContractError, match="sneaky"):
+        Contract.load(study)
