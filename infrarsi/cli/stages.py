@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from infrarsi.cli.app import command, console
-from infrarsi.units import parse_duration, parse_size
+from infrarsi.units import format_bytes, parse_duration, parse_size
 
 STUDY_HELP = "Study directory (everything a later stage needs is kept in it)."
 ADDRESS_HELP = "Existing Ray cluster address (also RAY_ADDRESS); default: start a local Ray."
@@ -67,16 +67,18 @@ def doctor_cmd(
     t = Table(title="doctor: baseline", header_style="bold")
     t.add_column("measure")
     t.add_column("value")
-    st = d["step_time_s"]
-    t.add_row("step_time_s (median of trial medians)", f"{st['median']:.4f} s")
-    t.add_row("run-to-run CV / within-trial CV", f"{st['run_to_run_cv']:.2%} / {st['within_trial_cv']:.2%}")
-    t.add_row("noise margin verify must clear", f"{d['noise_margin']:.2%}")
-    t.add_row("straggler", str(d["stragglers"].get("flag")))
-    t.add_row("phases (s per step)", ", ".join(f"{k}={v:.3f}" for k, v in d["phase_times_s"].items()))
-    t.add_row("peak memory per device", f"{d['peak_memory_bytes'] / 2**20:.1f} MiB")
-    t.add_row("peak FLOP/s per device (measured)", f"{d['peak_flops_per_s']:.3g}" if d.get("peak_flops_per_s") else "-")
-    t.add_row("baseline MFU", f"{d['mfu']:.2%}" if d.get("mfu") is not None else "-")
-    t.add_row("loss tolerance (abs, per step)", f"{d['loss_tolerance_in_force']['atol']:.3g} ({d['loss_tolerance_in_force']['source']})")
+    st, tol = d.step_time_s, d.loss_tolerance_in_force
+    if st is not None:
+        t.add_row("step_time_s (median of trial medians)", f"{st.median:.4f} s")
+        t.add_row("run-to-run CV / within-trial CV", f"{st.run_to_run_cv:.2%} / {st.within_trial_cv:.2%}")
+    t.add_row("noise margin verify must clear", f"{d.noise_margin:.2%}" if d.noise_margin is not None else "-")
+    t.add_row("straggler", str(d.stragglers.flag) if d.stragglers else "-")
+    t.add_row("phases (s per step)", ", ".join(f"{k}={v:.3f}" for k, v in d.phase_times_s.items()))
+    t.add_row("peak memory per device", format_bytes(d.peak_memory_bytes))
+    t.add_row("device memory (as reported)", format_bytes(d.device_memory_capacity_bytes))
+    t.add_row("peak FLOP/s per device (measured)", f"{d.peak_flops_per_s:.3g}" if d.peak_flops_per_s else "-")
+    t.add_row("baseline MFU", f"{d.mfu:.2%}" if d.mfu is not None else "-")
+    t.add_row("loss tolerance (abs, per step)", f"{tol.atol:.3g} ({tol.source})" if tol else "-")
     console.print(t)
 
 
