@@ -17,6 +17,12 @@ from infrarsi.units import format_bytes, parse_duration, parse_size
 
 STUDY_HELP = "Study directory (everything a later stage needs is kept in it)."
 ADDRESS_HELP = "Existing Ray cluster address (also RAY_ADDRESS); default: start a local Ray."
+PRIOR_HELP = ("Give the optimizer the workload's analytic prior (recorded in the contract; "
+              "default: INFRARSI_PRIOR, else on).")
+LOSS_GUARD_HELP = ("Stop a trial at the first step whose loss leaves the tolerance (recorded in the contract; "
+                   "default: INFRARSI_LOSS_GUARD, else on).")
+BANK_HELP = ("Experience bank directory, or 'off' (recorded in the contract; default: INFRARSI_BANK, "
+             "else ~/.cache/infrarsi/bank).")
 
 
 def _size(text: str | None, what: str) -> int | None:
@@ -40,6 +46,9 @@ def init_cmd(
     time_budget: str | None = typer.Option(None, "--time-budget", help="Wall-time budget of the run stage, e.g. 10m."),
     device_hours: float | None = typer.Option(None, "--device-hours", help="Device-hours budget (devices x hours, failed trials included)."),
     loss_tolerance: float | None = typer.Option(None, "--loss-tolerance", help="Absolute per-step loss tolerance vs the baseline (default: calibrated by doctor)."),
+    analytic_prior: bool | None = typer.Option(None, "--analytic-prior/--no-analytic-prior", help=PRIOR_HELP),
+    loss_guard: bool | None = typer.Option(None, "--loss-guard/--no-loss-guard", help=LOSS_GUARD_HELP),
+    bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),
 ) -> None:
     """Lock the task contract of a new study (DIR/contract.yaml, frozen and hashed)."""
     from infrarsi.stages.init import init_stage
@@ -49,9 +58,13 @@ def init_cmd(
         memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"),
         editable_globs=list(editable) or None, editable_knobs=list(knob) or None, trials=trials,
         wall_time_s=_duration(time_budget, "--time-budget"), device_hours=device_hours,
-        loss_tolerance=loss_tolerance,
+        loss_tolerance=loss_tolerance, analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank,
     )
     console.print(f"contract written: {study / 'contract.yaml'} (hash {c.contract_hash[:12]})")
+    sw = c.switches_in_force()
+    console.print(f"memory capacity: {c.memory_capacity.describe()}; analytic prior "
+                  f"{'on' if sw.analytic_prior else 'off'}, loss guard {'on' if sw.loss_guard else 'off'}, "
+                  f"bank {sw.bank or 'off'}", highlight=False)
 
 
 @command("doctor")
@@ -169,12 +182,17 @@ def tune_cmd(
     loss_tolerance: float | None = typer.Option(None, "--loss-tolerance", help="Absolute per-step loss tolerance (default: calibrated by doctor)."),
     top_k: int = typer.Option(3, "--top-k", help="Candidates verify re-runs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the optimizer."),
+    analytic_prior: bool | None = typer.Option(None, "--analytic-prior/--no-analytic-prior", help=PRIOR_HELP),
+    loss_guard: bool | None = typer.Option(None, "--loss-guard/--no-loss-guard", help=LOSS_GUARD_HELP),
+    bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),
 ) -> None:
-    """Every stage: init, doctor, run, verify, report (resumes a study directory where it stopped)."""
+    """Every stage: init, doctor, run, verify, report (resumes a study directory where it stopped;
+    the init options apply only to a new study)."""
     from infrarsi.stages.tune import tune_stage
 
     out = tune_stage(workload, study, trials=trials, time_budget_s=_duration(time_budget, "--time-budget"),
                      memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"), address=address,
-                     request=request, loss_tolerance=loss_tolerance, top_k=top_k, seed=seed)
+                     request=request, loss_tolerance=loss_tolerance, top_k=top_k, seed=seed,
+                     analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
     _print_verify(out["verify"])
     console.print(f"report: {out['report_html']}")
