@@ -309,7 +309,9 @@ class Contract(_Strict):
     def memory_capacity(self) -> MemoryCapacity:
         """The study's memory capacity per device and its source, in the order of
         ``infrarsi.study.capacity``: ``--memory-capacity``, the workload's, the device's (filled in
-        by doctor), else unlimited. Every reader of the capacity uses this."""
+        by doctor), else unlimited. Every reader of the capacity uses this. The source is read
+        back from the record: a doctor amendment means ``device``; a value equal to the embedded
+        workload's ``memory_capacity`` reads as ``workload`` (also when the flag gave the same)."""
         cap = self.memory_capacity_bytes
         if cap is None:
             return MemoryCapacity(None, "unlimited")

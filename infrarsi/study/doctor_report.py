@@ -21,11 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from infrarsi.errors import StudyError
 from infrarsi.study.paths import StudyPaths, write_json_atomic
 
-DOCTOR_FILE = "doctor.json"
-"""Name of the doctor's report inside a study directory."""
-FAILED_DOCTOR_FILE = "doctor.failed.json"
-"""Where the doctor leaves its analysis when fewer than two baseline trials were ok."""
-
 
 class _Record(BaseModel):
     # Keys a later version adds are ignored by this one (old and new directories both load).
@@ -167,7 +162,7 @@ class DoctorReport(_Record):
 
     def save_failed(self, study_dir: str | Path) -> Path:
         """Write ``DIR/doctor.failed.json`` (the analysis of a doctor that could not calibrate)."""
-        return self.write(Path(study_dir) / FAILED_DOCTOR_FILE)
+        return self.write(StudyPaths(Path(study_dir)).doctor_failed)
 
     @classmethod
     def read(cls, path: str | Path, *, require: tuple[str, ...] = ()) -> DoctorReport:
@@ -223,5 +218,4 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["DOCTOR_FILE", "FAILED_DOCTOR_FILE", "DoctorReport", "StepTimeNoise", "Stragglers",
-           "ToleranceInForce"]
+__all__ = ["DoctorReport", "StepTimeNoise", "Stragglers", "ToleranceInForce"]

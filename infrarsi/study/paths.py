@@ -5,6 +5,7 @@ Layout::
     DIR/contract.yaml      frozen task contract (init; ``infrarsi.study.contract``)
     DIR/search_space.yaml  the study's copy of the search space (init)
     DIR/doctor.json        noise, phases, peak, loss tolerance (doctor; ``infrarsi.study.doctor_report``)
+    DIR/doctor.failed.json what a doctor that could not calibrate saw (fewer than two ok baselines)
     DIR/trials/*.arrows    the Arrow trial log, one stream file per harness process
     DIR/inflight/*.json    a marker per trial in flight; a leftover marker means the harness died
     DIR/optimizer.json     inspection snapshot of the optimizer at the end of run (see below)
@@ -46,7 +47,13 @@ class StudyPaths:
 
     @property
     def doctor(self) -> Path:
+        """The doctor's report (``DoctorReport``)."""
         return self.root / "doctor.json"
+
+    @property
+    def doctor_failed(self) -> Path:
+        """The doctor's analysis when fewer than two baseline trials were ok (nothing reads it)."""
+        return self.root / "doctor.failed.json"
 
     @property
     def trials(self) -> Path:
