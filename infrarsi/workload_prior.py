@@ -11,16 +11,18 @@ world size and nominal hardware figures.
   refitted on the study's own trials.
 
 ``prior_for_workload`` returns None when the shape is unknown (the optimizer then runs without a
-prior, as before), and ``INFRARSI_PRIOR=off`` turns the prior off everywhere.
+prior, as before) or when it is turned off: a study passes its contract's
+``switches.analytic_prior``; other callers get ``$INFRARSI_PRIOR`` (on when unset), parsed by
+``infrarsi.study.switches``.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from infrarsi.search.transformer_prior import TransformerPrior, transformer_shape
 from infrarsi.structlog_config import get_logger
+from infrarsi.study.switches import prior_from_environment
 from infrarsi.workload import Workload
 
 log = get_logger(__name__)
@@ -39,14 +41,10 @@ CUDA_NOMINAL: dict[str, float] = {
 """H100-SXM datasheet-level figures (bus bandwidths as achieved by NCCL, not link peaks)."""
 
 
-def prior_enabled() -> bool:
-    """False when ``INFRARSI_PRIOR=off`` (or ``0``/``false``)."""
-    return os.environ.get("INFRARSI_PRIOR", "on").strip().lower() not in ("off", "0", "false", "no")
-
-
-def prior_for_workload(wl: Workload) -> TransformerPrior | None:
-    """The workload's analytic prior, or None (unknown shape, or turned off)."""
-    if not prior_enabled():
+def prior_for_workload(wl: Workload, *, enabled: bool | None = None) -> TransformerPrior | None:
+    """The workload's analytic prior, or None (unknown shape, or turned off). ``enabled``: the
+    study's ``switches.analytic_prior``; None (no study) reads ``$INFRARSI_PRIOR``."""
+    if not (prior_from_environment() if enabled is None else enabled):
         return None
     try:
         shape = _shape(wl)

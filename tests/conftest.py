@@ -14,7 +14,8 @@ import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-# Tests never write to the user's experience bank (~/.cache/infrarsi/bank).
+# Tests never write to the user's experience bank (~/.cache/infrarsi/bank): a contract a test
+# makes records the bank switch from this default ("off") unless the test names a bank itself.
 os.environ.setdefault("INFRARSI_BANK", "off")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from infrarsi.result import TrialResult
 from infrarsi.study.contract import Contract
+from infrarsi.study.switches import StudySwitches
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"zero_stage": 3, "micro_batch_size": 1, "activation_checkpointing": "full", "dtype": "fp32",
@@ -71,10 +72,12 @@ def row(tid: str, stage: str, cfg: dict[str, Any], t0: float, *, status: str = "
 
 
 def make_study(tmp: Path, name: str = "study", *, hw: str = "cpu-2core", verified: bool = True,
-               patches: list[str] | None = None) -> Path:
+               patches: list[str] | None = None, switches: StudySwitches | None = None) -> Path:
+    """A finished synthetic study ``tmp/name``; ``switches`` default to ``StudySwitches.resolve()``
+    (the tests' environment: bank off)."""
     d = tmp / name
     Contract.create(ROOT / "workloads/dense_debug.yaml", study_dir=d, request="make it faster",
-                    memory_capacity_bytes=1 * GIB, trials=6).with_calibration(
+                    memory_capacity_bytes=1 * GIB, trials=6, switches=switches).with_calibration(
         loss_atol=1e-4, reason="doctor: 3 baseline trials").save(d)
     t = time.time() - 3600
     rows = [row(f"doctor-{i}", "doctor", BASE, t + 20 * i, step=2.0 + 0.05 * i, mem=0.3, hw=hw)

@@ -13,10 +13,16 @@ import typer
 from rich.table import Table
 
 from infrarsi.cli.app import command, console
-from infrarsi.units import parse_duration, parse_size
+from infrarsi.units import format_bytes, parse_duration, parse_size
 
 STUDY_HELP = "Study directory (everything a later stage needs is kept in it)."
 ADDRESS_HELP = "Existing Ray cluster address (also RAY_ADDRESS); default: start a local Ray."
+PRIOR_HELP = ("Give the optimizer the workload's analytic prior (recorded in the contract; "
+              "default: INFRARSI_PRIOR, else on).")
+LOSS_GUARD_HELP = ("Stop a trial at the first step whose loss leaves the tolerance (recorded in the contract; "
+                   "default: INFRARSI_LOSS_GUARD, else on).")
+BANK_HELP = ("Experience bank directory, or 'off' (recorded in the contract; default: INFRARSI_BANK, "
+             "else ~/.cache/infrarsi/bank).")
 
 
 def _size(text: str | None, what: str) -> int | None:
@@ -40,6 +46,9 @@ def init_cmd(
     time_budget: str | None = typer.Option(None, "--time-budget", help="Wall-time budget of the run stage, e.g. 10m."),
     device_hours: float | None = typer.Option(None, "--device-hours", help="Device-hours budget (devices x hours, failed trials included)."),
     loss_tolerance: float | None = typer.Option(None, "--loss-tolerance", help="Absolute per-step loss tolerance vs the baseline (default: calibrated by doctor)."),
+    analytic_prior: bool | None = typer.Option(None, "--analytic-prior/--no-analytic-prior", help=PRIOR_HELP),
+    loss_guard: bool | None = typer.Option(None, "--loss-guard/--no-loss-guard", help=LOSS_GUARD_HELP),
+    bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),
 ) -> None:
     """Lock the task contract of a new study (DIR/contract.yaml, frozen and hashed)."""
     from infrarsi.stages.init import init_stage
@@ -49,9 +58,13 @@ def init_cmd(
         memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"),
         editable_globs=list(editable) or None, editable_knobs=list(knob) or None, trials=trials,
         wall_time_s=_duration(time_budget, "--time-budget"), device_hours=device_hours,
-        loss_tolerance=loss_tolerance,
+        loss_tolerance=loss_tolerance, analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank,
     )
     console.print(f"contract written: {study / 'contract.yaml'} (hash {c.contract_hash[:12]})")
+    sw = c.switches_in_force()
+    console.print(f"memory capacity: {c.memory_capacity.describe()}; analytic prior "
+                  f"{'on' if sw.analytic_prior else 'off'}, loss guard {'on' if sw.loss_guard else 'off'}, "
+                  f"bank {sw.bank or 'off'}", highlight=False)
 
 
 @command("doctor")
@@ -67,16 +80,18 @@ def doctor_cmd(
     t = Table(title="doctor: baseline", header_style="bold")
     t.add_column("measure")
     t.add_column("value")
-    st = d["step_time_s"]
-    t.add_row("step_time_s (median of trial medians)", f"{st['median']:.4f} s")
-    t.add_row("run-to-run CV / within-trial CV", f"{st['run_to_run_cv']:.2%} / {st['within_trial_cv']:.2%}")
-    t.add_row("noise margin verify must clear", f"{d['noise_margin']:.2%}")
-    t.add_row("straggler", str(d["stragglers"].get("flag")))
-    t.add_row("phases (s per step)", ", ".join(f"{k}={v:.3f}" for k, v in d["phase_times_s"].items()))
-    t.add_row("peak memory per device", f"{d['peak_memory_bytes'] / 2**20:.1f} MiB")
-    t.add_row("peak FLOP/s per device (measured)", f"{d['peak_flops_per_s']:.3g}" if d.get("peak_flops_per_s") else "-")
-    t.add_row("baseline MFU", f"{d['mfu']:.2%}" if d.get("mfu") is not None else "-")
-    t.add_row("loss tolerance (abs, per step)", f"{d['loss_tolerance_in_force']['atol']:.3g} ({d['loss_tolerance_in_force']['source']})")
+    st, tol = d.step_time_s, d.loss_tolerance_in_force
+    if st is not None:
+        t.add_row("step_time_s (median of trial medians)", f"{st.median:.4f} s")
+        t.add_row("run-to-run CV / within-trial CV", f"{st.run_to_run_cv:.2%} / {st.within_trial_cv:.2%}")
+    t.add_row("noise margin verify must clear", f"{d.noise_margin:.2%}" if d.noise_margin is not None else "-")
+    t.add_row("straggler", str(d.stragglers.flag) if d.stragglers else "-")
+    t.add_row("phases (s per step)", ", ".join(f"{k}={v:.3f}" for k, v in d.phase_times_s.items()))
+    t.add_row("peak memory per device", format_bytes(d.peak_memory_bytes))
+    t.add_row("device memory (as reported)", format_bytes(d.device_memory_capacity_bytes))
+    t.add_row("peak FLOP/s per device (measured)", f"{d.peak_flops_per_s:.3g}" if d.peak_flops_per_s else "-")
+    t.add_row("baseline MFU", f"{d.mfu:.2%}" if d.mfu is not None else "-")
+    t.add_row("loss tolerance (abs, per step)", f"{tol.atol:.3g} ({tol.source})" if tol else "-")
     console.print(t)
 
 
@@ -167,12 +182,17 @@ def tune_cmd(
     loss_tolerance: float | None = typer.Option(None, "--loss-tolerance", help="Absolute per-step loss tolerance (default: calibrated by doctor)."),
     top_k: int = typer.Option(3, "--top-k", help="Candidates verify re-runs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the optimizer."),
+    analytic_prior: bool | None = typer.Option(None, "--analytic-prior/--no-analytic-prior", help=PRIOR_HELP),
+    loss_guard: bool | None = typer.Option(None, "--loss-guard/--no-loss-guard", help=LOSS_GUARD_HELP),
+    bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),
 ) -> None:
-    """Every stage: init, doctor, run, verify, report (resumes a study directory where it stopped)."""
+    """Every stage: init, doctor, run, verify, report (resumes a study directory where it stopped;
+    the init options apply only to a new study)."""
     from infrarsi.stages.tune import tune_stage
 
     out = tune_stage(workload, study, trials=trials, time_budget_s=_duration(time_budget, "--time-budget"),
                      memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"), address=address,
-                     request=request, loss_tolerance=loss_tolerance, top_k=top_k, seed=seed)
+                     request=request, loss_tolerance=loss_tolerance, top_k=top_k, seed=seed,
+                     analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
     _print_verify(out["verify"])
     console.print(f"report: {out['report_html']}")

@@ -33,6 +33,7 @@ from infrarsi.execution.aggregate import aggregate
 from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialBuild, check_handlers
 from infrarsi.execution.worker import DEFAULT_ENTRY
 from infrarsi.result import TrialResult
+from infrarsi.search.space import SearchSpace
 from infrarsi.structlog_config import get_logger
 from infrarsi.units import parse_size
 from infrarsi.workload import Workload
@@ -146,27 +147,17 @@ class TrialRunner:
         self._peak_probed = peak_flops_per_s is not None
         self._owns_ray = False
         self._pool: Any = None
-        self.space = space if space is not None else self._load_space()
+        self.space: SearchSpace = space if space is not None else SearchSpace.from_yaml(workload.search_space_path())
         """The ``SearchSpace`` configs are validated against: ``space`` if given (a study's frozen
-        copy), else the workload's (None if the search package is unavailable)."""
+        copy), else the workload's."""
         if workload.backend == "surrogate":
             importlib.import_module("infrarsi.execution.surrogate.backend")  # registers surrogate knobs
-        if check_knobs and self.space is not None:
+        if check_knobs:
             check_handlers(self.space.names, source=str(workload.search_space_path()))
-
-    def _load_space(self) -> Any:
-        try:
-            from infrarsi.search.space import SearchSpace
-        except ImportError as e:
-            log.warning("search space unavailable; configs are not validated", error=str(e))
-            return None
-        return SearchSpace.from_yaml(self.workload.search_space_path())
 
     # ------------------------------------------------------------------ public
     def validate(self, config: dict[str, Any], *, where: str = "config") -> dict[str, Any]:
         """The full config (every knob, inactive ones at default) or a ``SearchSpaceError``."""
-        if self.space is None:
-            return dict(config)
         return dict(self.space.validate(config, where=where))
 
     @property

@@ -11,6 +11,7 @@ from infrarsi.report import plots
 from infrarsi.report.data import StudyData
 from infrarsi.report.document import Code, Figure, Note, Para, Section, Table
 from infrarsi.report.dsconfig import deepspeed_config, json_diff, knob_diff
+from infrarsi.study.contract import Contract
 
 GIB = float(1 << 30)
 
@@ -166,33 +167,41 @@ def _device_seconds(data: StudyData) -> Section:
 def _doctor(data: StudyData) -> Section:
     s = Section("Appendix: noise and calibration (doctor)")
     d = data.doctor
-    if not d:
+    if d is None:
         s.blocks.append(Para("doctor.json is missing: doctor has not run on this study."))
         return s
-    st = d.get("step_time_s") or {}
-    strag = d.get("stragglers") or {}
+    st = d.step_time_s
+    strag = d.stragglers
     rows = [
-        ["baseline trials (ok / total)", f"{d.get('ok_trials')} / {d.get('trials')}"],
-        ["median step time", fmt(st.get("median"), " s")],
-        ["run-to-run CV (between trials)", fmt(st.get("run_to_run_cv"))],
-        ["within-trial CV (between steps)", fmt(st.get("within_trial_cv"))],
-        ["noise margin verify must clear", fmt(d.get("noise_margin"))],
-        ["straggler", f"{'rank ' + str(strag.get('rank')) if strag.get('flag') else 'none'} "
-                      f"(spread {fmt(strag.get('spread'))}; {strag.get('rule', '')})"],
-        ["loss run-to-run max |diff|", fmt(d.get("loss_run_to_run_max_abs_diff"))],
-        ["loss tolerance (floor)", f"{fmt(d.get('loss_tolerance'))} ({fmt(d.get('loss_tolerance_floor'))})"],
-        ["eval run-to-run |diff|", fmt(d.get("eval_run_to_run_abs_diff"))],
-        ["measured peak FLOP/s per device", fmt(d.get("peak_flops_per_s"))],
-        ["baseline MFU", fmt(d.get("mfu"))],
-        ["setup / warm-up time", f"{fmt(d.get('setup_time_s'), ' s')} / {fmt(d.get('warmup_time_s'), ' s')}"],
+        ["baseline trials (ok / total)", f"{d.ok_trials} / {d.trials}"],
+        ["median step time", fmt(st.median if st else None, " s")],
+        ["run-to-run CV (between trials)", fmt(st.run_to_run_cv if st else None)],
+        ["within-trial CV (between steps)", fmt(st.within_trial_cv if st else None)],
+        ["noise margin verify must clear", fmt(d.noise_margin)],
+        ["straggler", (f"{'rank ' + str(strag.rank) if strag.flag else 'none'} "
+                       f"(spread {fmt(strag.spread)}; {strag.rule or strag.reason})") if strag else "-"],
+        ["loss run-to-run max |diff|", fmt(d.loss_run_to_run_max_abs_diff)],
+        ["loss tolerance (floor)", f"{fmt(d.loss_tolerance)} ({fmt(d.loss_tolerance_floor)})"],
+        ["eval run-to-run |diff|", fmt(d.eval_run_to_run_abs_diff)],
+        ["measured peak FLOP/s per device", fmt(d.peak_flops_per_s)],
+        ["device memory (as reported)", gib(d.device_memory_capacity_bytes)],
+        ["baseline MFU", fmt(d.mfu)],
+        ["setup / warm-up time", f"{fmt(d.setup_time_s, ' s')} / {fmt(d.warmup_time_s, ' s')}"],
     ]
     s.blocks.append(Table(["measure", "value"], rows))
-    if d.get("phase_times_s"):
+    if d.phase_times_s:
         s.blocks.append(Table(["phase", "median s per step"],
-                              [[k, fmt(v)] for k, v in sorted(d["phase_times_s"].items())]))
-    if d.get("how_measured"):
-        s.blocks.append(Para(str(d["how_measured"])))
+                              [[k, fmt(v)] for k, v in sorted(d.phase_times_s.items())]))
+    if d.how_measured:
+        s.blocks.append(Para(d.how_measured))
     return s
+
+
+def _switches(c: Contract) -> str:
+    sw = c.switches_in_force()
+    recorded = "" if c.switches is not None else " (not recorded: a contract from before switches; environment at report time)"
+    return (f"analytic prior {'on' if sw.analytic_prior else 'off'}, loss guard {'on' if sw.loss_guard else 'off'}, "
+            f"experience bank {sw.bank or 'off'}{recorded}")
 
 
 def _audit(data: StudyData) -> Section:
@@ -212,7 +221,8 @@ def _audit(data: StudyData) -> Section:
         ["invariants", f"tokens/step {inv.tokens_per_step}, optimizer steps {inv.optimizer_steps} "
                        f"(warm-up {inv.warmup_steps}), loss |diff| <= {atol:g} + {rtol:g}x|baseline| "
                        f"({'calibrated' if inv.loss_calibrated else 'default, uncalibrated'})"],
-        ["memory capacity per device", gib(c.memory_capacity_bytes)],
+        ["memory capacity per device", c.memory_capacity.describe()],
+        ["switches", _switches(c)],
         ["budgets", f"trials {fmt(c.budgets.trials)}, wall {fmt(c.budgets.wall_time_s, ' s')}, "
                     f"device-hours {fmt(c.budgets.device_hours)}"],
         ["amendments", "; ".join(f"{a.at} by {a.by}: {json.dumps(a.changes)} ({a.reason})"

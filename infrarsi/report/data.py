@@ -1,12 +1,12 @@
 """What the report shows, gathered from a study directory alone.
 
-``load_study(DIR)`` reads ``contract.yaml``, ``doctor.json``, ``trials/`` and ``verify.json``
-(each optional except the contract) and derives the baseline and best rows the figures use.
+``load_study(DIR)`` reads ``contract.yaml``, ``doctor.json`` (``DoctorReport``), ``trials/``
+(``infrarsi.study.trial_log``) and ``verify.json`` (each optional except the contract) and derives
+the baseline and best rows the figures use.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -15,59 +15,13 @@ from typing import Any
 
 from infrarsi.result import TrialResult
 from infrarsi.study.contract import Contract
+from infrarsi.study.doctor_report import DoctorReport
+from infrarsi.study.trial_log import read_results
 
 
 def read_trial_rows(study_dir: Path) -> list[TrialResult]:
-    """Every logged trial of the study, in start order (via ``infrarsi.study.trial_log.read_trials``)."""
-    try:
-        from infrarsi.study.trial_log import read_trials
-
-        table = read_trials(study_dir)
-        records = table.to_pylist()
-    except ImportError:  # the log module is optional for the report
-        records = _read_arrows(study_dir / "trials")
-    out = []
-    for rec in records:
-        data = {k: _cell(v) for k, v in rec.items()}
-        for key in ("patches", "loss", "step_time_samples_s", "rank_step_time_s"):
-            if data.get(key) is None:
-                data[key] = []
-        for key in ("error", "memory_measure"):
-            if data.get(key) is None:
-                data[key] = ""
-        for key in ("world_size", "device_seconds", "started_at", "ended_at"):
-            if data.get(key) is None:
-                data.pop(key, None)
-        out.append(TrialResult.from_dict(data))
-    out.sort(key=lambda r: (r.started_at, r.trial_id))
-    return out
-
-
-def _read_arrows(folder: Path) -> list[dict[str, Any]]:
-    import pyarrow as pa
-
-    records: list[dict[str, Any]] = []
-    for f in sorted(folder.glob("*.arrows")):
-        try:
-            reader = pa.ipc.open_stream(pa.memory_map(str(f)))
-        except (OSError, pa.ArrowInvalid):
-            continue
-        while True:
-            try:
-                records.extend(reader.read_next_batch().to_pylist())
-            except StopIteration:
-                break
-            except (OSError, pa.ArrowInvalid):
-                break
-    return records
-
-
-def _cell(v: Any) -> Any:
-    if isinstance(v, _dt.datetime):
-        if v.tzinfo is None:
-            v = v.replace(tzinfo=_dt.timezone.utc)
-        return v.timestamp()
-    return v
+    """Every logged trial of the study, in start order (``infrarsi.study.trial_log.read_results``)."""
+    return sorted(read_results(study_dir), key=lambda r: (r.started_at, r.trial_id))
 
 
 def config_key(cfg: dict[str, Any]) -> str:
@@ -128,7 +82,7 @@ class StudyData:
     """The study directory."""
     contract: Contract
     """The verified contract."""
-    doctor: dict[str, Any] | None
+    doctor: DoctorReport | None
     """``doctor.json`` (None when doctor has not run)."""
     verify: dict[str, Any] | None
     """``verify.json`` (None when verify has not run)."""
@@ -148,15 +102,21 @@ class StudyData:
         return any(r.simulated for r in self.trials)
 
     @property
+    def memory_capacity_bytes(self) -> int | None:
+        """The study's memory capacity per device, bytes (``Contract.memory_capacity``; None: unlimited)."""
+        return self.contract.memory_capacity.memory_capacity_bytes
+
+    @property
     def capacity_bytes(self) -> int | None:
-        return self.contract.memory_capacity_bytes
+        """Alias of ``memory_capacity_bytes`` (the figures in ``infrarsi.report.plots`` read it)."""
+        return self.memory_capacity_bytes
 
 
 def load_study(study_dir: str | Path) -> StudyData:
     """Read a study directory (the contract is verified: an edited one is refused)."""
     d = Path(study_dir)
     contract = Contract.load(d, check_files=False)
-    doctor = _json(d / "doctor.json")
+    doctor = DoctorReport.load_if_present(d)
     verify = _json(d / "verify.json")
     trials = read_trial_rows(d)
     data = StudyData(study_dir=d, contract=contract, doctor=doctor, verify=verify, trials=trials)
@@ -193,10 +153,11 @@ def _json(p: Path) -> dict[str, Any] | None:
 
 
 def _baseline_config(data: StudyData) -> dict[str, Any]:
-    for src in (data.verify or {}, data.doctor or {}):
-        cfg = src.get("baseline_config")
-        if isinstance(cfg, dict) and cfg:
-            return dict(cfg)
+    cfg = (data.verify or {}).get("baseline_config")
+    if isinstance(cfg, dict) and cfg:
+        return dict(cfg)
+    if data.doctor is not None and data.doctor.baseline_config:
+        return dict(data.doctor.baseline_config)
     doc = [r for r in data.trials if r.stage == "doctor"]
     if doc:
         return dict(doc[0].config)

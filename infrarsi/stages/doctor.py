@@ -10,7 +10,6 @@ the contract as an amendment (the only change a frozen contract allows).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -21,14 +20,26 @@ from infrarsi.stages.doctor_analysis import (
     LOSS_TOLERANCE_FLOOR,
     analyse_baseline,
 )
-from infrarsi.study.paths import StudyPaths, write_json_atomic
+from infrarsi.study.doctor_report import DoctorReport, ToleranceInForce
+from infrarsi.study.paths import StudyPaths
+from infrarsi.workload import Workload
 
 log = structlog.get_logger(__name__)
 
+HOW_MEASURED = (
+    "step_time_s: per trial, the median over measured steps of the max-over-ranks time of one "
+    "optimizer step (synchronised, communication included); noise: CV of those medians across "
+    "the repeated baseline trials (run_to_run_cv) and the median within-trial CV of step samples."
+)
+
 
 def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None = None,
-                 tolerance_floor: float = LOSS_TOLERANCE_FLOOR) -> dict[str, Any]:
-    """Run ``repeats`` baseline trials (separate trials, one after another) and write doctor.json."""
+                 tolerance_floor: float = LOSS_TOLERANCE_FLOOR) -> DoctorReport:
+    """Run ``repeats`` baseline trials (separate trials, one after another) and write doctor.json.
+
+    Calibrates the contract: the loss and eval tolerances (unless given at init), and the memory
+    capacity when init left it unset and the device's memory is known
+    (``DoctorReport.device_memory_capacity_bytes``, see ``infrarsi.study.capacity``)."""
     from infrarsi.stages.executor import StudyExecutor
     from infrarsi.study.contract import Contract
 
@@ -44,40 +55,72 @@ def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None
             rows.append(TrialResult.from_dict(row))
     finally:
         ex.close()
-    summary = analyse_baseline(rows, tolerance_floor=tolerance_floor)
-    summary["baseline_config"] = base
-    summary["trial_ids"] = [r.trial_id for r in rows]
-    if summary["ok_trials"] < 2:
+    report = analyse_baseline(rows, tolerance_floor=tolerance_floor).model_copy(
+        update={"baseline_config": base, "trial_ids": [r.trial_id for r in rows]})
+    if report.ok_trials < 2:
         bad = [f"{r.trial_id}: {r.status}: {r.error[:300]}" for r in rows if r.status != "ok"]
-        write_json_atomic(paths.doctor.with_suffix(".failed.json"), summary)
+        report.save_failed(paths.root)
         raise StudyError(
-            f"doctor: only {summary['ok_trials']} of {repeats} baseline trials were ok, so noise and "
+            f"doctor: only {report.ok_trials} of {repeats} baseline trials were ok, so noise and "
             f"tolerance cannot be measured. Failures: {bad}. Fix the workload, or raise the memory "
             f"capacity if the baseline itself runs out of memory."
         )
+    if report.device_memory_capacity_bytes is None:
+        report = report.model_copy(update={"device_memory_capacity_bytes": _device_memory_bytes(ex.workload, address)})
     contract = Contract.load(paths.root)
     inv = contract.invariants
-    loss_atol = None if inv.loss_calibrated else float(summary["loss_tolerance"])
-    eval_tol = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * float(summary.get("eval_run_to_run_abs_diff") or 0.0))
+    loss_atol = None if inv.loss_calibrated else float(report.loss_tolerance or tolerance_floor)
+    eval_tol = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * float(report.eval_run_to_run_abs_diff or 0.0))
     eval_atol = None if inv.eval_calibrated else eval_tol
     contract = contract.with_calibration(
         loss_atol=loss_atol, eval_atol=eval_atol, by="doctor",
         reason=(f"{repeats} baseline trials: max run-to-run loss difference "
-                f"{summary['loss_run_to_run_max_abs_diff']:.3g}; tolerance = max(floor {tolerance_floor:g}, "
-                f"{LOSS_TOLERANCE_FACTOR:g} x difference)"),
+                f"{float(report.loss_run_to_run_max_abs_diff or 0.0):.3g}; tolerance = max(floor "
+                f"{tolerance_floor:g}, {LOSS_TOLERANCE_FACTOR:g} x difference)"),
     )
+    if contract.memory_capacity_bytes is None and report.device_memory_capacity_bytes:
+        contract = contract.with_calibration(
+            memory_capacity_bytes=report.device_memory_capacity_bytes, by="doctor",
+            reason="doctor: the device's memory (no --memory-capacity at init, none in the workload)")
     contract.save(paths.root)
     atol, rtol = contract.invariants.loss_tolerance()
     by = [a.by for a in contract.amendments if "invariants.loss_atol" in a.changes]
-    summary["loss_tolerance_in_force"] = {"atol": atol, "rtol": rtol,
-                                          "source": by[-1] if by else "user (init)"}
-    summary["eval_tolerance_in_force"] = dict(zip(("atol", "rtol"), contract.invariants.eval_tolerance(), strict=True))
-    summary["how_measured"] = (
-        "step_time_s: per trial, the median over measured steps of the max-over-ranks time of one "
-        "optimizer step (synchronised, communication included); noise: CV of those medians across "
-        "the repeated baseline trials (run_to_run_cv) and the median within-trial CV of step samples."
-    )
-    write_json_atomic(paths.doctor, summary)
-    log.info("doctor.done", median_step_time_s=summary["step_time_s"]["median"],
-             cv=summary["step_time_s"]["run_to_run_cv"], loss_tolerance=atol)
-    return summary
+    eval_atol_now, eval_rtol_now = contract.invariants.eval_tolerance()
+    report = report.model_copy(update={
+        "loss_tolerance_in_force": ToleranceInForce(atol=atol, rtol=rtol, source=by[-1] if by else "user (init)"),
+        "eval_tolerance_in_force": ToleranceInForce(atol=eval_atol_now, rtol=eval_rtol_now),
+        "how_measured": HOW_MEASURED,
+    })
+    report.save(paths.root)
+    log.info("doctor.done", median_step_time_s=report.baseline_step_time_s,
+             cv=report.step_time_s.run_to_run_cv if report.step_time_s else None, loss_tolerance=atol,
+             memory_capacity=contract.memory_capacity.describe())
+    return report
+
+
+def _device_memory_bytes(wl: Workload, address: str | None) -> int | None:
+    """The memory of one device when the trials' hardware did not report it: the surrogate's
+    modelled GPU, or (CUDA on a local Ray only, where the driver sees the trials' devices) the
+    smallest visible GPU's memory from NVML (which opens no CUDA context). None otherwise."""
+    import os
+
+    if wl.backend == "surrogate":
+        from infrarsi.execution.surrogate.backend import problem_for
+
+        return int(problem_for(wl).memory_capacity_bytes) if wl.memory_capacity is None else None
+    if wl.resources.device != "cuda" or address or os.environ.get("RAY_ADDRESS"):
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            n = pynvml.nvmlDeviceGetCount()
+            totals = [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total)
+                      for i in range(n)]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as e:  # no NVML, no driver: the capacity stays unknown
+        log.info("doctor.device_memory_unknown", error=str(e))
+        return None
+    return min(totals) if totals else None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
 from infrarsi.result import TrialResult
 from infrarsi.stats import noise_margin
+from infrarsi.study.doctor_report import DoctorReport, StepTimeNoise, Stragglers
 
 LOSS_TOLERANCE_FLOOR = 1e-4
 """Absolute per-step loss tolerance floor. Measured on CPU: fp32 configs agree to <= 1.2e-6 over
@@ -28,7 +30,20 @@ def _cv(values: list[float]) -> float:
     return statistics.stdev(values) / mean if mean > 0 else 0.0
 
 
-def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_TOLERANCE_FLOOR) -> dict[str, Any]:
+DEVICE_MEMORY_KEYS = ("memory_per_device_bytes", "device_memory_bytes", "device_memory_capacity_bytes")
+"""Hardware-dict keys under which a backend may report the memory of one device, bytes."""
+
+
+def device_memory_capacity_bytes(hardware: Mapping[str, Any]) -> int | None:
+    """The memory of one device a trial's hardware dict reports (``DEVICE_MEMORY_KEYS``), else None."""
+    for key in DEVICE_MEMORY_KEYS:
+        v = hardware.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return int(v)
+    return None
+
+
+def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_TOLERANCE_FLOOR) -> DoctorReport:
     """Summarise R baseline trials. Only ``ok`` rows count; the caller decides what to do when
     fewer than two are ok (the analysis still returns what it can, with ``ok_trials``)."""
     ok = [r for r in rows if r.status == "ok" and r.step_time_s]
@@ -38,21 +53,17 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
         "statuses": {s: sum(1 for r in rows if r.status == s) for s in sorted({r.status for r in rows})},
     }
     if not ok:
-        return out
+        return DoctorReport.model_validate(out)
     medians = [float(r.step_time_s or 0.0) for r in ok]
     within = [_cv(list(r.step_time_samples_s)) for r in ok if len(r.step_time_samples_s) > 1]
     run_cv = _cv(medians)
     within_cv = statistics.median(within) if within else 0.0
-    out["step_time_s"] = {
-        "median": statistics.median(medians),
-        "per_trial": medians,
-        "run_to_run_cv": run_cv,
-        "within_trial_cv": within_cv,
-    }
+    out["step_time_s"] = StepTimeNoise(median=statistics.median(medians), per_trial=medians,
+                                       run_to_run_cv=run_cv, within_trial_cv=within_cv)
     # The noise margin verify must clear: the larger of the run-to-run and the within-trial CV
     # (the within-trial CV divided by sqrt(steps) would understate drift between trials).
     out["noise_margin"] = noise_margin(max(run_cv, within_cv), k=NOISE_MARGIN_FACTOR)
-    out["stragglers"] = _stragglers(ok, max(run_cv, within_cv))
+    out["stragglers"] = Stragglers.model_validate(_stragglers(ok, max(run_cv, within_cv)))
     phases: dict[str, list[float]] = {}
     for r in ok:
         for k, v in (r.phase_times_s or {}).items():
@@ -65,6 +76,8 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
     peaks = [float(r.hardware["peak_flops_per_s"]) for r in ok if r.hardware.get("peak_flops_per_s")]
     out["peak_flops_per_s"] = statistics.median(peaks) if peaks else None
     out["hardware"] = ok[0].hardware
+    caps = [c for c in (device_memory_capacity_bytes(r.hardware) for r in ok) if c]
+    out["device_memory_capacity_bytes"] = min(caps) if caps else None
     # Loss: run-to-run spread per step, and the reference loss curve (the per-step median).
     n = min(len(r.loss) for r in ok)
     spread = 0.0
@@ -86,7 +99,7 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
     out["baseline_trial_wall_s"] = statistics.median(walls) if walls else None
     out["setup_time_s"] = statistics.median(float(r.setup_time_s or 0.0) for r in ok)
     out["warmup_time_s"] = statistics.median(float(r.warmup_time_s or 0.0) for r in ok)
-    return out
+    return DoctorReport.model_validate(out)
 
 
 def _stragglers(ok: list[TrialResult], cv: float) -> dict[str, Any]:

@@ -8,10 +8,11 @@ Every stage that runs trials (doctor, run, verify) goes through ``StudyExecutor.
    runs with ``code_dir`` = a git worktree of the workload's repository with that patch applied
    (made once per patch per study, removed at ``close``), and its row's ``patches`` column names
    the patch file; the eval check's reference stays the runner's untouched ``code_dir``,
-4. check the invariants against the doctor's baseline reference (``check_invariants``); once the
-   doctor has a baseline, the ranks also get a loss guard that stops a trial at the first step
-   whose loss leaves the contract's tolerance (such a trial can never pass, so the rest of its
-   steps would only burn device time; measured on the demo: bf16 trials ran 10 s steps),
+4. check the invariants against the doctor's baseline reference (``DoctorReport``,
+   ``check_invariants``); once the doctor has a baseline, the ranks also get a loss guard that
+   stops a trial at the first step whose loss leaves the contract's tolerance (such a trial can
+   never pass, so the rest of its steps would only burn device time; measured on the demo: bf16
+   trials ran 10 s steps), unless the contract's ``switches.loss_guard`` is off,
 5. append the row to the Arrow log (flushed and fsynced) and remove the marker.
 
 During ``run`` the executor lives in a Ray actor (``num_cpus=0``) so that Ray Tune's trainables
@@ -20,8 +21,6 @@ share one warm worker pool across trials.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import structlog
 
 from infrarsi.result import TrialResult
 from infrarsi.stages.common import load_space
+from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import InflightMarkers, StudyPaths, TrialIds
 
 log = structlog.get_logger(__name__)
@@ -51,6 +51,8 @@ class StudyExecutor:
 
         self.paths = StudyPaths(Path(study_dir))
         self.contract = Contract.load(self.paths.root)
+        self.switches = self.contract.switches_in_force()
+        """The study's switches (the contract's record; the loss guard is read here)."""
         self.workload = self.contract.workload_model()
         self.space = load_space(self.contract, self.paths.root)
         self.check = check
@@ -63,18 +65,18 @@ class StudyExecutor:
         self.writer = TrialLogWriter(self.paths.root)
         self.runner = TrialRunner(
             self.workload,
-            memory_capacity_bytes=self.contract.memory_capacity_bytes,
+            memory_capacity_bytes=self.contract.memory_capacity.memory_capacity_bytes,
             address=address,
+            space=self.space,
         )
         self._trees: dict[str, Any] = {}
         """Patch name -> ``PatchedTree`` (one git worktree per patch per study)."""
         self._repo_dir = ""
         """The workload's git repository (set when the first worktree is made)."""
 
-    def _load_reference(self) -> dict[str, Any] | None:
-        if self.paths.doctor.exists():
-            return dict(json.loads(self.paths.doctor.read_text()))
-        return None
+    def _load_reference(self) -> DoctorReport | None:
+        """The doctor's report (None before the doctor ran; a malformed one raises)."""
+        return DoctorReport.load_if_present(self.paths.root)
 
     def refresh_reference(self) -> None:
         self.reference = self._load_reference()
@@ -106,7 +108,7 @@ class StudyExecutor:
             result.extra.update(patch_extra)
         if extra:
             result.extra.update(extra)
-        if self.check and result.status == "ok" and self.reference and self.reference.get("reference_loss"):
+        if self.check and result.status == "ok" and self.reference is not None and self.reference.reference_loss:
             self._apply_invariants(result)
         self.writer.write(result)
         self.markers.done(trial_id)
@@ -163,10 +165,10 @@ class StudyExecutor:
     def loss_guard(self) -> dict[str, Any] | None:
         """The early-stop rule handed to the ranks once the doctor has a baseline loss trace: the
         contract's own per-step loss tolerance, so a trial is stopped only when the loss invariant
-        has already failed (it could never be accepted); None while checks are off or before the
-        doctor (``INFRARSI_LOSS_GUARD=off`` also turns it off)."""
-        ref = (self.reference or {}).get("reference_loss")
-        if not self.check or not ref or os.environ.get("INFRARSI_LOSS_GUARD", "").lower() in ("0", "off", "false"):
+        has already failed (it could never be accepted); None while checks are off, before the
+        doctor, or when the contract's ``switches.loss_guard`` is off."""
+        ref = self.reference.reference_loss if self.reference is not None else []
+        if not self.check or not ref or not self.switches.loss_guard:
             return None
         atol, rtol = self.contract.invariants.loss_tolerance()
         return {"reference": [float(x) for x in ref], "atol": float(atol), "rtol": float(rtol)}
@@ -176,7 +178,7 @@ class StudyExecutor:
         baseline trial's wall time plus ``TIMEOUT_SLACK_S``. The baseline is the conservative
         recipe, so a candidate that slow cannot win; cutting it early frees the devices and the
         optimizer learns a ``timeout``. Before the doctor, the runner's default applies."""
-        wall = (self.reference or {}).get("baseline_trial_wall_s")
+        wall = self.reference.baseline_trial_wall_s if self.reference is not None else None
         if not wall:
             return None
         return TIMEOUT_FACTOR * float(wall) + TIMEOUT_SLACK_S
@@ -184,8 +186,9 @@ class StudyExecutor:
     def _apply_invariants(self, result: TrialResult) -> None:
         from infrarsi.study.invariants import Reference, check_invariants
 
-        ref = self.reference or {}
-        reference = Reference(loss=list(ref["reference_loss"]), eval_loss=ref.get("reference_eval_loss"))
+        if self.reference is None:
+            return
+        reference = Reference(loss=list(self.reference.reference_loss), eval_loss=self.reference.reference_eval_loss)
         ok, reasons = check_invariants(result, reference, self.contract)
         result.extra["invariants_checked"] = True
         if not ok:

@@ -24,8 +24,16 @@ def init_stage(
     device_hours: float | None = None,
     loss_tolerance: float | None = None,
     eval_tolerance: float | None = None,
+    analytic_prior: bool | None = None,
+    loss_guard: bool | None = None,
+    bank: str | None = None,
 ) -> Any:
     """Write ``DIR/contract.yaml`` (frozen, hashed) and a copy of the search space.
+
+    ``memory_capacity_bytes`` is ``--memory-capacity`` (else the workload's: see
+    ``infrarsi.study.capacity``). The switches ``analytic_prior``, ``loss_guard`` and ``bank`` (a
+    directory, or ``off``) are recorded in the contract; each one not given takes its
+    environment variable's value, else its default (``infrarsi.study.switches``).
 
     Everything that can be checked before a trial is checked here: the workload and the search
     space parse, every knob has a handler, the baseline recipe is a valid config, the global
@@ -35,8 +43,10 @@ def init_stage(
     from infrarsi.search import SearchSpace
     from infrarsi.stages.common import copy_space
     from infrarsi.study.contract import Contract
+    from infrarsi.study.switches import StudySwitches
 
     d = Path(study_dir)
+    switches = StudySwitches.resolve(analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
     wl = Workload.from_yaml(workload_path)
     space_path = Path(space) if space else wl.search_space_path()
     sp = SearchSpace.from_yaml(space_path)
@@ -62,6 +72,7 @@ def init_stage(
         editable_globs=editable_globs,
         search_space=space_path,
         memory_capacity_bytes=memory_capacity_bytes,
+        switches=switches,
         trials=trials,
         wall_time_s=wall_time_s,
         device_hours=device_hours,

@@ -21,6 +21,7 @@ from typing import Any, cast
 import structlog
 
 from infrarsi.errors import StudyError
+from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import StudyPaths
 
 log = structlog.get_logger(__name__)
@@ -72,7 +73,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
 
     paths = StudyPaths(Path(study_dir).resolve())
     contract = Contract.load(paths.root)
-    paths.require("the doctor's report", paths.doctor, "doctor")
+    DoctorReport.load(paths.root)  # run needs the doctor's calibration (StudyError: run doctor)
     prior = [r for r in rows_from_table(read_trials(paths.root))]
     done_run = [r for r in prior if r.stage == "run" and not r.extra.get("interrupted")]
     if done_run and not resume:
@@ -141,10 +142,5 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
 
 
 def _baseline_step(paths: StudyPaths) -> float | None:
-    import json
-
-    if not paths.doctor.exists():
-        return None
-    doc = json.loads(paths.doctor.read_text())
-    st = doc.get("step_time_s") or {}
-    return st.get("median")
+    doctor = DoctorReport.load_if_present(paths.root)
+    return doctor.baseline_step_time_s if doctor is not None else None

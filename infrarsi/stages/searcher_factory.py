@@ -1,7 +1,7 @@
 """Builds the study's optimizer from its log, and the Ray Tune searcher over it.
 
-Warm start from the experience bank (``infrarsi.study.bank``): when a bank exists (``$INFRARSI_BANK``,
-else ``~/.cache/infrarsi/bank``; ``INFRARSI_BANK=off`` disables it) and holds ok trials of a
+Warm start from the experience bank (``infrarsi.study.bank``): when the contract's bank switch is on
+(``switches.bank``: ``--bank`` / ``$INFRARSI_BANK`` at init; ``off`` disables it) and it holds ok trials of a
 similar workload (same model family and search space name) measured on OTHER hardware,
 ``build_optimizer`` returns a ``WarmStartOptimizer``. ``search.Optimizer`` has no prior or
 transfer-learning argument, so the warm start is an initial-design seeding: after the baseline,
@@ -13,12 +13,11 @@ queue is used up (or a prior config was already tried), asks are the optimizer's
 
 Analytic prior: the optimizer also gets the workload's analytic prior mean
 (``infrarsi.workload_prior``: ZeRO / activation / FLOPs formulas whose coefficients are fitted on
-the study's trials), unless the model shape is unknown or ``INFRARSI_PRIOR=off``.
+the study's trials), unless the model shape is unknown or the contract's ``switches.analytic_prior`` is off.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,6 @@ PRIOR_CONFIGS = 3
 """How many of the bank's best configs are tried first."""
 PRIOR_MAX_RELATIVE_MEMORY = 0.9
 """A prior config must have used at most this fraction of its own study's memory capacity."""
-BANK_OFF_VALUES = ("off", "0", "false", "no", "none", "disabled")
-"""``INFRARSI_BANK`` values that disable the bank (warm start and adding studies)."""
-
-UNLIMITED_CAPACITY_BYTES = 10**15
-"""Stand-in capacity when the contract leaves it to the device and none was measured."""
 
 
 def outcome_of(row: TrialResult) -> Any:
@@ -111,9 +105,9 @@ class WarmStartOptimizer(Optimizer):  # type: ignore[misc]
         return configs[0] if n is None else configs
 
 
-def bank_disabled() -> bool:
-    """True when ``INFRARSI_BANK`` is set to off (or 0, false, no, none, disabled)."""
-    return os.environ.get("INFRARSI_BANK", "").strip().lower() in BANK_OFF_VALUES
+def bank_disabled(contract: Any) -> bool:
+    """True when the contract's bank switch is off (``Contract.switches_in_force().bank`` is None)."""
+    return contract.switches_in_force().bank is None
 
 
 def study_hardware(rows: Sequence[TrialResult]) -> dict[str, Any] | None:
@@ -128,11 +122,11 @@ def bank_prior_configs(contract: Any, space: Any, rows: Sequence[TrialResult], *
                        bank_root: str | Path | None = None, limit: int = PRIOR_CONFIGS) -> list[dict[str, Any]]:
     """The bank's best configs for this study (see the module docstring), best first, as
     ``warm_start_rows`` dicts. Empty when the bank is off, missing or has nothing similar."""
-    if bank_disabled() or limit <= 0:
+    if bank_disabled(contract) or limit <= 0:
         return []
     from infrarsi.study.bank import Bank
 
-    bank = Bank(bank_root)
+    bank = Bank(bank_root if bank_root is not None else contract.switches_in_force().bank)
     if not bank.files():
         return []
     num_params = next((r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None)
@@ -170,9 +164,9 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
 
     d = Path(study_dir)
     space = load_space(contract, d)
-    cap = contract.memory_capacity_bytes or UNLIMITED_CAPACITY_BYTES
+    cap = contract.memory_capacity.optimizer_memory_capacity_bytes
     prior = bank_prior_configs(contract, space, rows, bank_root=bank_root)
-    analytic = prior_for_workload(contract.workload_model())
+    analytic = prior_for_workload(contract.workload_model(), enabled=contract.switches_in_force().analytic_prior)
     if prior:
         opt: Optimizer = WarmStartOptimizer(
             space, float(cap), seed=seed, baseline=baseline_config(contract, d), prior=analytic,

@@ -1,9 +1,9 @@
 """``infrarsi tune``: every stage in order on one study directory.
 
-``infrarsi tune``: every stage in order on one study directory (init, doctor, run, verify,
-report). A stage whose output already exists is skipped, so re-running ``tune`` on the same
-directory resumes where it stopped (``run`` resumes from the log). At the end the finished study
-is added to the experience bank (``infrarsi.study.bank``; ``$INFRARSI_BANK``, ``INFRARSI_BANK=off``
+Every stage in order on one study directory (init, doctor, run, verify, report). A stage whose
+output already exists is skipped, so re-running ``tune`` on the same directory resumes where it
+stopped (``run`` resumes from the log). At the end the finished study is added to the experience
+bank the contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
 disables it), which warm-starts later studies of similar workloads on other hardware."""
 
 from __future__ import annotations
@@ -35,7 +35,13 @@ def tune_stage(
     loss_tolerance: float | None = None,
     seed: int = 0,
     progress: bool = True,
+    analytic_prior: bool | None = None,
+    loss_guard: bool | None = None,
+    bank: str | None = None,
 ) -> dict[str, Any]:
+    """Run every stage on ``study_dir``; the init options (``memory_capacity_bytes``, the switches
+    ``analytic_prior``, ``loss_guard``, ``bank``, ...) only apply when the study has no contract
+    yet (see ``init_stage``)."""
     from infrarsi.execution.runner import init_ray as ensure_ray
     from infrarsi.stages.doctor import doctor_stage
     from infrarsi.stages.init import init_stage
@@ -48,7 +54,8 @@ def tune_stage(
     ensure_ray(address)
     if not paths.contract.exists():
         init_stage(workload_path, paths.root, request=request, memory_capacity_bytes=memory_capacity_bytes,
-                   trials=trials, wall_time_s=time_budget_s, loss_tolerance=loss_tolerance)
+                   trials=trials, wall_time_s=time_budget_s, loss_tolerance=loss_tolerance,
+                   analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
         log.info("tune.init_done", study=str(paths.root))
     if not paths.doctor.exists():
         doctor_stage(paths.root, repeats=doctor_repeats, address=address)
@@ -64,14 +71,16 @@ def tune_stage(
 
 
 def add_to_bank(study_dir: str | Path) -> dict[str, Any]:
-    """Add a finished study to the experience bank; never fails the study (a bank error is
-    logged and returned). Returns ``{"root", "rows"}``, ``{"disabled": True}`` or ``{"error"}``."""
-    from infrarsi.stages.searcher_factory import bank_disabled
+    """Add a finished study to the bank its contract names (``switches.bank``); never fails the
+    study (a bank error is logged and returned). Returns ``{"root", "rows"}``,
+    ``{"disabled": True}`` (the switch is off) or ``{"error"}``."""
     from infrarsi.study.bank import Bank
+    from infrarsi.study.contract import Contract
 
-    if bank_disabled():
+    root = Contract.load(study_dir, check_files=False).switches_in_force().bank
+    if root is None:
         return {"disabled": True}
-    bank = Bank()
+    bank = Bank(root)
     try:
         n = bank.add_study(study_dir)
     except Exception as e:  # the study's results stand even when the bank cannot take them

@@ -1,7 +1,7 @@
 """Stage 4, ``verify``: re-run the top candidates interleaved with the baseline and keep the wins that clear the noise.
 
-Stage 4, ``verify``: re-run the top candidates against the baseline, interleaved, and keep only
-wins that clear the measured noise and keep every invariant.
+Only wins that clear the doctor's measured noise (``DoctorReport.noise_margin``) and keep every
+invariant are accepted.
 
 Per round, for each of ``pairs`` repetitions the baseline runs once and then each surviving
 candidate once (A B C A B C ...; the candidate order rotates each pair so no candidate always runs
@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 
 from infrarsi.errors import StudyError
+from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import StudyPaths, write_json_atomic
 
 log = structlog.get_logger(__name__)
@@ -77,8 +78,7 @@ def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, round
     from infrarsi.stats import accept, speedup_ci
 
     paths = StudyPaths(Path(study_dir).resolve())
-    doctor = json.loads(paths.require("the doctor's report", paths.doctor, "doctor").read_text())
-    noise_margin = float(doctor.get("noise_margin", 0.0))
+    noise_margin = float(DoctorReport.load(paths.root).noise_margin or 0.0)
     if candidates is None:
         chosen = select_candidates(paths.root, top_k)
     else:

@@ -1,7 +1,7 @@
 """The experience bank: every trial of every study, kept for warm-starting later studies.
 
-A bank is a directory of Parquet files (default ``$INFRARSI_BANK`` or
-``~/.cache/infrarsi/bank``), one file per study, named by the study's contract hash, so adding a
+A bank is a directory of Parquet files (a study's contract names it: ``switches.bank``, whose
+default at init is ``$INFRARSI_BANK`` or ``~/.cache/infrarsi/bank``), one file per study, named by the study's contract hash, so adding a
 study twice replaces its rows. Each row holds the hardware fingerprint, workload features
 (model family, parameters, tokens per step, world size), the config and the outcome, plus the
 outcome in relative terms: step time over that study's baseline step time, and peak memory
@@ -34,9 +34,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from infrarsi.errors import StudyError
+from infrarsi.errors import ConfigError, StudyError
 from infrarsi.result import TrialResult
 from infrarsi.study.contract import Contract
+from infrarsi.study.doctor_report import DoctorReport
+from infrarsi.study.switches import BANK_ENV, bank_from_environment
+from infrarsi.study.trial_log import read_results
 
 FINGERPRINT_KEYS = ("device", "device_kind", "device_name", "gpu_name", "cpu", "cpu_count",
                     "gpus_per_node", "devices_per_node", "memory_per_device_bytes", "interconnect",
@@ -60,9 +63,13 @@ SCHEMA = pa.schema([
 
 
 def default_root() -> Path:
-    """``$INFRARSI_BANK``, else ``~/.cache/infrarsi/bank``."""
-    env = os.environ.get("INFRARSI_BANK")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "infrarsi" / "bank"
+    """The bank ``$INFRARSI_BANK`` names, else ``~/.cache/infrarsi/bank`` (parsed by
+    ``infrarsi.study.switches``); ``ConfigError`` when ``$INFRARSI_BANK`` turns the bank off."""
+    root = bank_from_environment()
+    if root is None:
+        raise ConfigError(f"environment variable {BANK_ENV}: rule: a bank directory is needed here; value: "
+                          f"{os.environ.get(BANK_ENV)!r} (off). Fix: pass the bank's directory, or unset {BANK_ENV}.")
+    return Path(root)
 
 
 def hardware_fingerprint(hardware: Mapping[str, Any] | str | None) -> str:
@@ -94,14 +101,9 @@ def _space_info(space: Any) -> tuple[str, list[str]]:
 
 
 def _baseline_step_time(study_dir: Path, rows: list[TrialResult], baseline: Mapping[str, Any]) -> float | None:
-    doc = study_dir / "doctor.json"
-    if doc.exists():
-        try:
-            med = (json.loads(doc.read_text()).get("step_time_s") or {}).get("median")
-            if med:
-                return float(med)
-        except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
-            pass
+    doctor = DoctorReport.load_if_present(study_dir)
+    if doctor is not None and doctor.baseline_step_time_s:
+        return doctor.baseline_step_time_s
     for stage in ("doctor", "verify", "run"):
         vals = [r.step_time_s for r in rows if r.stage == stage and r.ok and r.step_time_s
                 and all(r.config.get(k) == v for k, v in baseline.items())
@@ -120,17 +122,15 @@ class Bank:
 
     def add_study(self, study_dir: str | Path) -> int:
         """Add (or replace) every logged trial of a study; returns the number of rows written."""
-        from infrarsi.report.data import read_trial_rows
-
         d = Path(study_dir)
         contract = Contract.load(d, check_files=False)
-        rows = read_trial_rows(d)
+        rows = read_results(d)
         if not rows:
             raise StudyError(f"{d}: the study has no logged trials to add to the bank; run "
                              f"`infrarsi doctor`/`run` first.")
         wl = contract.workload
         base = _baseline_step_time(d, rows, wl.get("baseline", {}))
-        cap = contract.memory_capacity_bytes
+        cap = contract.memory_capacity.memory_capacity_bytes
         space_name, _ = _space_info(Path(contract.search_space_path)) if Path(
             contract.search_space_path).exists() else ("", [])
         study_id = contract.contract_hash[:16]

@@ -7,7 +7,9 @@ workload or search-space file on disk that no longer hashes as it did at init.
 
 The only change allowed after init is a calibration by ``doctor`` (loss and eval tolerances,
 and a memory capacity left unset at init), made through ``Contract.with_calibration`` which
-records an ``Amendment`` and re-freezes the contract::
+records an ``Amendment`` and re-freezes the contract. The contract also records the study's
+switches (analytic prior, loss guard, experience bank: ``infrarsi.study.switches``) and is the one
+place its memory capacity is resolved (``Contract.memory_capacity``, ``infrarsi.study.capacity``)::
 
     c = Contract.create(workload, study_dir=DIR, request="make it faster")
     c = Contract.load(DIR)
@@ -19,23 +21,33 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infrarsi.errors import ContractError
+from infrarsi.study.capacity import (
+    MemoryCapacity,
+    resolve_memory_capacity,
+    workload_memory_capacity_bytes,
+)
 from infrarsi.study.contract_diff import canonical as _canonical
 from infrarsi.study.contract_diff import describe_diff as _describe_diff
 from infrarsi.study.contract_diff import describe_sections
 from infrarsi.study.contract_diff import field_diff as _diff
 from infrarsi.study.contract_diff import sha256 as _sha256
+from infrarsi.study.switches import StudySwitches
 from infrarsi.workload import Workload
+
+if TYPE_CHECKING:
+    from infrarsi.search import SearchSpace
 
 CONTRACT_FILE = "contract.yaml"
 FROZEN_FILE = ".contract.frozen.json"
+SPACE_COPY = "search_space.yaml"
+"""The study's own copy of the search space (init writes it), so it needs no other file."""
 
 TIMING_RULES = (
     "A step is one optimizer step of the contract's fixed tokens_per_step, timed across all "
@@ -159,7 +171,12 @@ class Contract(_Strict):
     editable: EditableScope
     invariants: Invariants
     memory_capacity_bytes: int | None = None
-    """Memory capacity per device in bytes (None: the device's own capacity)."""
+    """Memory capacity per device in bytes, as resolved at init (``--memory-capacity``, else the
+    workload's) or filled in by doctor (the device's); None: unlimited. Read it through
+    ``memory_capacity``, which also says where it came from."""
+    switches: StudySwitches | None = None
+    """The study's switches (analytic prior, loss guard, bank), recorded at init. None only in a
+    contract written before they were recorded (see ``switches_in_force``)."""
     budgets: Budgets = Field(default_factory=Budgets)
     created_at: str
     """ISO-8601 UTC time of init."""
@@ -186,6 +203,7 @@ class Contract(_Strict):
         editable_globs: list[str] | None = None,
         search_space: str | Path | None = None,
         memory_capacity_bytes: int | None = None,
+        switches: StudySwitches | None = None,
         trials: int | None = None,
         wall_time_s: float | None = None,
         device_hours: float | None = None,
@@ -197,8 +215,13 @@ class Contract(_Strict):
         """Build (and, with ``study_dir``, write) a frozen contract for ``workload``.
 
         ``editable_knobs`` defaults to every knob of the search space; a tolerance given here
-        counts as calibrated. Raises ``ContractError`` if ``study_dir`` already has a contract.
+        counts as calibrated; ``memory_capacity_bytes`` is ``--memory-capacity`` (the workload's
+        applies when it is None: ``resolve_memory_capacity``); ``switches`` default to
+        ``StudySwitches.resolve()`` (the environment, else on / the default bank). Raises
+        ``ContractError`` if ``study_dir`` already has a contract.
         """
+        from infrarsi.search import SearchSpace
+
         wl = workload if isinstance(workload, Workload) else Workload.from_yaml(workload)
         wl_path = Path(wl.path).resolve() if wl.path else None
         space_path = Path(search_space) if search_space else wl.search_space_path()
@@ -208,7 +231,7 @@ class Contract(_Strict):
                 f"'search_space' or --space). Fix the path."
             )
         space_text = space_path.read_text()
-        knobs = _space_knob_names(space_text, space_path)
+        knobs = list(SearchSpace.from_yaml(space_path).names)
         if editable_knobs is not None:
             unknown = [k for k in editable_knobs if k not in knobs]
             if unknown:
@@ -216,10 +239,7 @@ class Contract(_Strict):
                     f"editable knobs {unknown} are not in the search space {space_path} "
                     f"(valid: {knobs})."
                 )
-        if memory_capacity_bytes is None and wl.memory_capacity is not None:
-            from infrarsi.units import parse_size
-
-            memory_capacity_bytes = int(parse_size(wl.memory_capacity))
+        capacity = resolve_memory_capacity(flag_bytes=memory_capacity_bytes, workload=wl, device_bytes=None)
         git_sha, dirty = _git_head(wl_path.parent) if wl_path else (None, False)
         name = study or (Path(study_dir).resolve().name if study_dir else wl.name)
         c = cls(
@@ -247,7 +267,8 @@ class Contract(_Strict):
                 eval_rtol=eval_rtol,
                 eval_calibrated=eval_atol is not None,
             ),
-            memory_capacity_bytes=memory_capacity_bytes,
+            memory_capacity_bytes=capacity.memory_capacity_bytes,
+            switches=switches if switches is not None else StudySwitches.resolve(),
             budgets=Budgets(trials=trials, wall_time_s=wall_time_s, device_hours=device_hours),
             created_at=_now(),
             infrarsi_version=_version(),
@@ -263,8 +284,10 @@ class Contract(_Strict):
         return c
 
     def content(self) -> dict[str, Any]:
-        """Every field but ``contract_hash``, as canonical JSON-able data."""
-        return self.model_dump(mode="json", exclude={"contract_hash", "section_hashes"})
+        """Every field but ``contract_hash``, as canonical JSON-able data (an absent ``switches``
+        section stays absent, so contracts written before it keep their hash)."""
+        exclude = {"contract_hash", "section_hashes"} | ({"switches"} if self.switches is None else set())
+        return self.model_dump(mode="json", exclude=exclude)
 
     def compute_hash(self) -> str:
         return _sha256(_canonical(self.content()))
@@ -280,6 +303,63 @@ class Contract(_Strict):
         """The embedded workload as a ``Workload`` (path set to the original file)."""
         wl = Workload.from_dict(dict(self.workload), source=self.workload_path or "<contract>")
         return wl
+
+    # ----------------------------------------------------------------------------- resolved facts
+    @property
+    def memory_capacity(self) -> MemoryCapacity:
+        """The study's memory capacity per device and its source, in the order of
+        ``infrarsi.study.capacity``: ``--memory-capacity``, the workload's, the device's (filled in
+        by doctor), else unlimited. Every reader of the capacity uses this. The source is read
+        back from the record: a doctor amendment means ``device``; a value equal to the embedded
+        workload's ``memory_capacity`` reads as ``workload`` (also when the flag gave the same)."""
+        cap = self.memory_capacity_bytes
+        if cap is None:
+            return MemoryCapacity(None, "unlimited")
+        if any("memory_capacity_bytes" in a.changes for a in self.amendments):
+            return MemoryCapacity(cap, "device")
+        try:
+            from_workload = workload_memory_capacity_bytes(self.workload_model())
+        except Exception:  # an unparsable embedded size cannot have produced ``cap``
+            from_workload = None
+        return MemoryCapacity(cap, "workload" if from_workload == cap else "--memory-capacity")
+
+    def switches_in_force(self) -> StudySwitches:
+        """The study's switches: the recorded ``switches``; for a contract written before they
+        were recorded, what init would record now (``StudySwitches.resolve()``: the environment,
+        else the defaults), which is how such a study always behaved."""
+        return self.switches if self.switches is not None else StudySwitches.resolve()
+
+    def search_space(self, study_dir: str | Path) -> SearchSpace:
+        """The study's search space: its copy ``DIR/search_space.yaml`` (or, without one, the
+        file at ``search_space_path``), refused with ``ContractError`` unless it hashes as at
+        init (``check_space_file``)."""
+        from infrarsi.search import SearchSpace
+
+        d = Path(study_dir)
+        path = d / SPACE_COPY
+        if not path.exists():
+            path = Path(self.search_space_path)
+        if not path.exists():
+            raise ContractError(
+                f"{d}: the search space is missing (neither {SPACE_COPY} nor "
+                f"{self.search_space_path} exists). Restore it or re-run init."
+            )
+        self.check_space_file(path)
+        return SearchSpace.from_yaml(path)
+
+    def check_space_file(self, path: str | Path) -> str:
+        """The text of the search-space file ``path``; ``ContractError`` when its sha256 is not
+        the contract's ``search_space_hash`` (the one check of the search space)."""
+        p = Path(path)
+        text = p.read_text()
+        now = _sha256(text)
+        if now != self.search_space_hash:
+            raise ContractError(
+                f"search space {p} changed since init (sha256 {self.search_space_hash[:12]} at init, "
+                f"{now[:12]} now; field search_space_hash). The study measured the old space: "
+                f"restore the file, or run `infrarsi init` into a new study directory."
+            )
+        return text
 
     # ----------------------------------------------------------------------------- calibration
     def with_calibration(
@@ -432,12 +512,7 @@ class Contract(_Strict):
                 )
         sp = Path(self.search_space_path)
         if sp.exists():
-            now = _sha256(sp.read_text())
-            if now != self.search_space_hash:
-                raise ContractError(
-                    f"search space {sp} changed since init (sha256 {self.search_space_hash[:12]} "
-                    f"at init, {now[:12]} now). Restore it, or run `infrarsi init` into a new study."
-                )
+            self.check_space_file(sp)
 
 
 # --------------------------------------------------------------------------------- helpers
@@ -460,25 +535,19 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _space_knob_names(text: str, path: Path) -> list[str]:
-    try:
-        data = yaml.safe_load(text)
-        return [str(k["name"]) for k in data["knobs"]]
-    except Exception as e:
-        raise ContractError(f"{path}: cannot read the knob names of the search space ({e}).") from e
-
-
 def _git_head(folder: Path) -> tuple[str | None, bool]:
-    """(HEAD sha, dirty) of the git repo holding ``folder``; (None, False) outside git."""
+    """(HEAD sha, dirty) of the git repo holding ``folder``; (None, False) outside git or
+    before its first commit. Dirty counts tracked files only (untracked files are ignored)."""
+    import git
+
     try:
-        sha = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-        if sha.returncode:
-            return None, False
-        st = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
-                            capture_output=True, text=True, timeout=10)
-        return sha.stdout.strip(), bool(st.stdout.strip())
-    except (OSError, subprocess.SubprocessError):
+        repo = git.Repo(str(folder), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None, False
+    try:
+        with repo:
+            return repo.head.commit.hexsha, repo.is_dirty(untracked_files=False)
+    except (ValueError, git.GitError):  # no commit yet (unborn HEAD), or git itself failed
         return None, False
 
 
@@ -486,4 +555,4 @@ def _calibratable(path: str) -> bool:
     return any(path == c or path.startswith(c + ".") for c in _CALIBRATABLE)
 
 
-__all__ = ["TIMING_RULES", "Amendment", "Budgets", "Contract", "EditableScope", "Invariants"]
+__all__ = ["SPACE_COPY", "TIMING_RULES", "Amendment", "Budgets", "Contract", "EditableScope", "Invariants"]

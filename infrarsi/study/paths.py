@@ -2,13 +2,21 @@
 
 Layout::
 
-    DIR/contract.yaml      frozen task contract (init)
-    DIR/doctor.json        noise, phases, peak, loss tolerance (doctor)
+    DIR/contract.yaml      frozen task contract (init; ``infrarsi.study.contract``)
+    DIR/search_space.yaml  the study's copy of the search space (init)
+    DIR/doctor.json        noise, phases, peak, loss tolerance (doctor; ``infrarsi.study.doctor_report``)
+    DIR/doctor.failed.json what a doctor that could not calibrate saw (fewer than two ok baselines)
     DIR/trials/*.arrows    the Arrow trial log, one stream file per harness process
     DIR/inflight/*.json    a marker per trial in flight; a leftover marker means the harness died
-    DIR/optimizer.pt       the optimizer's saved state (run)
+    DIR/optimizer.json     inspection snapshot of the optimizer at the end of run (see below)
     DIR/verify.json        verified candidates (verify)
     DIR/report.md, DIR/report.html
+
+``optimizer.json`` is ``Optimizer.save`` output (JSON: observations, pending configs, RNG,
+options), written for inspection only: nothing reads it back. ``run --resume``, ``verify`` and the
+report rebuild the optimizer from the trial log, which stays the one source of truth. Study
+directories written before this name hold the same snapshot as ``optimizer.pt``; it is not read
+either, so they keep working.
 """
 
 from __future__ import annotations
@@ -39,7 +47,13 @@ class StudyPaths:
 
     @property
     def doctor(self) -> Path:
+        """The doctor's report (``DoctorReport``)."""
         return self.root / "doctor.json"
+
+    @property
+    def doctor_failed(self) -> Path:
+        """The doctor's analysis when fewer than two baseline trials were ok (nothing reads it)."""
+        return self.root / "doctor.failed.json"
 
     @property
     def trials(self) -> Path:
@@ -51,7 +65,8 @@ class StudyPaths:
 
     @property
     def optimizer_state(self) -> Path:
-        return self.root / "optimizer.pt"
+        """The optimizer's inspection snapshot (``optimizer.json``; module docstring)."""
+        return self.root / "optimizer.json"
 
     @property
     def verify(self) -> Path:

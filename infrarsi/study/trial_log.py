@@ -197,17 +197,19 @@ def _from_cell(value: Any) -> Any:
     return value
 
 
+_NOT_NULL = frozenset(f.name for f in dataclasses.fields(TrialResult)
+                      if f.default not in (None, dataclasses.MISSING) or f.default_factory is not dataclasses.MISSING)
+"""TrialResult fields whose default is not None: a null cell (a column missing from an older
+segment) takes the field's default."""
+
+
 def rows(table: pa.Table) -> list[TrialResult]:
-    """The trial rows of a table from ``read_trials`` as ``TrialResult`` objects."""
+    """The trial rows of a table from ``read_trials`` as ``TrialResult`` objects (null cells of
+    fields that are never None take the field's default)."""
     out = []
     for record in table.to_pylist():
-        data = {k: _from_cell(v) for k, v in record.items()}
-        for key in ("patches", "loss", "step_time_samples_s", "rank_step_time_s"):
-            if data.get(key) is None and key in data:
-                data[key] = []
-        for key in ("error", "memory_measure"):
-            if data.get(key) is None and key in data:
-                data[key] = ""
+        data = {k: _from_cell(v) for k, v in record.items()
+                if not (v is None and k in _NOT_NULL)}
         out.append(TrialResult.from_dict(data))
     return out
 

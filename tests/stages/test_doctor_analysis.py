@@ -6,6 +6,7 @@ import pytest
 
 from infrarsi.result import TrialResult
 from infrarsi.stages.doctor_analysis import LOSS_TOLERANCE_FLOOR, analyse_baseline
+from infrarsi.study.doctor_report import DoctorReport
 
 
 def _row(i: int, step: float, loss: list[float], ranks: list[float] | None = None, status: str = "ok") -> TrialResult:
@@ -22,33 +23,44 @@ def _row(i: int, step: float, loss: list[float], ranks: list[float] | None = Non
 def test_noise_and_tolerance_from_repeats() -> None:
     rows = [_row(0, 2.0, [8.0, 7.5]), _row(1, 2.2, [8.0, 7.5 + 1e-3]), _row(2, 1.8, [8.0, 7.5])]
     out = analyse_baseline(rows)
-    assert out["ok_trials"] == 3
-    assert out["step_time_s"]["median"] == pytest.approx(2.0)
-    assert out["step_time_s"]["run_to_run_cv"] == pytest.approx(0.1, rel=1e-6)
-    assert out["noise_margin"] == pytest.approx(0.1, rel=1e-6)
+    assert isinstance(out, DoctorReport)
+    assert out.ok_trials == 3
+    assert out.step_time_s is not None
+    assert out.step_time_s.median == pytest.approx(2.0)
+    assert out.step_time_s.run_to_run_cv == pytest.approx(0.1, rel=1e-6)
+    assert out.noise_margin == pytest.approx(0.1, rel=1e-6)
     # 10 x the largest run-to-run difference (1e-3) beats the floor.
-    assert out["loss_tolerance"] == pytest.approx(1e-2)
-    assert out["reference_loss"] == [8.0, 7.5]
-    assert out["peak_memory_bytes"] == 102
+    assert out.loss_tolerance == pytest.approx(1e-2)
+    assert out.reference_loss == [8.0, 7.5]
+    assert out.peak_memory_bytes == 102
+    assert out.device_memory_capacity_bytes is None  # the hardware reported none
+
+
+def test_device_memory_is_the_smallest_the_hardware_reports() -> None:
+    rows = [_row(i, 1.0, [1.0]) for i in range(2)]
+    rows[0].hardware["memory_per_device_bytes"] = 80 * 2**30
+    rows[1].hardware["memory_per_device_bytes"] = 40 * 2**30
+    assert analyse_baseline(rows).device_memory_capacity_bytes == 40 * 2**30
 
 
 def test_tolerance_floor_when_runs_agree_bitwise() -> None:
     rows = [_row(i, 1.0, [8.0, 7.0]) for i in range(3)]
     out = analyse_baseline(rows)
-    assert out["loss_run_to_run_max_abs_diff"] == 0.0
-    assert out["loss_tolerance"] == LOSS_TOLERANCE_FLOOR
+    assert out.loss_run_to_run_max_abs_diff == 0.0
+    assert out.loss_tolerance == LOSS_TOLERANCE_FLOOR
 
 
 def test_straggler_flagged_only_when_consistent() -> None:
     slow = [_row(i, 1.0, [1.0], ranks=[1.0, 1.3, 1.0, 1.0]) for i in range(3)]
-    assert analyse_baseline(slow)["stragglers"]["flag"] is True
-    assert analyse_baseline(slow)["stragglers"]["rank"] == 1
+    flagged = analyse_baseline(slow).stragglers
+    assert flagged is not None and flagged.flag is True and flagged.rank == 1
     moving = [_row(i, 1.0, [1.0], ranks=[1.3 if j == i else 1.0 for j in range(4)]) for i in range(3)]
-    assert analyse_baseline(moving)["stragglers"]["flag"] is False
+    unflagged = analyse_baseline(moving).stragglers
+    assert unflagged is not None and unflagged.flag is False
 
 
 def test_failed_rows_do_not_count() -> None:
     rows = [_row(0, 1.0, [1.0]), _row(1, 1.0, [1.0], status="oom")]
     out = analyse_baseline(rows)
-    assert out["ok_trials"] == 1
-    assert out["statuses"] == {"ok": 1, "oom": 1}
+    assert out.ok_trials == 1
+    assert out.statuses == {"ok": 1, "oom": 1}

@@ -1,6 +1,7 @@
 """Experience-bank warm start: the bank's best configs from OTHER hardware are asked first
-(after the baseline); ``tune``'s last step adds the study to the bank. Unit tests, no Ray: the
-bank is built from synthetic study directories by the real ``Bank.add_study``."""
+(after the baseline); ``tune``'s last step adds the study to the bank. Which bank, and whether
+any, is the contract's ``switches.bank``, whatever ``INFRARSI_BANK`` says later. Unit tests, no
+Ray: the bank is built from synthetic study directories by the real ``Bank.add_study``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from infrarsi.stages.searcher_factory import WarmStartOptimizer, bank_prior_conf
 from infrarsi.stages.tune import add_to_bank
 from infrarsi.study.bank import Bank
 from infrarsi.study.contract import Contract
+from infrarsi.study.switches import StudySwitches
 
 GIB = 1 << 30
 SECOND = {**BASE, "zero_stage": 1, "micro_batch_size": 8, "activation_checkpointing": "selective"}
@@ -39,18 +41,23 @@ def bank(tmp_path: Path) -> Bank:
     return b
 
 
-def new_study(tmp_path: Path) -> tuple[Contract, list]:
-    d = tmp_path / "new"
-    contract = Contract.create(ROOT / "workloads/dense_debug.yaml", study_dir=d, memory_capacity_bytes=GIB)
+def switches(bank: Path | None) -> StudySwitches:
+    return StudySwitches(analytic_prior=True, loss_guard=True, bank=None if bank is None else str(bank))
+
+
+def new_study(tmp_path: Path, bank: Path | None, name: str = "new") -> tuple[Contract, list]:
+    d = tmp_path / name
+    contract = Contract.create(ROOT / "workloads/dense_debug.yaml", study_dir=d, memory_capacity_bytes=GIB,
+                               switches=switches(bank))
     rows = [row(f"doctor-{i}", "doctor", BASE, 100.0 * i, step=3.0, mem=0.3, hw="box-c") for i in range(3)]
     return contract, rows
 
 
 def test_first_asks_after_baseline_are_the_banks_best_from_other_hardware(tmp_path: Path, bank: Bank,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("INFRARSI_BANK", raising=False)
-    contract, rows = new_study(tmp_path)
-    opt = build_optimizer(contract, rows, study_dir=tmp_path / "new", bank_root=bank.root)
+    monkeypatch.setenv("INFRARSI_BANK", "off")  # the contract's bank counts, not the environment
+    contract, rows = new_study(tmp_path, bank.root)
+    opt = build_optimizer(contract, rows, study_dir=tmp_path / "new")
     assert isinstance(opt, WarmStartOptimizer)
     space = opt.space
     asked = []
@@ -68,11 +75,9 @@ def test_first_asks_after_baseline_are_the_banks_best_from_other_hardware(tmp_pa
     assert space.key(nxt) not in {space.key(c) for c in asked}
 
 
-def test_baseline_comes_first_and_tried_priors_are_skipped(tmp_path: Path, bank: Bank,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("INFRARSI_BANK", raising=False)
-    contract, _ = new_study(tmp_path)
-    opt = build_optimizer(contract, [], study_dir=tmp_path / "new", bank_root=bank.root)
+def test_baseline_comes_first_and_tried_priors_are_skipped(tmp_path: Path, bank: Bank) -> None:
+    contract, _ = new_study(tmp_path, bank.root)
+    opt = build_optimizer(contract, [], study_dir=tmp_path / "new")
     space = opt.space
     first = opt.ask()
     assert opt.last_ask_info["phase"] == "baseline"
@@ -87,26 +92,30 @@ def test_baseline_comes_first_and_tried_priors_are_skipped(tmp_path: Path, bank:
 
 def test_bank_off_or_empty_gives_the_plain_optimizer(tmp_path: Path, bank: Bank,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    contract, rows = new_study(tmp_path)
-    monkeypatch.setenv("INFRARSI_BANK", "off")
+    contract, rows = new_study(tmp_path, None)
+    monkeypatch.setenv("INFRARSI_BANK", str(bank.root))  # the contract's "off" wins
     opt = build_optimizer(contract, rows, study_dir=tmp_path / "new", bank_root=bank.root)
     assert type(opt) is Optimizer
     monkeypatch.delenv("INFRARSI_BANK")
-    assert bank_prior_configs(contract, opt.space, rows, bank_root=tmp_path / "no-bank") == []
+    nowhere, _ = new_study(tmp_path, tmp_path / "no-bank", name="nowhere")
+    assert bank_prior_configs(nowhere, opt.space, rows) == []
     # Same hardware only: no prior (box-a's own rows are better used directly).
     only_a = Bank(tmp_path / "bank-a")
     only_a.add_study(tmp_path / "a")
+    same_hw, _ = new_study(tmp_path, only_a.root, name="same-hw")
     rows_a = [row("doctor-0", "doctor", BASE, 0.0, step=3.0, mem=0.3, hw="box-a")]
-    assert bank_prior_configs(contract, opt.space, rows_a, bank_root=only_a.root) == []
+    assert bank_prior_configs(same_hw, opt.space, rows_a) == []
 
 
-def test_add_to_bank_after_tune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    study = make_study(tmp_path, "done", hw="box-a")
+def test_add_to_bank_after_tune_goes_to_the_contracts_bank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    off = make_study(tmp_path, "off", hw="box-a", switches=switches(None))
+    monkeypatch.setenv("INFRARSI_BANK", str(tmp_path / "env-bank"))
+    assert add_to_bank(off) == {"disabled": True}
+    on = make_study(tmp_path, "done", hw="box-a", switches=switches(tmp_path / "bank"))
     monkeypatch.setenv("INFRARSI_BANK", "off")
-    assert add_to_bank(study) == {"disabled": True}
-    monkeypatch.setenv("INFRARSI_BANK", str(tmp_path / "bank"))
-    out = add_to_bank(study)
+    out = add_to_bank(on)
     assert out["rows"] == 15 and Bank(tmp_path / "bank").table().num_rows == 15
+    assert not (tmp_path / "env-bank").exists()
     empty = tmp_path / "empty"
-    Contract.create(ROOT / "workloads/dense_debug.yaml", study_dir=empty)
+    Contract.create(ROOT / "workloads/dense_debug.yaml", study_dir=empty, switches=switches(tmp_path / "bank"))
     assert "no logged trials" in add_to_bank(empty)["error"]  # reported, never raised

@@ -5,11 +5,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import git
 import pytest
 import yaml
 
-from infrarsi.errors import ContractError
-from infrarsi.study.contract import CONTRACT_FILE, Contract
+from infrarsi.errors import ContractError, SearchSpaceError
+from infrarsi.study.contract import CONTRACT_FILE, SPACE_COPY, Contract
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,3 +148,84 @@ def test_unknown_field_is_refused(tmp_path: Path, wl_copy: Path) -> None:
     p.write_text(yaml.safe_dump(data))
     with pytest.raises(ContractError, match="sneaky"):
         Contract.load(study)
+
+
+# ------------------------------------------------------------------------------ switches
+OLD = Path(__file__).resolve().parents[1] / "fixtures/study/old_contract"
+"""A contract written (and calibrated) by infrarsi at e29713c, before switches were recorded."""
+
+
+def test_switches_are_recorded_and_frozen(tmp_path: Path, wl_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFRARSI_PRIOR", "off")
+    monkeypatch.setenv("INFRARSI_LOSS_GUARD", "on")
+    monkeypatch.setenv("INFRARSI_BANK", str(tmp_path / "bank"))
+    study = tmp_path / "s"
+    Contract.create(wl_copy, study_dir=study)
+    data = yaml.safe_load((study / CONTRACT_FILE).read_text())
+    assert data["switches"] == {"analytic_prior": False, "loss_guard": True, "bank": str(tmp_path / "bank")}
+    for name in ("INFRARSI_PRIOR", "INFRARSI_LOSS_GUARD", "INFRARSI_BANK"):  # later: the contract's record
+        monkeypatch.setenv(name, "sometimes" if name != "INFRARSI_BANK" else "off")
+    sw = Contract.load(study).switches_in_force()
+    assert (sw.analytic_prior, sw.loss_guard, sw.bank) == (False, True, str(tmp_path / "bank"))
+    data["switches"]["bank"] = None
+    (study / CONTRACT_FILE).write_text(yaml.safe_dump(data))
+    with pytest.raises(ContractError, match=r"switches\.bank"):
+        Contract.load(study)
+
+
+def test_contract_from_before_switches_still_verifies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    study = tmp_path / "old"
+    shutil.copytree(OLD, study)
+    before = (study / CONTRACT_FILE).read_text()
+    c = Contract.load(study)
+    assert c.switches is None and "switches" not in c.content()
+    assert c.memory_capacity_bytes == 160 << 20 and c.memory_capacity.source == "--memory-capacity"
+    assert c.invariants.loss_atol == 2e-4 and len(c.amendments) == 1
+    # Such a study behaves as it always did: its switches come from the environment.
+    monkeypatch.setenv("INFRARSI_PRIOR", "off")
+    monkeypatch.setenv("INFRARSI_BANK", "off")
+    monkeypatch.delenv("INFRARSI_LOSS_GUARD", raising=False)
+    sw = c.switches_in_force()
+    assert (sw.analytic_prior, sw.loss_guard, sw.bank) == (False, True, None)
+    # A calibration re-freezes it without adding the section.
+    c.with_calibration(eval_atol=1e-3, reason="doctor").save(study)
+    assert "switches" not in (study / CONTRACT_FILE).read_text() != before
+    assert Contract.load(study).switches is None
+
+
+# ------------------------------------------------------------------------------ search space, git
+def test_search_space_is_read_from_the_study_copy_and_checked_once(tmp_path: Path, wl_copy: Path) -> None:
+    study = tmp_path / "s"
+    c = Contract.create(wl_copy, study_dir=study)
+    assert "zero_stage" in c.search_space(study).names  # no copy yet: the original file
+    copy = study / SPACE_COPY
+    shutil.copy(c.search_space_path, copy)
+    space = c.search_space(study)
+    assert space.file == str(copy)
+    copy.write_text(copy.read_text().replace("values: [1, 2, 4, 8]", "values: [1, 2]"))
+    with pytest.raises(ContractError) as e:
+        c.search_space(study)
+    assert str(copy) in str(e.value) and "search_space_hash" in str(e.value)
+
+
+def test_unparsable_search_space_is_a_search_space_error(tmp_path: Path, wl_copy: Path) -> None:
+    sp = tmp_path / "search_spaces/deepspeed_dense.yaml"
+    sp.write_text("name: broken\nknobs: not-a-list\n")
+    with pytest.raises(SearchSpaceError, match="knobs"):
+        Contract.create(wl_copy, study_dir=tmp_path / "s")
+
+
+def test_git_head_and_dirty_flag_of_the_workload_repository(tmp_path: Path, wl_copy: Path) -> None:
+    assert Contract.create(wl_copy).workload_git_sha is None  # not in git yet
+    repo = git.Repo.init(tmp_path)
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "t").set_value("user", "email", "t@example.com")
+    assert Contract.create(wl_copy).workload_git_sha is None  # in git, before the first commit
+    repo.index.add([str(wl_copy.relative_to(tmp_path)), "search_spaces/deepspeed_dense.yaml"])
+    head = repo.index.commit("workload").hexsha
+    (tmp_path / "untracked.txt").write_text("ignored by the dirty flag")
+    clean = Contract.create(wl_copy)
+    assert (clean.workload_git_sha, clean.workload_git_dirty) == (head, False)
+    wl_copy.write_text(wl_copy.read_text() + "# an uncommitted edit\n")
+    dirty = Contract.create(wl_copy)
+    assert (dirty.workload_git_sha, dirty.workload_git_dirty) == (head, True)
