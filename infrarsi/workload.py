@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from infrarsi.errors import WorkloadError
+from infrarsi.units import parse_size
 
 
 class _Strict(BaseModel):
@@ -108,6 +109,14 @@ class Workload(_Strict):
     def global_batch_size(self) -> int:
         """Sequences per optimizer step across all ranks."""
         return self.tokens_per_step // self.data.seq_len
+
+    @property
+    def memory_capacity_bytes(self) -> int | None:
+        """The workload's own ``memory_capacity`` per device, bytes (None when it sets none): the
+        one place it is parsed (a study resolves its capacity in ``infrarsi.study.capacity``)."""
+        if self.memory_capacity is None:
+            return None
+        return int(parse_size(self.memory_capacity, what=f"{self.path or self.name}: memory_capacity"))
 
     @property
     def world_size(self) -> int:

@@ -35,7 +35,6 @@ from infrarsi.execution.worker import DEFAULT_ENTRY
 from infrarsi.result import TrialResult
 from infrarsi.search.space import SearchSpace
 from infrarsi.structlog_config import get_logger
-from infrarsi.units import parse_size
 from infrarsi.workload import Workload
 
 log = get_logger(__name__)
@@ -126,8 +125,8 @@ class TrialRunner:
     ) -> None:
         self.workload = workload
         """The workload every trial trains."""
-        if memory_capacity_bytes is None and workload.memory_capacity is not None:
-            memory_capacity_bytes = parse_size(workload.memory_capacity, what="workload memory_capacity")
+        if memory_capacity_bytes is None:
+            memory_capacity_bytes = workload.memory_capacity_bytes
         self.memory_capacity_bytes = memory_capacity_bytes
         """Per-device capacity enforced in the ranks (None: the device's own)."""
         self.address = address

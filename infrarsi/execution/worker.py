@@ -156,17 +156,11 @@ class TrainWorker:
         result.setdefault("rank", self.rank)
         return result
 
-    def probe_peak_flops(self) -> float | None:
-        """Measured peak FLOP/s of this rank's device (``infrarsi.execution.flops``), or None."""
-        try:
-            flops = importlib.import_module("infrarsi.execution.flops")
-        except ImportError:
-            return None
-        for name in ("measure_peak_flops", "peak_flops_per_s", "probe_peak_flops"):
-            fn = getattr(flops, name, None)
-            if callable(fn):
-                return float(fn(self.device) if _takes_args(fn) else fn())
-        return None
+    def probe_peak_flops(self) -> float:
+        """Measured peak FLOP/s of this rank's device (``infrarsi.execution.flops``)."""
+        from infrarsi.execution.flops import peak_flops_per_s
+
+        return float(peak_flops_per_s(self.device))
 
     def shutdown(self) -> bool:
         """Destroy the process group (call before the actor is killed)."""
@@ -177,16 +171,3 @@ class TrainWorker:
                 dist.destroy_process_group()
             self._pg_ready = False
         return True
-
-
-def _takes_args(fn: Callable[..., Any]) -> bool:
-    import inspect
-
-    try:
-        params = [
-            p for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-        ]
-    except (TypeError, ValueError):
-        return False
-    return bool(params)

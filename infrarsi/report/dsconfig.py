@@ -44,10 +44,8 @@ def deepspeed_config(
         logged = r.extra.get("ds_config")
         if r.config == config and isinstance(logged, dict) and logged:
             return dict(logged)
-    try:
-        from infrarsi.execution.knobs.deepspeed import build_trial
-    except ImportError:
-        return None
+    from infrarsi.execution.knobs.deepspeed import build_trial
+
     num_params, hidden = model_sizes(contract, trials)
     try:
         if contract.workload.get("backend") == "surrogate":

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from infrarsi.units import format_bytes, parse_size
+from infrarsi.units import format_bytes
 from infrarsi.workload import Workload
 
 UNLIMITED_MEMORY_CAPACITY_BYTES = 10**15
@@ -59,13 +59,6 @@ class MemoryCapacity:
         return f"{format_bytes(self.memory_capacity_bytes)} per device ({self.source})"
 
 
-def workload_memory_capacity_bytes(workload: Workload) -> int | None:
-    """The workload's ``memory_capacity`` in bytes (None when it sets none)."""
-    if workload.memory_capacity is None:
-        return None
-    return int(parse_size(workload.memory_capacity, what=f"{workload.path or workload.name}: memory_capacity"))
-
-
 def resolve_memory_capacity(*, flag_bytes: int | None, workload: Workload | None,
                             device_bytes: int | None) -> MemoryCapacity:
     """The study's memory capacity: ``flag_bytes`` (``--memory-capacity``), else the workload's
@@ -73,7 +66,7 @@ def resolve_memory_capacity(*, flag_bytes: int | None, workload: Workload | None
     else unlimited (module docstring)."""
     if flag_bytes is not None:
         return MemoryCapacity(int(flag_bytes), "--memory-capacity")
-    wl_bytes = workload_memory_capacity_bytes(workload) if workload is not None else None
+    wl_bytes = workload.memory_capacity_bytes if workload is not None else None
     if wl_bytes is not None:
         return MemoryCapacity(wl_bytes, "workload")
     if device_bytes is not None:
@@ -81,5 +74,4 @@ def resolve_memory_capacity(*, flag_bytes: int | None, workload: Workload | None
     return MemoryCapacity(None, "unlimited")
 
 
-__all__ = ["UNLIMITED_MEMORY_CAPACITY_BYTES", "CapacitySource", "MemoryCapacity", "resolve_memory_capacity",
-           "workload_memory_capacity_bytes"]
+__all__ = ["UNLIMITED_MEMORY_CAPACITY_BYTES", "CapacitySource", "MemoryCapacity", "resolve_memory_capacity"]

@@ -31,7 +31,6 @@ from infrarsi.errors import ContractError
 from infrarsi.study.capacity import (
     MemoryCapacity,
     resolve_memory_capacity,
-    workload_memory_capacity_bytes,
 )
 from infrarsi.study.contract_diff import canonical as _canonical
 from infrarsi.study.contract_diff import describe_diff as _describe_diff
@@ -318,7 +317,7 @@ class Contract(_Strict):
         if any("memory_capacity_bytes" in a.changes for a in self.amendments):
             return MemoryCapacity(cap, "device")
         try:
-            from_workload = workload_memory_capacity_bytes(self.workload_model())
+            from_workload = self.workload_model().memory_capacity_bytes
         except Exception:  # an unparsable embedded size cannot have produced ``cap``
             from_workload = None
         return MemoryCapacity(cap, "workload" if from_workload == cap else "--memory-capacity")

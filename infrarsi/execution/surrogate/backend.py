@@ -20,8 +20,6 @@ its handler.
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import json
 import math
 import time
@@ -32,7 +30,6 @@ import numpy as np
 from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialBuild, register_knob
 from infrarsi.execution.surrogate.model import Evaluation, Problem, evaluate, problem_from_params
 from infrarsi.result import TrialResult
-from infrarsi.units import parse_size
 from infrarsi.workload import Workload
 
 NOISE_CV = 0.04
@@ -57,9 +54,7 @@ def _record(name: str) -> Any:
 
 def register_surrogate_knobs() -> None:
     """Register record-only handlers for the surrogate-only knobs that have none yet."""
-    # The DeepSpeed translator owns the knobs it knows: load it first when it exists.
-    if importlib.util.find_spec("infrarsi.execution.knobs.deepspeed") is not None:
-        importlib.import_module("infrarsi.execution.knobs.deepspeed")
+    # The built-in handlers own the knobs they know; importing the registry loaded them.
     for name in ("tp", "pp", "flash_attention"):
         if name not in KNOB_HANDLERS:
             register_knob(name)(_record(name))
@@ -71,8 +66,8 @@ register_surrogate_knobs()
 def problem_for(workload: Workload, memory_capacity_bytes: int | None = None) -> Problem:
     """The analytic ``Problem`` of a ``backend: surrogate`` workload. The capacity is
     ``memory_capacity_bytes``, else the workload's ``memory_capacity``, else the GPU's memory."""
-    if memory_capacity_bytes is None and workload.memory_capacity is not None:
-        memory_capacity_bytes = parse_size(workload.memory_capacity, what="memory_capacity")
+    if memory_capacity_bytes is None:
+        memory_capacity_bytes = workload.memory_capacity_bytes
     return problem_from_params(
         world_size=workload.world_size, global_batch=workload.global_batch_size,
         seq_len=workload.data.seq_len, params=workload.surrogate, model_size=workload.model.size,
