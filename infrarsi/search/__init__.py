@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from infrarsi.search.expr import Expression
 from infrarsi.search.knob import Knob
-from infrarsi.search.outcome import FAILURE_STATUSES, Outcome
+from infrarsi.search.outcome import FAILURE_STATUSES, Observation, Outcome
 from infrarsi.search.space import SearchSpace
 
 if TYPE_CHECKING:
-    from infrarsi.search.optimizer import Observation, Optimizer, SearchExhausted
+    from infrarsi.search.optimizer import Optimizer, SearchExhausted
 
-_LAZY = {"Optimizer", "Observation", "SearchExhausted"}
+_LAZY = {"Optimizer", "SearchExhausted"}
 
 
 def __getattr__(name: str) -> Any:

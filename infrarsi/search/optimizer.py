@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,7 @@ from infrarsi.search.encoding import Encoder
 from infrarsi.search.models import outliers
 from infrarsi.search.models.feasibility import FAILURE_WEIGHT, FeasibilityModel
 from infrarsi.search.modelset import ModelSet
-from infrarsi.search.outcome import Outcome
+from infrarsi.search.outcome import Observation, Outcome
 from infrarsi.search.persistence import PersistenceMixin
 from infrarsi.search.prior import PriorMean
 from infrarsi.search.prior_inputs import PriorInputsMixin
@@ -66,16 +65,6 @@ class _PriorOnly:
 
 class SearchExhausted(InfrarsiError):
     """Every config of the space has been told as a failure (nothing is left to propose)."""
-
-
-@dataclass
-class Observation:
-    """One told trial."""
-
-    config: dict[str, Any]
-    """The full config."""
-    outcome: Outcome
-    """What happened."""
 
 
 @contextlib.contextmanager
@@ -155,7 +144,7 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
     def tell(self, config: Mapping[str, Any], outcome: Outcome | Mapping[str, Any]) -> None:
         """Record the outcome of a trial of ``config``."""
         if not isinstance(outcome, Outcome):
-            outcome = Outcome.from_dict(dict(outcome))
+            outcome = Outcome.from_dict(outcome)
         cfg = self.space.validate(config, where="tell(config)")
         self.pending.pop(self.space.key(cfg), None)
         self.observations.append(Observation(cfg, outcome))

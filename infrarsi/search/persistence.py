@@ -136,5 +136,5 @@ class PersistenceMixin:
             except SearchSpaceError as exc:
                 warnings.warn(f"from_trials: skipped a row: {exc}", stacklevel=2)
                 continue
-            opt.tell(cfg, Outcome.from_row(dict(row)))
+            opt.tell(cfg, Outcome.from_row(row))
         return cast("Optimizer", opt)

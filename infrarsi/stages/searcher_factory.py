@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from infrarsi.result import TrialResult
-from infrarsi.search import Optimizer
+from infrarsi.search import Optimizer, Outcome
 from infrarsi.workload_prior import prior_for_workload
 
 log = structlog.get_logger(__name__)
@@ -40,17 +40,6 @@ BANK_OFF_VALUES = ("off", "0", "false", "no", "none", "disabled")
 
 UNLIMITED_CAPACITY_BYTES = 10**15
 """Stand-in capacity when the contract leaves it to the device and none was measured."""
-
-
-def outcome_of(row: TrialResult) -> Any:
-    """The optimizer's view of one logged trial."""
-    from infrarsi.search import Outcome
-
-    if row.status == "ok":
-        return Outcome(status="ok", step_time=row.step_time_s, peak_memory=row.peak_memory_bytes)
-    if row.status == "oom":
-        return Outcome(status="oom", peak_memory=row.peak_memory_bytes)
-    return Outcome(status=row.status)
 
 
 class WarmStartOptimizer(Optimizer):  # type: ignore[misc]
@@ -186,7 +175,7 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     for r in rows:
         if r.extra.get("interrupted") or not r.config:
             continue
-        opt.tell(dict(r.config), outcome_of(r))
+        opt.tell(dict(r.config), Outcome.from_row(r))
     return opt
 
 
