@@ -97,7 +97,7 @@ def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
     coef_sd = opts.pop("coef_prior_sd", None)
     time_noise = opts.pop("time_noise_sd", None)
     if coef_sd is not None or time_noise is not None:
-        from infrarsi.search import prior_inputs
+        from infrarsi.search.priors import features as prior_inputs
 
         orig_fit = prior_inputs.fit_log_coefficients
 
@@ -177,7 +177,7 @@ def _misspecify_prior(problem: Any, opts: dict[str, Any], seed: int) -> dict[str
     """Apply ``prior_hardware_error`` / ``prior_terms`` to the problem's prior (module docstring)."""
     from dataclasses import replace
 
-    from infrarsi.search.transformer_prior import TransformerPrior
+    from infrarsi.search.priors.transformer import TransformerPrior
 
     err = opts.pop("prior_hardware_error", None)
     mem_err = opts.pop("prior_memory_error", None)

@@ -1,4 +1,4 @@
-"""The analytic prior (``infrarsi.search.transformer_prior``) of a workload: its model shape, batch,
+"""The analytic prior (``infrarsi.search.priors.transformer``) of a workload: its model shape, batch,
 world size and nominal hardware figures.
 
 - ``surrogate`` backend: the model and GPU kinds named by the workload (shapes and datasheet
@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from infrarsi.logging import get_logger
-from infrarsi.search.transformer_prior import TransformerPrior, transformer_shape
+from infrarsi.search.priors.transformer import TransformerPrior, transformer_shape
 from infrarsi.workload import Workload
 
 log = get_logger(__name__)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from infrarsi.search.encoding import Encoder
-from infrarsi.search.prior import PriorMean
+from infrarsi.search.priors.mean import PriorMean
 from infrarsi.search.space import SearchSpace
 
 if TYPE_CHECKING:

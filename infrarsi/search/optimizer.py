@@ -14,7 +14,7 @@ again once every other config has been tried or is predicted to fail (``REPEAT_B
 as a replicate while it is the incumbent with a single trusted measurement (``intensify``).
 Slow outliers among the step times (stragglers) are left out of the step-time model
 (``models/outliers``); a config measured only as an outlier may be proposed again. The analytic
-prior's inputs and coefficient fits live in ``prior_inputs``, the candidate pool in
+prior's inputs and coefficient fits live in ``priors.features``, the candidate pool in
 ``candidates``, persistence in ``persistence``.
 """
 
@@ -37,8 +37,8 @@ from infrarsi.search.models.feasibility import FAILURE_WEIGHT, FeasibilityModel
 from infrarsi.search.modelset import ModelSet
 from infrarsi.search.outcome import Observation, Outcome
 from infrarsi.search.persistence import PersistenceMixin
-from infrarsi.search.prior import PriorMean
-from infrarsi.search.prior_inputs import PriorInputsMixin
+from infrarsi.search.priors.features import PriorInputsMixin
+from infrarsi.search.priors.mean import PriorMean
 from infrarsi.search.space import SearchSpace
 
 REPEAT_BELOW_P = 0.05
@@ -121,7 +121,7 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
                 signs.append(1.0 if b.knob.memory == "hungry" else -1.0)
             col += b.width
         self.prior = prior
-        """Analytic prior mean of both models (``infrarsi.search.prior``), or None."""
+        """Analytic prior mean of both models (``infrarsi.search.priors.mean``), or None."""
         self.prior_coef: dict[str, np.ndarray | None] = {"time": None, "memory": None}
         """Fitted log coefficients of the prior's time and memory terms (None: nominal)."""
         self.prior_fit_keys: dict[str, str | None] = {"time": None, "memory": None}

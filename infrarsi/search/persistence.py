@@ -88,7 +88,7 @@ class PersistenceMixin:
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Optimizer:
         """A new optimizer (space included) from ``state_dict()``."""
-        from infrarsi.search.prior import prior_from_spec
+        from infrarsi.search.priors.registry import prior_from_spec
         from infrarsi.search.space import SearchSpace
 
         space = SearchSpace.from_yaml(state["space_source"])

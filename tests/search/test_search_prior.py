@@ -14,7 +14,8 @@ from infrarsi.search import Optimizer, SearchSpace
 from infrarsi.search.models.predict import ExactMarginal, VariationalMarginal
 from infrarsi.search.models.time_gp import fit_time_gp
 from infrarsi.search.models.tobit import fit_tobit_gp
-from infrarsi.search.prior import PRIORS, fit_log_coefficients, log_prior_sum, prior_from_spec
+from infrarsi.search.priors.mean import fit_log_coefficients, log_prior_sum
+from infrarsi.search.priors.registry import PRIORS, prior_from_spec
 
 
 def test_log_prior_sum_matches_numpy_and_skips_zero_terms() -> None:

@@ -1,6 +1,6 @@
 """The analytic prior's side of ``Optimizer`` (mixed into it): model inputs and coefficient fits.
 
-With a prior (``infrarsi.search.prior``), every model input row is the encoded config plus two
+With a prior (``infrarsi.search.priors.mean``), every model input row is the encoded config plus two
 columns: the fitted prior's log step time and its log(peak / capacity) (``models.offset_mean``).
 The prior's terms are cached per config; its time coefficients are refitted on the trusted ok
 step times and its memory coefficients on every memory observation (OOMs as censored rows), each
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from infrarsi.search.encoding import Encoder
-from infrarsi.search.prior import (
+from infrarsi.search.priors.mean import (
     MEMORY_NOISE_SD,
     TIME_NOISE_SD,
     PriorMean,

@@ -13,22 +13,20 @@ formulas miss. ``fit_log_coefficients`` does the fit; OOM trials enter the memor
 censored points (the true peak is at least the recorded bound), as they do in the Tobit GP.
 
 The core stays knob-agnostic: it never reads knob names. Priors that know what ``zero_stage`` or
-``micro_batch_size`` mean (``transformer_prior``) are registered in ``PRIORS`` by name, and
-rebuilt from their ``spec()`` when an optimizer is restored.
+``micro_batch_size`` mean (``priors.transformer``) are listed in ``priors.registry.PRIORS`` by
+name, and rebuilt from their ``spec()`` when an optimizer is restored.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch.special import log_ndtr
-
-from infrarsi.errors import SearchSpaceError
 
 TIME_NOISE_SD = 0.15
 """Assumed sd of log step time around the fitted prior (model misfit, not only timing noise)."""
@@ -44,7 +42,7 @@ class PriorMean(Protocol):
     """What the optimizer needs from an analytic prior."""
 
     kind: str
-    """Registry name (``PRIORS``), used to rebuild the prior from ``spec()``."""
+    """Registry name (``priors.registry.PRIORS``), used to rebuild the prior from ``spec()``."""
     time_names: tuple[str, ...]
     """Names of the step-time terms (columns of ``terms()[0]``)."""
     memory_names: tuple[str, ...]
@@ -55,22 +53,8 @@ class PriorMean(Protocol):
         ...
 
     def spec(self) -> dict[str, Any]:
-        """JSON-able arguments that rebuild this prior through ``PRIORS[kind]``."""
+        """JSON-able arguments that rebuild this prior through ``priors.registry.PRIORS[kind]``."""
         ...
-
-
-PRIORS: dict[str, Callable[[dict[str, Any]], PriorMean]] = {}
-"""Prior kind -> builder from a ``spec()`` dict (filled by the modules defining priors)."""
-
-
-def prior_from_spec(raw: Mapping[str, Any]) -> PriorMean:
-    """Rebuild a prior saved with ``{"kind": ..., **spec}``."""
-    kind = str(raw.get("kind"))
-    if kind not in PRIORS:
-        import infrarsi.search.transformer_prior  # noqa: F401  (registers "transformer")
-    if kind not in PRIORS:
-        raise SearchSpaceError(f"optimizer state: field 'prior.kind' is {kind!r}; known kinds: {sorted(PRIORS)}.")
-    return PRIORS[kind](dict(raw))
 
 
 def log_prior_sum(terms: np.ndarray | torch.Tensor, log_coef: np.ndarray | torch.Tensor) -> torch.Tensor:
