@@ -3,13 +3,13 @@
 Warm start from the experience bank (``infrarsi.bank``): when a bank exists (``$INFRARSI_BANK``,
 else ``~/.cache/infrarsi/bank``; ``INFRARSI_BANK=off`` disables it) and holds ok trials of a
 similar workload (same model family and search space name) measured on OTHER hardware,
-``build_optimizer`` returns a ``WarmStartOptimizer``. ``search.Optimizer`` has no prior or
-transfer-learning argument, so the warm start is an initial-design seeding: after the baseline,
-the first asks are the bank's best configs by step time relative to their own study's baseline
-(``PRIOR_CONFIGS`` of them, most similar workload first, configs that ran out of memory or used
-more than ``PRIOR_MAX_RELATIVE_MEMORY`` of their capacity left out). They are measured like any
-other trial; nothing from the bank is told to the models as if it were measured here. Once the
-queue is used up (or a prior config was already tried), asks are the optimizer's own.
+``build_optimizer`` gives the optimizer the bank's best configs as warm-start configs
+(``Optimizer(initial_configs=...)``): after the baseline, the first asks are those configs, by
+step time relative to their own study's baseline (``PRIOR_CONFIGS`` of them, most similar
+workload first, configs that ran out of memory or used more than ``PRIOR_MAX_RELATIVE_MEMORY`` of
+their capacity left out). They are measured like any other trial; nothing from the bank is told
+to the models as if it were measured here. Once the queue is used up (or a warm-start config was
+already tried), asks are the optimizer's own.
 
 Analytic prior: the optimizer also gets the workload's analytic prior mean
 (``infrarsi.workload_prior``: ZeRO / activation / FLOPs formulas whose coefficients are fitted on
@@ -19,14 +19,14 @@ the study's trials), unless the model shape is unknown or ``INFRARSI_PRIOR=off``
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from infrarsi.result import TrialResult
-from infrarsi.search import Optimizer, Outcome
+from infrarsi.search import AskInfo, Optimizer, Outcome, WarmStartOrigin
 from infrarsi.workload_prior import prior_for_workload
 
 log = structlog.get_logger(__name__)
@@ -40,64 +40,6 @@ BANK_OFF_VALUES = ("off", "0", "false", "no", "none", "disabled")
 
 UNLIMITED_CAPACITY_BYTES = 10**15
 """Stand-in capacity when the contract leaves it to the device and none was measured."""
-
-
-class WarmStartOptimizer(Optimizer):  # type: ignore[misc]
-    """An ``Optimizer`` whose first asks after the baseline are given prior configs (from the
-    experience bank), in order, each once; then it asks as usual."""
-
-    def __init__(self, space: Any, memory_capacity: float, *, prior_configs: Sequence[Mapping[str, Any]] = (),
-                 prior_info: Sequence[Mapping[str, Any]] = (), **kwargs: Any) -> None:
-        super().__init__(space, memory_capacity, **kwargs)
-        self.prior_queue: list[dict[str, Any]] = []
-        """Full prior configs not yet handed out, best first."""
-        self.prior_meta: dict[str, dict[str, Any]] = {}
-        """Key -> where each prior config came from (source study, relative step time...)."""
-        infos = list(prior_info) + [{}] * (len(prior_configs) - len(prior_info))
-        for cfg, meta in zip(prior_configs, infos, strict=True):
-            if not space.is_valid(dict(cfg)):
-                continue
-            full = dict(space.validate(dict(cfg), where="bank prior config"))
-            key = space.key(full)
-            if key not in self.prior_meta:
-                self.prior_queue.append(full)
-                self.prior_meta[key] = dict(meta)
-
-    def _next_prior(self, taken: set[str]) -> dict[str, Any] | None:
-        seen = {self.space.key(o.config) for o in self.observations} | set(self.pending) | taken
-        if self.baseline is not None and self.space.key(self.baseline) not in seen:
-            return None  # the baseline comes first, from the optimizer itself
-        while self.prior_queue:
-            cfg = self.prior_queue.pop(0)
-            if self.space.key(cfg) not in seen:
-                return cfg
-        return None
-
-    def ask(self, n: int | None = None) -> dict[str, Any] | list[dict[str, Any]]:
-        k = 1 if n is None else int(n)
-        infos: list[dict[str, Any]] = []
-        taken: set[str] = set()
-        while len(infos) < k:
-            cfg = self._next_prior(taken)
-            if cfg is None:
-                break
-            key = self.space.key(cfg)
-            taken.add(key)
-            info = {"config": dict(cfg), "phase": "prior", "ask_index": self.n_asks, "repair_of": None,
-                    "prior": dict(self.prior_meta.get(key, {}))}
-            self.pending[key] = dict(cfg)
-            self.ask_infos[key] = info
-            infos.append(info)
-        if len(infos) < k:
-            rest = list(super().ask(k - len(infos)))  # ask(n) returns a list
-            rest_infos = self.last_ask_info
-            infos += list(rest_infos) if isinstance(rest_infos, list) else [
-                {"config": c, "phase": "unknown"} for c in rest]
-        else:
-            self.n_asks += 1
-        self.last_ask_info = infos[0] if n is None else infos
-        configs = [dict(i["config"]) for i in infos]
-        return configs[0] if n is None else configs
 
 
 def bank_disabled() -> bool:
@@ -150,28 +92,23 @@ def bank_prior_configs(contract: Any, space: Any, rows: Sequence[TrialResult], *
 
 
 def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | Path,
-                    seed: int = 0, bank_root: str | Path | None = None) -> Any:
-    """An ``Optimizer`` over the study's space, told every logged trial except interrupted ones
-    (doctor baselines included, so the search never re-measures the baseline). With a bank
-    holding similar trials from other hardware, a ``WarmStartOptimizer`` that tries the bank's
-    best configs first (module docstring)."""
+                    seed: int = 0, bank_root: str | Path | None = None) -> Optimizer:
+    """An ``Optimizer`` over the study's space, told every logged trial (the history) except
+    interrupted ones (doctor baselines included, so the search never re-measures the baseline).
+    With a bank holding similar trials from other hardware, the bank's best configs are its
+    warm-start configs (module docstring)."""
     from infrarsi.stages.common import baseline_config, load_space
 
     d = Path(study_dir)
     space = load_space(contract, d)
     cap = contract.memory_capacity_bytes or UNLIMITED_CAPACITY_BYTES
-    prior = bank_prior_configs(contract, space, rows, bank_root=bank_root)
-    analytic = prior_for_workload(contract.workload_model())
-    if prior:
-        opt: Optimizer = WarmStartOptimizer(
-            space, float(cap), seed=seed, baseline=baseline_config(contract, d), prior=analytic,
-            prior_configs=[p["config"] for p in prior],
-            prior_info=[{k: p.get(k) for k in ("source_study", "relative_step_time", "similarity",
-                                               "hardware_fingerprint", "trial_id")} for p in prior])
-        log.info("bank.warm_start", configs=len(prior), sources=sorted({str(p["source_study"]) for p in prior}))
-    else:
-        opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline_config(contract, d),
-                        prior=analytic)
+    warm = bank_prior_configs(contract, space, rows, bank_root=bank_root)
+    opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline_config(contract, d),
+                    prior=prior_for_workload(contract.workload_model()),
+                    initial_configs=[w["config"] for w in warm],
+                    initial_origins=[WarmStartOrigin.from_dict(w) for w in warm])
+    if warm:
+        log.info("bank.warm_start", configs=len(warm), sources=sorted({str(w["source_study"]) for w in warm}))
     for r in rows:
         if r.extra.get("interrupted") or not r.config:
             continue
@@ -179,9 +116,10 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     return opt
 
 
-def make_searcher(optimizer: Any, *, info_key: str) -> Any:
-    """An ``InfrarsiSearcher`` that also passes the optimizer's prediction for each suggested
-    config to the trainable under ``info_key`` (the report draws predicted vs measured memory)."""
+def make_searcher(optimizer: Optimizer, *, info_key: str) -> Any:
+    """An ``InfrarsiSearcher`` that also passes the optimizer's ``AskInfo`` for each suggested
+    config to the trainable under ``info_key``, as ``AskInfo.to_dict()`` (the report draws the
+    predicted against the measured peak memory)."""
     from infrarsi.tune import InfrarsiSearcher
 
     class _StudySearcher(InfrarsiSearcher):  # type: ignore[misc, valid-type]
@@ -189,26 +127,10 @@ def make_searcher(optimizer: Any, *, info_key: str) -> Any:
             cfg = super().suggest(trial_id)
             if cfg is None or not isinstance(cfg, dict):
                 return cfg
-            info = dict(getattr(self.optimizer, "last_ask_info", None) or {})
+            info = self.optimizer.last_ask_info
             out = dict(cfg)
-            out[info_key] = {k: _jsonable(v) for k, v in info.items()}
+            if isinstance(info, AskInfo):
+                out[info_key] = info.to_dict()
             return out
 
     return _StudySearcher(optimizer=optimizer, metric="step_time_s", mode="min")
-
-
-def _jsonable(v: Any) -> Any:
-    try:
-        import numpy as np
-
-        if isinstance(v, np.generic):
-            return v.item()
-        if isinstance(v, np.ndarray):
-            return v.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(v, (dict,)):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    return v

@@ -134,7 +134,7 @@ def test_prior_search_runs_saves_restores_and_batches(tmp_path) -> None:
     for _ in range(8):
         c = opt.ask()
         opt.tell(c, run(c))
-    assert opt.prior_coef["time"] is not None and opt.prior_coef["memory"] is not None
+    assert opt.prior_features.coefficients["time"] is not None and opt.prior_features.coefficients["memory"] is not None
     path = tmp_path / "opt.json"
     opt.save(path)
     restored = Optimizer.load(path)
@@ -160,10 +160,10 @@ def test_state_with_coefficients_of_another_term_set_refits_them() -> None:
     state = opt.state_dict()
     state["prior_coefficients"]["time"] = [0.0, 0.0]  # saved by a prior with two time terms
     restored = Optimizer.from_state(state)
-    assert restored.prior_coef["time"] is None and restored.prior_fit_keys["time"] is None
-    assert restored.prior_coef["memory"] is not None
+    assert restored.prior_features.coefficients["time"] is None and restored.prior_features.fit_keys["time"] is None
+    assert restored.prior_features.coefficients["memory"] is not None
     c = restored.ask()
-    assert restored.prior_coef["time"] is not None and len(restored.prior_coef["time"]) == 3
+    assert restored.prior_features.coefficients["time"] is not None and len(restored.prior_features.coefficients["time"]) == 3
     assert space.validate(c) == c
 
 
@@ -177,9 +177,9 @@ def test_unknown_prior_kind_is_a_clear_error() -> None:
 def test_no_refit_when_the_data_did_not_change() -> None:
     opt = _told(seed=1, n=5)
     opt.best()
-    coef = {k: v.copy() for k, v in opt.prior_coef.items() if v is not None}
+    coef = {k: v.copy() for k, v in opt.prior_features.coefficients.items() if v is not None}
     models = (opt.models.time.model, opt.models.memory.model)
     opt.best()
     opt.predict([BASELINE])
-    assert all(np.array_equal(coef[k], opt.prior_coef[k]) for k in coef)
+    assert all(np.array_equal(coef[k], opt.prior_features.coefficients[k]) for k in coef)
     assert (opt.models.time.model, opt.models.memory.model) == models  # the same fitted objects

@@ -9,8 +9,9 @@ activations, ...), computed from nominal hardware figures. The models then use
 
 with coefficients ``a, b >= 0`` fitted by MAP under a log-normal prior centred on 1 (the nominal
 figures), so a handful of trials recalibrates the hardware and the GPs only learn what the
-formulas miss. ``fit_log_coefficients`` does the fit; OOM trials enter the memory fit as
-censored points (the true peak is at least the recorded bound), as they do in the Tobit GP.
+formulas miss. ``fit_log_coefficients`` does the fit (its noise and prior sds are
+``OptimizerSettings.prior_*``); OOM trials enter the memory fit as censored points (the true peak
+is at least the recorded bound), as they do in the Tobit GP.
 
 The core stays knob-agnostic: it never reads knob names. Priors that know what ``zero_stage`` or
 ``micro_batch_size`` mean (``priors.transformer``) are listed in ``priors.registry.PRIORS`` by
@@ -28,14 +29,7 @@ import numpy as np
 import torch
 from torch.special import log_ndtr
 
-TIME_NOISE_SD = 0.15
-"""Assumed sd of log step time around the fitted prior (model misfit, not only timing noise)."""
-MEMORY_NOISE_SD = 0.10
-"""Assumed sd of log peak memory around the fitted prior."""
-COEF_PRIOR_SD = 1.5
-"""Sd of each log coefficient's normal prior around 0 (the nominal hardware figures)."""
-FIT_ITERS = 60
-"""L-BFGS iterations of a coefficient fit."""
+from infrarsi.search.settings import DEFAULT_SETTINGS
 
 
 class PriorMean(Protocol):
@@ -67,7 +61,8 @@ def log_prior_sum(terms: np.ndarray | torch.Tensor, log_coef: np.ndarray | torch
 
 def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray | None = None, *,
                          noise_sd: float, scale: float = 1.0, warm: np.ndarray | None = None,
-                         prior_sd: float = COEF_PRIOR_SD) -> np.ndarray:
+                         prior_sd: float = DEFAULT_SETTINGS.prior_time_coef_sd,
+                         max_iter: int = DEFAULT_SETTINGS.prior_fit_iters) -> np.ndarray:
     """MAP log coefficients ``u`` of ``y ~ log(sum_k exp(u_k) * terms_k / scale)``.
 
     Args:
@@ -78,6 +73,7 @@ def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray 
         scale: divides the sum (the capacity, for log(peak / capacity)).
         warm: starting point (the previous fit), or None for zeros.
         prior_sd: sd of the ``N(0, prior_sd^2)`` prior on each ``u_k``.
+        max_iter: L-BFGS iterations.
 
     Returns:
         ``(k,)`` log coefficients; a column that is zero on every row stays at its prior (0).
@@ -91,7 +87,7 @@ def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray 
     if F.shape[0] == 0:
         return start.copy()
     logF = torch.where(F > 0, F.clamp_min(1e-300).log(), torch.full_like(F, -math.inf))
-    opt = torch.optim.LBFGS([u], lr=1.0, max_iter=FIT_ITERS, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS([u], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
