@@ -70,8 +70,8 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     from infrarsi.log import rows as rows_from_table
     from infrarsi.stages.common import device_budget_s
     from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.stages.optimizer_factory import build_optimizer, make_searcher
     from infrarsi.stages.progress import RunProgress
-    from infrarsi.stages.searcher_factory import build_optimizer, make_searcher
 
     paths = StudyPaths(Path(study_dir).resolve())
     contract = Contract.load(paths.root)

@@ -65,7 +65,7 @@ def add_to_bank(study_dir: str | Path) -> dict[str, Any]:
     """Add a finished study to the experience bank; never fails the study (a bank error is
     logged and returned). Returns ``{"root", "rows"}``, ``{"disabled": True}`` or ``{"error"}``."""
     from infrarsi.bank import Bank
-    from infrarsi.stages.searcher_factory import bank_disabled
+    from infrarsi.stages.optimizer_factory import bank_disabled
 
     if bank_disabled():
         return {"disabled": True}

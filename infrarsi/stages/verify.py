@@ -32,7 +32,7 @@ def select_candidates(study_dir: Path, top_k: int) -> list[dict[str, Any]]:
     from infrarsi.contract import Contract
     from infrarsi.log import read_trials, rows
     from infrarsi.stages.common import baseline_config
-    from infrarsi.stages.searcher_factory import build_optimizer
+    from infrarsi.stages.optimizer_factory import build_optimizer
 
     contract = Contract.load(study_dir)
     all_rows = rows(read_trials(study_dir))

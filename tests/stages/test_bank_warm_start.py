@@ -15,7 +15,7 @@ from synthetic_study import BASE, BEST, ROOT, make_study, row, write_rows
 from infrarsi.bank import Bank
 from infrarsi.contract import Contract
 from infrarsi.search import AskInfo, Optimizer, Outcome
-from infrarsi.stages.searcher_factory import bank_prior_configs, build_optimizer
+from infrarsi.stages.optimizer_factory import bank_prior_configs, build_optimizer
 from infrarsi.stages.tune_all import add_to_bank
 
 GIB = 1 << 30
