@@ -95,16 +95,6 @@ def test_the_acquisition_credits_an_untried_config_with_part_of_the_term() -> No
     assert torch.equal(exploration_sd(ExactMarginal(plain), X, sd), sd)
 
 
-def test_untried_finds_every_training_row_in_a_large_pool() -> None:
-    """Encoded features in many dimensions (cdist's matmul form leaves ~1e-8 on identical rows)."""
-    g = torch.Generator().manual_seed(1)
-    X = torch.rand(40, 13, generator=g, dtype=torch.float64)
-    y = X[:, :12].sum(-1) + 0.01 * torch.randn(40, generator=g, dtype=torch.float64)
-    model, _state = time_gp.fit_time_gp(X, y, maxiter=5, offset=(12, 12))
-    pool = torch.cat([torch.rand(500, 13, generator=g, dtype=torch.float64), X])
-    assert torch.nonzero(~ExactMarginal(model).untried(pool)).reshape(-1).tolist() == list(range(500, 540))
-
-
 def test_the_matern_kernel_variant_replaces_the_smooth_kernel() -> None:
     from gpytorch.kernels import MaternKernel
 
