@@ -1,4 +1,4 @@
-"""``AskInfo``: why the optimizer asked for a config (phase, predictions, repair and warm-start provenance).
+"""``AskInfo``: why the optimizer asked for a config (phase, predictions, repair and warm-start origin).
 
 An ``AskInfo`` is built for every config an ``Optimizer`` asks (``opt.last_ask_info``,
 ``opt.info(config)``), saved with its state, passed to the trial through Ray Tune's config and kept

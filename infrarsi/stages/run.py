@@ -5,7 +5,7 @@ warm worker pool) to run one real trial; the executor checks the invariants and 
 the trainable reports the row back to Tune, whose ``InfrarsiSearcher`` tells the optimizer.
 
 A ``ConcurrencyLimiter`` keeps timed trials from sharing devices or cores (two trials at once on
-2 cores distort step time by 1.63x). ``--resume`` rebuilds the optimizer from the log,
+2 cores distort step time by 1.63x, NOTES.md). ``--resume`` rebuilds the optimizer from the log,
 logs trials that were in flight at the crash as interrupted, and runs only the remaining budget.
 """
 

@@ -1,4 +1,4 @@
-"""``PriorFeatures``: the models' input rows (the analytic prior's two columns included) and the prior's coefficient fits.
+"""``PriorFeatures``: the models' input rows (with the analytic prior's columns) and its coefficient fits.
 
 With a prior (``infrarsi.search.priors.mean``), every model input row is the encoded config plus two
 columns: the fitted prior's log step time and its log(peak / capacity) (``models.offset_mean``).
