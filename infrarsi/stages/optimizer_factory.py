@@ -3,13 +3,13 @@
 Warm start from the experience bank (``infrarsi.bank``): when a bank exists (``$INFRARSI_BANK``,
 else ``~/.cache/infrarsi/bank``; ``INFRARSI_BANK=off`` disables it) and holds ok trials of a
 similar workload (same model family and search space name) measured on OTHER hardware,
-``build_optimizer`` gives the optimizer the bank's best configs as warm-start configs
-(``Optimizer(initial_configs=...)``): after the baseline, the first asks are those configs, by
-step time relative to their own study's baseline (``PRIOR_CONFIGS`` of them, most similar
-workload first, configs that ran out of memory or used more than ``PRIOR_MAX_RELATIVE_MEMORY`` of
-their capacity left out). They are measured like any other trial; nothing from the bank is told
-to the models as if it were measured here. Once the queue is used up (or a warm-start config was
-already tried), asks are the optimizer's own.
+``build_optimizer`` gives them to the optimizer as warm-start configs (``initial_configs``), an
+initial-design seeding, not transfer learning: after the baseline,
+the first asks are the bank's best configs by step time relative to their own study's baseline
+(``PRIOR_CONFIGS`` of them, most similar workload first, configs that ran out of memory or used
+more than ``PRIOR_MAX_RELATIVE_MEMORY`` of their capacity left out). They are measured like any
+other trial; nothing from the bank is told to the models as if it were measured here. Once the
+queue is used up (or a prior config was already tried), asks are the optimizer's own.
 
 Analytic prior: the optimizer also gets the workload's analytic prior mean
 (``infrarsi.workload_prior``: ZeRO / activation / FLOPs formulas whose coefficients are fitted on
@@ -19,7 +19,7 @@ the study's trials), unless the model shape is unknown or ``INFRARSI_PRIOR=off``
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,22 +93,22 @@ def bank_prior_configs(contract: Any, space: Any, rows: Sequence[TrialResult], *
 
 def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | Path,
                     seed: int = 0, bank_root: str | Path | None = None) -> Optimizer:
-    """An ``Optimizer`` over the study's space, told every logged trial (the history) except
-    interrupted ones (doctor baselines included, so the search never re-measures the baseline).
-    With a bank holding similar trials from other hardware, the bank's best configs are its
-    warm-start configs (module docstring)."""
+    """An ``Optimizer`` over the study's space, told every logged trial except interrupted ones
+    (doctor baselines included, so the search never re-measures the baseline). With a bank
+    holding similar trials from other hardware, the bank's best configs are its warm-start
+    configs, tried first (module docstring)."""
     from infrarsi.stages.common import baseline_config, load_space
 
     d = Path(study_dir)
     space = load_space(contract, d)
     cap = contract.memory_capacity_bytes or UNLIMITED_CAPACITY_BYTES
-    warm = bank_prior_configs(contract, space, rows, bank_root=bank_root)
+    prior: Sequence[Mapping[str, Any]] = bank_prior_configs(contract, space, rows, bank_root=bank_root)
+    analytic = prior_for_workload(contract.workload_model())
     opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline_config(contract, d),
-                    prior=prior_for_workload(contract.workload_model()),
-                    initial_configs=[w["config"] for w in warm],
-                    initial_origins=[WarmStartOrigin.from_dict(w) for w in warm])
-    if warm:
-        log.info("bank.warm_start", configs=len(warm), sources=sorted({str(w["source_study"]) for w in warm}))
+                    prior=analytic, initial_configs=[p["config"] for p in prior],
+                    initial_origins=[WarmStartOrigin.from_dict(p) for p in prior])
+    if prior:
+        log.info("bank.warm_start", configs=len(prior), sources=sorted({str(p["source_study"]) for p in prior}))
     for r in rows:
         if r.extra.get("interrupted") or not r.config:
             continue
@@ -116,10 +116,10 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     return opt
 
 
-def make_searcher(optimizer: Optimizer, *, info_key: str) -> Any:
+def make_searcher(optimizer: Any, *, info_key: str) -> Any:
     """An ``InfrarsiSearcher`` that also passes the optimizer's ``AskInfo`` for each suggested
-    config to the trainable under ``info_key``, as ``AskInfo.to_dict()`` (the report draws the
-    predicted against the measured peak memory)."""
+    config to the trainable under ``info_key``, as ``AskInfo.to_dict()`` (the report draws
+    predicted vs measured memory)."""
     from infrarsi.tune import InfrarsiSearcher
 
     class _StudySearcher(InfrarsiSearcher):  # type: ignore[misc, valid-type]
@@ -129,8 +129,8 @@ def make_searcher(optimizer: Optimizer, *, info_key: str) -> Any:
                 return cfg
             info = self.optimizer.last_ask_info
             out = dict(cfg)
-            if isinstance(info, AskInfo):
-                out[info_key] = info.to_dict()
+            out[info_key] = info.to_dict() if isinstance(info, AskInfo) else {}
             return out
 
     return _StudySearcher(optimizer=optimizer, metric="step_time_s", mode="min")
+
