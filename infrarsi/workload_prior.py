@@ -1,4 +1,4 @@
-"""The analytic prior (``infrarsi.search.priors.transformer``) of a workload: its model shape, batch,
+"""The analytic prior (``infrarsi.search.transformer_prior``) of a workload: its model shape, batch,
 world size and nominal hardware figures.
 
 - ``surrogate`` backend: the model and GPU kinds named by the workload (shapes and datasheet

@@ -17,7 +17,6 @@ import pyarrow as pa
 
 from infrarsi.contract import Contract
 from infrarsi.result import TrialResult
-from infrarsi.search.ask_info import AskInfo
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"zero_stage": 3, "micro_batch_size": 1, "activation_checkpointing": "full", "dtype": "fp32",
@@ -91,8 +90,8 @@ def make_study(tmp: Path, name: str = "study", *, hw: str = "cpu-2core", verifie
     for i, (cfg, st, step, mem) in enumerate(run_specs):
         rows.append(row(f"run-{i}", "run", cfg, t + 100 + 20 * i, status=st, step=step, mem=mem, hw=hw,
                         patches=list(patches or []) if cfg == BEST else [],
-                        extra={"ask_info": AskInfo(config=cfg, phase="bo", ask_index=i,
-                                                   predicted_peak_memory_bytes=mem * 0.9 * GIB).to_dict()}))
+                        extra={"ask_info": {"config": cfg, "phase": "bo", "ask_index": i,  # AskInfo.to_dict()
+                                            "predicted_peak_memory_bytes": mem * 0.9 * GIB}}))
     for p in range(3):
         rows.append(row(f"verify-b{p}", "verify", BASE, t + 300 + 40 * p, step=2.0 + 0.02 * p, mem=0.3,
                         hw=hw, extra={"role": "baseline", "round": 0, "pair": p}))
