@@ -102,13 +102,14 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     d = Path(study_dir)
     space = load_space(contract, d)
     cap = contract.memory_capacity_bytes or UNLIMITED_CAPACITY_BYTES
-    prior: Sequence[Mapping[str, Any]] = bank_prior_configs(contract, space, rows, bank_root=bank_root)
+    prior = bank_prior_configs(contract, space, rows, bank_root=bank_root)
     analytic = prior_for_workload(contract.workload_model())
-    opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline_config(contract, d),
-                    prior=analytic, initial_configs=[p["config"] for p in prior],
-                    initial_origins=[WarmStartOrigin.from_dict(p) for p in prior])
     if prior:
         log.info("bank.warm_start", configs=len(prior), sources=sorted({str(p["source_study"]) for p in prior}))
+    warm_start: list[Mapping[str, Any]] = [p["config"] for p in prior]
+    opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline_config(contract, d),
+                    prior=analytic, initial_configs=warm_start,
+                    initial_origins=[WarmStartOrigin.from_dict(p) for p in prior])
     for r in rows:
         if r.extra.get("interrupted") or not r.config:
             continue
