@@ -42,7 +42,7 @@ class InfrarsiSearcher(Searcher):
 
     Pass either ``space`` (a ``SearchSpace``, or a YAML path/text) with the ``Optimizer``
     keyword arguments (``memory_capacity`` in bytes per device, ``seed``, ``baseline``,
-    ``censoring``, ``pairing``), or a ready ``optimizer=``. The metric is the step time
+    ``settings``, ``prior``, ...), or a ready ``optimizer=``. The metric is the step time
     (``step_time_s``), minimised.
     """
 
