@@ -115,9 +115,10 @@ class Optimizer:
                  num_threads: int | _Unset | None = _UNSET, local_every: int | _Unset = _UNSET,
                  intensify: bool | _Unset = _UNSET) -> None:
         if not (isinstance(memory_capacity, (int, float)) and math.isfinite(memory_capacity) and memory_capacity > 0):
-            raise InfrarsiError(f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}.")
-        options: dict[str, Any] = {"censoring": censoring, "pairing": pairing, "n_init": n_init, "candidate_cap": candidate_cap,
-                   "num_threads": num_threads, "local_every": local_every, "intensify": intensify}
+            raise UserInputError(f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}.")
+        options: dict[str, Any] = {
+            "censoring": censoring, "pairing": pairing, "n_init": n_init, "candidate_cap": candidate_cap,
+            "num_threads": num_threads, "local_every": local_every, "intensify": intensify}
         self.settings = replace(settings or OptimizerSettings(),
                                 **{k: v for k, v in options.items() if v is not _UNSET})
         """Every tunable of this optimizer (saved with its state)."""
