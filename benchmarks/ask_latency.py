@@ -46,7 +46,8 @@ def run(problem_name: str, seed: int, trials: int) -> list[tuple[int, float, str
     for i in range(trials):
         t0 = time.perf_counter()
         cfg = problem.space.validate(peer.ask())
-        out.append((i, time.perf_counter() - t0, str(peer.opt.last_ask_info.get("phase"))))  # type: ignore[union-attr]
+        info = peer.last_ask_info
+        out.append((i, time.perf_counter() - t0, str(None if info is None else info.phase)))
         d = problem.trial(cfg, seed, i)
         peer.tell(cfg, Observation(d.status, d.step_time_s, d.peak_memory_bytes))
     return out

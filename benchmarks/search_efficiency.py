@@ -41,12 +41,15 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from benchmarks.peers import PEERS, Observation
 from benchmarks.problems import PROBLEMS, TABULAR_PATH, BenchProblem
+
+if TYPE_CHECKING:  # the search core is imported on first use (``search_core_sha``)
+    from infrarsi.search import AskInfo
 
 OUT = Path(__file__).resolve().parent / "results"
 BUDGETS = (12, 24, 48)
@@ -77,6 +80,14 @@ class InfrarsiPeer:
 
     def best(self) -> dict[str, Any] | None:
         return self.opt.best()
+
+    @property
+    def last_ask_info(self) -> AskInfo | None:
+        """Why the last single ``ask`` asked its config."""
+        from infrarsi.search import AskInfo
+
+        info = self.opt.last_ask_info
+        return info if isinstance(info, AskInfo) else None
 
 
 def make_searcher(name: str, problem: BenchProblem, seed: int) -> Any:
@@ -110,12 +121,12 @@ def run_one(problem_name: str, searcher: str, seed: int, budgets: Sequence[int])
         cfg = problem.space.validate(cfg)
         d = problem.trial(cfg, seed, i)
         s.tell(cfg, Observation(d.status, d.step_time_s, d.peak_memory_bytes))
-        info = getattr(getattr(s, "opt", None), "last_ask_info", None) or {}
+        info = s.last_ask_info if isinstance(s, InfrarsiPeer) else None
         trials.append({"status": d.status, "device_s": d.device_seconds, "ask_s": ask_s,
                        "true_time_s": _finite(problem.true_time(cfg)), "measured_s": d.step_time_s,
-                       "config": cfg, "phase": info.get("phase") if isinstance(info, dict) else None,
-                       "p_fit": info.get("p_fit") if isinstance(info, dict) else None,
-                       "repair": bool(info.get("repair_of")) if isinstance(info, dict) else False})
+                       "config": cfg, "phase": None if info is None else info.phase,
+                       "p_fit": None if info is None else info.p_fit,
+                       "repair": info is not None and info.repair_of is not None})
         if i + 1 in budgets:
             best = s.best()
             tt = problem.true_time(best)

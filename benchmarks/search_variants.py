@@ -1,29 +1,30 @@
 """Variants of infrarsi's optimizer, side by side on the surrogate problems (a research tool).
 
 ``search_efficiency.py`` compares infrarsi with its peers; this script compares infrarsi with
-itself: ``Optimizer`` options (``local_every``, ``n_init``, ...) and a few model/acquisition
-variations that are not options, applied inside a fresh worker process per run (so a variation
-never leaks into another run's process):
+itself. A variant is a JSON object of options: any ``OptimizerSettings`` field
+(``local_every``, ``n_init``, ``local_radius``, ``config_deviation_sd``, ...; the variant is
+built as ``OptimizerSettings.from_dict``), the names earlier runs used for some of them, and a
+few changes to the analytic prior:
 
-- ``design: maximin``: the older pure-maximin initial design instead of the value-coverage one;
+- ``design: maximin``: the older pure-maximin initial design instead of the value-coverage one
+  (``design_rule``);
 - ``kernel: matern``: a Matern-5/2 step-time kernel (same dimension-scaled lengthscale prior)
-  instead of BoTorch's default RBF;
+  instead of BoTorch's default RBF (``time_kernel``);
 - ``sd_scale: s``: the step-time posterior sd multiplied by ``s`` in the acquisition (< 1 exploits
-  more, > 1 explores more);
+  more, > 1 explores more; ``acquisition_sd_scale``);
 - ``local_radius: r``: local steps score configs within ``r`` knob changes of the incumbent
-  (``candidates.LOCAL_RADIUS``, default 2);
+  (default 2);
 - ``config_sd: s``: the sd (log seconds) of the step-time kernel's per-config deviation term
-  (``models/time_gp.CONFIG_DEVIATION_SD``; 0 turns the term off);
+  (``config_deviation_sd``; 0 turns the term off);
 - ``coef_prior_sd: s``: the sd of each step-time log coefficient's prior around nominal
-  (``prior.COEF_PRIOR_SD`` for the time fit only; smaller keeps the fitted prior nearer its
-  nominal shape);
+  (``prior_time_coef_sd``; smaller keeps the fitted prior nearer its nominal shape);
 - ``time_noise_sd: s``: the assumed sd of log step time around the fitted prior in the coefficient
-  fit (``prior.TIME_NOISE_SD``);
+  fit (``prior_time_noise_sd``);
 - ``acq_config_sd: s``: the sd (log seconds) of the per-config deviation term as the acquisition
-  credits it to untried configs (``models/time_gp.ACQUISITION_CONFIG_SD``, default 0.04; 0.08,
-  the model's ``CONFIG_DEVIATION_SD``, credits it in full);
+  credits it to untried configs (``acquisition_config_sd``, default 0.04; 0.08, the model's
+  ``config_deviation_sd``, credits it in full);
 - ``outliers: off``: no trimming of slow outliers (stragglers) from the step-time model
-  (``infrarsi/search/models/outliers.py``);
+  (``outlier_min_points`` out of reach; ``infrarsi/search/models/outliers.py``);
 - ``prior: null``: no analytic prior (the optimizer as before it had one);
 - ``prior_hardware_error: f``: every nominal hardware figure of the prior (peak FLOP/s, bandwidths,
   CPU Adam rate, fixed memory) multiplied by its own random factor in ``[1/f, f]`` (log-uniform,
@@ -59,78 +60,29 @@ PROBLEMS = ("surrogate_1node", "surrogate_2node")
 BUDGETS = (12, 24)
 
 
-def _apply_variations(opts: dict[str, Any]) -> dict[str, Any]:
-    """Pop and apply the non-option variations (this process only); return the Optimizer options."""
-    opts = dict(opts)
-    if opts.pop("design", None) == "maximin":
-        from infrarsi.search import design
+LEGACY_NAMES = {"config_sd": "config_deviation_sd", "acq_config_sd": "acquisition_config_sd",
+                "sd_scale": "acquisition_sd_scale", "coef_prior_sd": "prior_time_coef_sd",
+                "time_noise_sd": "prior_time_noise_sd", "design": "design_rule", "kernel": "time_kernel"}
+"""Variant option names of earlier runs -> ``OptimizerSettings`` fields."""
 
-        def maximin(configs, X, seen, existing, names, rng, weights=None):  # type: ignore[no-untyped-def]
-            return design.maximin_pick(X, existing, rng, weights=weights)
 
-        design.coverage_pick = maximin  # type: ignore[assignment]
-    if opts.pop("kernel", None) == "matern":
-        import botorch.models
-        from gpytorch.kernels import MaternKernel
-        from gpytorch.priors import LogNormalPrior
+def variant_settings(opts: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Split a variant's options into ``OptimizerSettings`` and the other ``Optimizer`` keyword
+    arguments (``prior``)."""
+    import dataclasses
 
-        import infrarsi.search.models.time_gp as time_gp
+    from infrarsi.search import OptimizerSettings
 
-        base = botorch.models.SingleTaskGP
-
-        def with_matern(X, Y, **kw):  # type: ignore[no-untyped-def]
-            d = X.shape[-1]
-            prior = LogNormalPrior(loc=math.sqrt(2) + 0.5 * math.log(d), scale=math.sqrt(3))
-            return base(X, Y, covar_module=MaternKernel(nu=2.5, ard_num_dims=d, lengthscale_prior=prior).double(), **kw)
-
-        time_gp.SingleTaskGP = with_matern  # type: ignore[misc,assignment]
-    radius = opts.pop("local_radius", None)
-    if radius is not None:
-        from infrarsi.search import candidates
-
-        candidates.LOCAL_RADIUS = int(radius)
-    config_sd = opts.pop("config_sd", None)
-    if config_sd is not None:
-        from infrarsi.search.models import time_gp
-
-        time_gp.CONFIG_DEVIATION_SD = float(config_sd)
-    coef_sd = opts.pop("coef_prior_sd", None)
-    time_noise = opts.pop("time_noise_sd", None)
-    if coef_sd is not None or time_noise is not None:
-        from infrarsi.search import prior_inputs
-
-        orig_fit = prior_inputs.fit_log_coefficients
-
-        def fit(terms, y, censored=None, **kw):  # type: ignore[no-untyped-def]
-            if censored is None and "scale" not in kw:  # the step-time fit (memory passes both)
-                if coef_sd is not None:
-                    kw["prior_sd"] = float(coef_sd)
-                if time_noise is not None:
-                    kw["noise_sd"] = float(time_noise)
-            return orig_fit(terms, y, censored, **kw)
-
-        prior_inputs.fit_log_coefficients = fit  # type: ignore[assignment]
-    if opts.pop("outliers", None) == "off":
-        from infrarsi.search.models import outliers
-
-        outliers.OUTLIER_MIN_POINTS = 10**9  # the trimming loop never starts: one plain fit
-    scale = opts.pop("sd_scale", None)
-    if scale is not None:
-        from infrarsi.search import acquisition
-
-        orig = acquisition.predict_time
-
-        def scaled(pred, X):  # type: ignore[no-untyped-def]
-            m, s = orig(pred, X)
-            return m, s * float(scale)
-
-        acquisition.predict_time = scaled
-    acq_sd = opts.pop("acq_config_sd", None)
-    if acq_sd is not None:
-        from infrarsi.search.models import time_gp
-
-        time_gp.ACQUISITION_CONFIG_SD = float(acq_sd)
-    return opts
+    rest = dict(opts)
+    names = {f.name for f in dataclasses.fields(OptimizerSettings)}
+    values: dict[str, Any] = {}
+    if rest.pop("outliers", None) == "off":
+        values["outlier_min_points"] = 10**9  # the trimming loop never starts: one plain fit
+    for key in list(rest):
+        name = LEGACY_NAMES.get(key, key)
+        if name in names:
+            values[name] = rest.pop(key)
+    return OptimizerSettings.from_dict(values), rest
 
 
 class _WrappedPrior:
@@ -177,7 +129,7 @@ def _misspecify_prior(problem: Any, opts: dict[str, Any], seed: int) -> dict[str
     """Apply ``prior_hardware_error`` / ``prior_terms`` to the problem's prior (module docstring)."""
     from dataclasses import replace
 
-    from infrarsi.search.transformer_prior import TransformerPrior
+    from infrarsi.search.priors.transformer import TransformerPrior
 
     err = opts.pop("prior_hardware_error", None)
     mem_err = opts.pop("prior_memory_error", None)
@@ -213,7 +165,8 @@ def run_one(job: tuple[str, dict[str, Any], str, int]) -> dict[str, Any]:
     name, opts, problem_name, seed = job
     problem = _problem(problem_name)
     opts = _misspecify_prior(problem, dict(opts), seed)
-    peer = InfrarsiPeer(problem, seed, **_apply_variations(opts))
+    settings, options = variant_settings(opts)
+    peer = InfrarsiPeer(problem, seed, settings=settings, **options)
     oracle = problem.oracle_time
     ratios: dict[int, float] = {}
     wasted_s = total_s = 0.0

@@ -15,16 +15,15 @@ A thin adapter over ``infrarsi.search.Optimizer`` for a user's own Tune job::
     tuner.fit()
     print(searcher.optimizer.best())
 
-Trainables report an OOM or another failure as a normal result with a ``status`` field (see
-``result_to_outcome``). A trainable that raises reaches the searcher as
-``on_trial_complete(error=True, result=None)`` (how Ray 2.60 reports an errored trial) and is
-told to the optimizer as ``failed``. The searcher pickles whole, so ``Tuner.restore(path,
+Trainables report an OOM or another failure as a normal result with a ``status`` field, read by
+``Outcome.from_row`` (a missing status with a valid step time is ok). A trainable that raises
+reaches the searcher as ``on_trial_complete(error=True, result=None)`` (how Ray 2.60 reports an
+errored trial) and is told to the optimizer as ``failed``. The searcher pickles whole, so ``Tuner.restore(path,
 trainable=..., restart_errored=True)`` resumes it; ``save``/``restore`` pickle its state.
 """
 
 from __future__ import annotations
 
-import math
 import pickle
 from pathlib import Path
 from typing import Any
@@ -32,45 +31,10 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from infrarsi.errors import ConfigError
-from infrarsi.result import STATUSES
 from infrarsi.search import Optimizer, Outcome, SearchSpace
 
 STEP_TIME_METRICS = ("step_time_s", "step_time")
 """Metric names the searcher accepts: it always minimises seconds per optimizer step."""
-
-
-def _number(value: Any) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
-def result_to_outcome(result: dict[str, Any] | None, *, error: bool = False) -> Outcome:
-    """Turn a Tune result dict (or a trial log row) into an ``Outcome``.
-
-    ``result["status"]`` is one of ``ok | oom | failed | timeout | nan | invariant_violation``
-    (missing means ``ok``). ``ok`` needs a finite positive ``step_time_s``, else it counts as
-    ``failed``; ``peak_memory_bytes`` is passed on when present. ``oom`` passes
-    ``peak_memory_bytes`` on as the known lower bound of the true peak. ``error=True`` or a
-    ``None`` result (an errored Tune trial) is ``failed``. An unknown status is ``failed`` too.
-    """
-    if error or result is None:
-        return Outcome(status="failed")
-    status = str(result.get("status") or "ok")
-    if status not in STATUSES:
-        return Outcome(status="failed")
-    peak = _number(result.get("peak_memory_bytes"))
-    peak = peak if peak is not None and peak > 0 else None
-    if status == "ok":
-        step = _number(result.get("step_time_s", result.get("step_time")))
-        if step is None or step <= 0:
-            return Outcome(status="failed")
-        return Outcome(status="ok", step_time=step, peak_memory=peak)
-    if status == "oom":
-        return Outcome(status="oom", peak_memory=peak)
-    return Outcome(status=status)
 
 
 class InfrarsiSearcher(Searcher):
@@ -78,7 +42,7 @@ class InfrarsiSearcher(Searcher):
 
     Pass either ``space`` (a ``SearchSpace``, or a YAML path/text) with the ``Optimizer``
     keyword arguments (``memory_capacity`` in bytes per device, ``seed``, ``baseline``,
-    ``censoring``, ``pairing``), or a ready ``optimizer=``. The metric is the step time
+    ``settings``, ``prior``, ...), or a ready ``optimizer=``. The metric is the step time
     (``step_time_s``), minimised.
     """
 
@@ -137,7 +101,8 @@ class InfrarsiSearcher(Searcher):
         config = self.live.pop(trial_id, None)
         if config is None:
             return  # not ours (or already told, e.g. a restarted trial)
-        self.optimizer.tell(config, result_to_outcome(result, error=error))
+        outcome = Outcome(status="failed") if error or result is None else Outcome.from_row(result)
+        self.optimizer.tell(config, outcome)
         self.told += 1
 
     def get_state(self) -> dict[str, Any]:

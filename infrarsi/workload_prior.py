@@ -1,6 +1,6 @@
 """The analytic prior of a workload: the model shape, batch and device that the prior's formulas need.
 
-The analytic prior (``infrarsi.search.transformer_prior``) of a workload: its model shape, batch,
+The analytic prior (``infrarsi.search.priors.transformer``) of a workload: its model shape, batch,
 world size and nominal hardware figures.
 
 - ``surrogate`` backend: the model and GPU kinds named by the workload (shapes and datasheet
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infrarsi.search.transformer_prior import TransformerPrior, transformer_shape
+from infrarsi.search.priors.transformer import TransformerPrior, transformer_shape
 from infrarsi.structlog_config import get_logger
 from infrarsi.study.switches import prior_from_environment
 from infrarsi.workload import Workload

@@ -93,7 +93,8 @@ def make_study(tmp: Path, name: str = "study", *, hw: str = "cpu-2core", verifie
     for i, (cfg, st, step, mem) in enumerate(run_specs):
         rows.append(row(f"run-{i}", "run", cfg, t + 100 + 20 * i, status=st, step=step, mem=mem, hw=hw,
                         patches=list(patches or []) if cfg == BEST else [],
-                        extra={"predicted_peak_memory_bytes": int(mem * 0.9 * GIB)}))
+                        extra={"ask_info": {"config": cfg, "phase": "bo", "ask_index": i,  # AskInfo.to_dict()
+                                            "predicted_peak_memory_bytes": mem * 0.9 * GIB}}))
     for p in range(3):
         rows.append(row(f"verify-b{p}", "verify", BASE, t + 300 + 40 * p, step=2.0 + 0.02 * p, mem=0.3,
                         hw=hw, extra={"role": "baseline", "round": 0, "pair": p}))

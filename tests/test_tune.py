@@ -1,4 +1,4 @@
-"""``InfrarsiSearcher`` in a real Ray Tune run, and ``result_to_outcome``."""
+"""``InfrarsiSearcher`` in a real Ray Tune run (outcomes follow ``Outcome.from_row``, tests/search/test_outcome.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infrarsi.search import Optimizer, Outcome, SearchSpace
-from infrarsi.tune import InfrarsiSearcher, result_to_outcome
+from infrarsi.tune import InfrarsiSearcher
 
 CAPACITY = 1000.0
 SPACE = """
@@ -54,18 +54,6 @@ def _searcher() -> InfrarsiSearcher:
     return InfrarsiSearcher(SearchSpace.from_yaml(SPACE), memory_capacity=CAPACITY, seed=0, baseline=BASELINE)
 
 
-def test_result_to_outcome() -> None:
-    assert result_to_outcome(None, error=True) == Outcome(status="failed")
-    assert result_to_outcome({"status": "ok", "step_time_s": 2.0, "peak_memory_bytes": 5.0}) == Outcome(
-        status="ok", step_time=2.0, peak_memory=5.0)
-    oom = result_to_outcome({"status": "oom", "step_time_s": math.nan, "peak_memory_bytes": 80e9})
-    assert oom.status == "oom" and oom.peak_memory == 80e9
-    assert result_to_outcome({"status": "ok", "step_time_s": math.nan}).status == "failed"
-    assert result_to_outcome({"status": "timeout"}).status == "timeout"
-    assert result_to_outcome({"status": "bogus"}).status == "failed"
-    assert result_to_outcome({"step_time_s": 1.5}).step_time == 1.5
-
-
 def test_metric_and_mode_are_checked() -> None:
     from infrarsi.errors import ConfigError
 
@@ -73,6 +61,19 @@ def test_metric_and_mode_are_checked() -> None:
         InfrarsiSearcher(SPACE, memory_capacity=CAPACITY, mode="max")
     with pytest.raises(ConfigError, match="metric must be one of"):
         _searcher().set_search_properties("loss", "min", {})
+
+
+def test_trial_results_are_told_through_outcome_from_row() -> None:
+    s = _searcher()
+    results = [None, {"status": "oom", "step_time_s": math.nan, "peak_memory_bytes": 2 * CAPACITY},
+               {"step_time_s": 1.5, "peak_memory_bytes": 400.0}, {"status": "ok", "step_time_s": math.nan}]
+    for i, result in enumerate(results):
+        s.suggest(f"t{i}")
+        s.on_trial_complete(f"t{i}", result, error=result is None)
+    told = [o.outcome for o in s.optimizer.observations]
+    assert [o.status for o in told] == ["failed", "oom", "ok", "failed"]
+    assert told[1].peak_memory == 2 * CAPACITY and told[2].step_time == 1.5
+    assert told == [Outcome(status="failed")] + [Outcome.from_row(r) for r in results[1:] if r is not None]
 
 
 def test_save_restore_round_trip(tmp_path: Path) -> None:

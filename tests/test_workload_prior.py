@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.search.transformer_prior import TransformerPrior
+from infrarsi.search.priors.transformer import TransformerPrior
 from infrarsi.workload import Workload
 from infrarsi.workload_prior import prior_for_workload
 

@@ -129,7 +129,7 @@ def _why_empty(name: str) -> str:
     return {
         "best_so_far": "no run-stage trials logged",
         "time_vs_memory": "no trial with a step time and a peak memory",
-        "predicted_vs_measured": "no trial recorded extra['predicted_peak_memory_bytes']",
+        "predicted_vs_measured": "no trial recorded the optimizer's predicted peak memory (extra['ask_info'])",
         "phases": "no phase timings recorded",
         "device_seconds": "no trials logged",
         "loss_curves": "no per-step loss recorded",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
+from collections.abc import Mapping
 
 import matplotlib
 
@@ -15,8 +16,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from infrarsi.errors import UserInputError
 from infrarsi.report.data import StudyData
-from infrarsi.result import STATUSES
+from infrarsi.result import STATUSES, TrialResult
+from infrarsi.search.ask_info import AskInfo
 
 Png = tuple[bytes, str]
 
@@ -115,18 +118,30 @@ def time_vs_memory(data: StudyData) -> Png | None:
                        "lower bound), drawn as arrows starting at that line.")
 
 
+def predicted_peak_memory_bytes(row: TrialResult) -> float | None:
+    """The peak memory the optimizer predicted when it asked for the row's config (its
+    ``AskInfo`` in ``extra["ask_info"]``), or None."""
+    raw = row.extra.get("ask_info")
+    if not isinstance(raw, Mapping) or not raw:
+        return None
+    try:
+        return AskInfo.from_dict(raw).predicted_peak_memory_bytes
+    except UserInputError:  # not an ask info
+        return None
+
+
 def predicted_vs_measured(data: StudyData) -> Png | None:
     """The optimizer's predicted peak memory against the measured one (censored for OOM)."""
-    pts = [r for r in data.trials if r.extra.get("predicted_peak_memory_bytes") is not None
-           and r.peak_memory_bytes is not None]
+    pts = [(r, p) for r in data.trials if r.peak_memory_bytes is not None
+           and (p := predicted_peak_memory_bytes(r)) is not None]
     if not pts:
         return None
     fig, ax = plt.subplots(figsize=(5.2, 4.2))
-    xs = [float(r.extra["predicted_peak_memory_bytes"]) / GIB for r in pts]
-    ys = [float(r.peak_memory_bytes or 0) / GIB for r in pts]
+    xs = [p / GIB for _, p in pts]
+    ys = [float(r.peak_memory_bytes or 0) / GIB for r, _ in pts]
     m = max(xs + ys) * 1.1
     ax.plot([0, m], [0, m], color="#999", lw=1, label="perfect prediction")
-    for r, x, y in zip(pts, xs, ys, strict=True):
+    for (r, _), x, y in zip(pts, xs, ys, strict=True):
         if r.memory_censored:
             ax.annotate("", xy=(x, y + 0.08 * m), xytext=(x, y),
                         arrowprops={"arrowstyle": "->", "color": "#d62728"})

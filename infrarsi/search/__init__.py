@@ -5,9 +5,11 @@
     from infrarsi.search import SearchSpace, Optimizer, Outcome
     space = SearchSpace.from_yaml("search_spaces/deepspeed_dense.yaml")
     opt = Optimizer(space, memory_capacity=80e9, seed=0, baseline={...})
-    cfg = opt.ask()
+    cfg = opt.ask()                     # opt.last_ask_info: an AskInfo (why it was asked)
     opt.tell(cfg, Outcome(status="ok", step_time=1.9, peak_memory=6.1e10))
     opt.best()
+
+Every tunable is a field of ``OptimizerSettings`` (``Optimizer(..., settings=...)``).
 
 ``Optimizer`` (and the torch/BoTorch stack behind it) is imported on first use, so loading a
 search space stays cheap.
@@ -17,15 +19,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from infrarsi.search.ask_info import AskInfo, WarmStartOrigin
 from infrarsi.search.expr import Expression
 from infrarsi.search.knob import Knob
-from infrarsi.search.outcome import FAILURE_STATUSES, Outcome
+from infrarsi.search.outcome import FAILURE_STATUSES, Observation, Outcome
+from infrarsi.search.settings import OptimizerSettings
 from infrarsi.search.space import SearchSpace
 
 if TYPE_CHECKING:
-    from infrarsi.search.optimizer import Observation, Optimizer, SearchExhausted
+    from infrarsi.search.optimizer import Optimizer, SearchExhausted
 
-_LAZY = {"Optimizer", "Observation", "SearchExhausted"}
+_LAZY = {"Optimizer", "SearchExhausted"}
 
 
 def __getattr__(name: str) -> Any:
@@ -38,11 +42,14 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "FAILURE_STATUSES",
+    "AskInfo",
     "Expression",
     "Knob",
     "Observation",
     "Optimizer",
+    "OptimizerSettings",
     "Outcome",
     "SearchExhausted",
     "SearchSpace",
+    "WarmStartOrigin",
 ]

@@ -5,12 +5,13 @@
   ``log EI(log step time vs. the best posterior mean among ok trials) + log P(memory fits) + log p_ok``.
   With independent outputs this is what ``LogConstrainedExpectedImprovement`` computes; the
   incumbent is the best posterior mean (noise-aware), not the luckiest measurement. The EI of an
-  untried config counts the step-time kernel's per-config term at ``ACQUISITION_CONFIG_SD``, not
-  at the model's full sd (``exploration_sd``; ``models/time_gp.py``).
+  untried config counts the step-time kernel's per-config term at
+  ``OptimizerSettings.acquisition_config_sd``, not at the model's full sd (``exploration_sd``;
+  ``models/time_gp.py``).
 - A batch, or with trials pending: ``qLogNoisyExpectedImprovement`` on a ``ModelListGP`` (step time,
   memory) with the constraint ``log(peak / capacity) <= 0`` and the pending configs as
   ``X_pending``, optimised by ``optimize_acqf_discrete`` (sequential greedy) over the top
-  candidates of the analytic score.
+  ``OptimizerSettings.batch_choices`` candidates of the analytic score.
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ from botorch.models import ModelListGP
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf_discrete
 from botorch.sampling import SobolQMCNormalSampler
-
-BATCH_CHOICES = 256
-"""How many top analytic candidates the batch (qLogNEI) acquisition chooses among."""
 
 
 @dataclass
@@ -64,7 +62,7 @@ def predict_time(pred: Any, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 def exploration_sd(pred: Any, X: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
     """The log-time sd the expected improvement uses: the posterior sd, less the predictor's
-    ``untried_variance_cut`` on configs it has no measurement of (``time_gp.ACQUISITION_CONFIG_SD``)."""
+    ``untried_variance_cut`` on configs it has no measurement of (``time_gp.acquisition_variance_cut``)."""
     cut = float(getattr(pred, "untried_variance_cut", 0.0) or 0.0)
     if cut <= 0.0 or X.shape[0] == 0:
         return sd
@@ -83,9 +81,12 @@ def predict_memory(pred: Any, noise_sd: float, X: torch.Tensor) -> tuple[torch.T
 
 
 def analytic_scores(time_pred: Any, mem_pred: Any, mem_noise_sd: float, X: torch.Tensor,
-                    best_log_time: float | None, p_ok: np.ndarray) -> Scores:
-    """Score ``X`` (``(n, d)``) with the analytic constrained log-EI (predictors from ``models.predict``)."""
+                    best_log_time: float | None, p_ok: np.ndarray, sd_scale: float = 1.0) -> Scores:
+    """Score ``X`` (``(n, d)``) with the analytic constrained log-EI (predictors from ``models.predict``);
+    ``sd_scale`` multiplies the step-time posterior sd (``OptimizerSettings.acquisition_sd_scale``)."""
     t_mean, t_sd = predict_time(time_pred, X)
+    if sd_scale != 1.0:
+        t_sd = t_sd * sd_scale
     m_mean, _m_sd, pf = predict_memory(mem_pred, mem_noise_sd, X)
     if time_pred is None or best_log_time is None:
         log_ei = torch.zeros_like(pf)

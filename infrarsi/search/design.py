@@ -3,7 +3,8 @@
 Each design point maximises a coverage score over the configs already told or pending: the
 *novelty* of its values (per knob, ``1 / (1 + times the value was seen)``, averaged over knobs;
 this balances every knob's values the way a Latin hypercube does) plus half its smallest distance
-to them in the unit-cube features (normalised by the cube's diagonal), with random tie-breaks.
+to them in the unit-cube features (normalised by the cube's diagonal; the half is
+``OptimizerSettings.design_distance_weight``), with random tie-breaks.
 Pure maximin would send every design point to a corner of the cube (the largest micro-batch, every
 bool flipped from the baseline), so the models would never see the middle values where the
 memory cliff usually lies; measured on the surrogate problems, that design left ``flash_attention``
@@ -23,17 +24,12 @@ from typing import Any
 import numpy as np
 import torch
 
-DESIGN_POOL = 4000
-"""Candidates considered per design pick (a random subset of the allowed configs)."""
+from infrarsi.search.settings import DEFAULT_SETTINGS
 
 
 def default_n_init(n_features: int) -> int:
     """Design size before the models take over: baseline + a few spread points."""
     return int(min(8, max(4, 2 + n_features // 4)))
-
-
-DISTANCE_WEIGHT = 0.5
-"""Weight of the normalised maximin distance next to the value novelty (both in [0, 1])."""
 
 
 def value_novelty(candidates: Sequence[Mapping[str, Any]], seen: Sequence[Mapping[str, Any]],
@@ -48,15 +44,17 @@ def value_novelty(candidates: Sequence[Mapping[str, Any]], seen: Sequence[Mappin
 
 def coverage_pick(configs: Sequence[Mapping[str, Any]], candidates: torch.Tensor,
                   seen: Sequence[Mapping[str, Any]], existing: torch.Tensor, names: Sequence[str],
-                  rng: np.random.Generator, weights: np.ndarray | None = None) -> int:
+                  rng: np.random.Generator, weights: np.ndarray | None = None,
+                  distance_weight: float = DEFAULT_SETTINGS.design_distance_weight) -> int:
     """Index of the config (of ``configs``, features ``candidates`` ``(k, d)``) with the best
-    coverage score against ``seen`` (features ``existing`` ``(m, d)``), see the module docstring."""
+    coverage score against ``seen`` (features ``existing`` ``(m, d)``), see the module docstring;
+    ``distance_weight`` weighs the normalised maximin distance next to the value novelty."""
     k, d = candidates.shape
     if existing.shape[0] == 0:
         dist = np.ones(k)
     else:
         dist = torch.cdist(candidates, existing).min(dim=1).values.numpy() / max(d, 1) ** 0.5
-    score = value_novelty(configs, seen, names) + DISTANCE_WEIGHT * dist
+    score = value_novelty(configs, seen, names) + distance_weight * dist
     if weights is not None:
         score = score * weights
     return int(np.argmax(score + rng.random(k) * 1e-6))

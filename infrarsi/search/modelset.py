@@ -1,8 +1,9 @@
 """The optimizer's models and their refit schedule (warm starts, capped iterations).
 
-``ModelSet.update`` refits only the models whose data changed. A refit warm-starts from the last
-parameters and runs a few iterations; a full refit (more iterations) happens when the data grew by
-``FULL_REFIT_GROWTH`` since the last full one. When the parameters were already fitted on exactly
+``ModelSet.update_time`` / ``update_memory`` refit only a model whose data changed. A refit
+warm-starts from the last parameters and runs a few iterations; a full refit (more iterations)
+happens when the data grew by ``OptimizerSettings.full_refit_growth`` since the last full one
+(iterations: ``time_gp_iters``, ``memory_gp_iters``). When the parameters were already fitted on exactly
 the current data (e.g. after ``load_state_dict``), the model is rebuilt without optimisation.
 """
 
@@ -22,21 +23,19 @@ from infrarsi.search.models.time_gp import (
     state_to_json,
 )
 from infrarsi.search.models.tobit import fit_tobit_gp
-
-FULL_REFIT_GROWTH = 1.4
-"""A full refit happens when the data grew by this factor since the last one."""
-TIME_ITERS = (150, 50, 8)
-"""L-BFGS iterations of the step-time GP: first fit, full (warm-started) refit, light refit."""
-MEM_ITERS = (200, 60, 12)
-"""L-BFGS iterations of the Tobit memory GP: first fit, full refit, light refit."""
+from infrarsi.search.settings import DEFAULT_SETTINGS, OptimizerSettings
 
 
 @dataclass
 class _Slot:
+    """One model with its warm-start state."""
+
     model: Any = None
+    """The fitted BoTorch model (None before two points)."""
     pred: Any = None
     """Fast marginal predictor of ``model`` (``ExactMarginal`` or ``VariationalMarginal``)."""
     state: State | None = None
+    """Its parameters, for the next warm start."""
     fitted_key: str = ""
     """Fingerprint of the data the state was fitted on."""
     full_n: int = 0
@@ -54,8 +53,12 @@ class ModelSet:
     prior_dim: int | None = None
     """With an analytic prior: the number of real features ``d``; inputs then carry two more
     columns, the prior's log step time (column ``d``) and log(peak / capacity) (column ``d + 1``)."""
+    settings: OptimizerSettings = DEFAULT_SETTINGS
+    """Refit schedule, iterations and the step-time kernel's settings."""
     time: _Slot = field(default_factory=_Slot)
+    """The step-time GP."""
     memory: _Slot = field(default_factory=_Slot)
+    """The censored memory GP."""
 
     @staticmethod
     def _key(*tensors: torch.Tensor) -> str:
@@ -73,13 +76,16 @@ class ModelSet:
         n = X.shape[0]
         if key == self.time.fitted_key and self.time.state is not None:
             iters = 0
-        elif self.time.state is None or n >= FULL_REFIT_GROWTH * self.time.full_n:
-            iters, self.time.full_n = TIME_ITERS[0 if self.time.state is None else 1], n
+        elif self.time.state is None or n >= self.settings.full_refit_growth * self.time.full_n:
+            iters, self.time.full_n = self.settings.time_gp_iters[0 if self.time.state is None else 1], n
         else:
-            iters = TIME_ITERS[2]
+            iters = self.settings.time_gp_iters[2]
         off = None if self.prior_dim is None else (self.prior_dim, self.prior_dim)
-        self.time.model, self.time.state = fit_time_gp(X, log_t, warm=self.time.state, maxiter=iters, offset=off)
-        self.time.pred = ExactMarginal(self.time.model, acquisition_variance_cut(self.time.model))
+        s = self.settings
+        self.time.model, self.time.state = fit_time_gp(X, log_t, warm=self.time.state, maxiter=iters, offset=off,
+                                                       config_sd=s.config_deviation_sd, kernel=s.time_kernel)
+        cut = acquisition_variance_cut(self.time.model, s.config_deviation_sd, s.acquisition_config_sd)
+        self.time.pred = ExactMarginal(self.time.model, cut)
         self.time.fitted_key = key
 
     def update_memory(self, X: torch.Tensor, y: torch.Tensor, censored: torch.Tensor) -> None:
@@ -93,10 +99,10 @@ class ModelSet:
         n = X.shape[0]
         if key == self.memory.fitted_key and self.memory.state is not None:
             iters = 0
-        elif self.memory.state is None or n >= FULL_REFIT_GROWTH * self.memory.full_n:
-            iters, self.memory.full_n = MEM_ITERS[0 if self.memory.state is None else 1], n
+        elif self.memory.state is None or n >= self.settings.full_refit_growth * self.memory.full_n:
+            iters, self.memory.full_n = self.settings.memory_gp_iters[0 if self.memory.state is None else 1], n
         else:
-            iters = MEM_ITERS[2]
+            iters = self.settings.memory_gp_iters[2]
         self.memory.model, self.memory.state = fit_tobit_gp(
             X, y, censored, mean_indices=self.mean_indices, mean_signs=self.mean_signs,
             warm=self.memory.state, maxiter=iters,

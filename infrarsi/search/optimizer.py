@@ -3,55 +3,61 @@
 ::
 
     opt = Optimizer(space, memory_capacity=80e9, seed=0, baseline={...})
-    cfg = opt.ask()                     # dict; opt.last_ask_info says why
+    cfg = opt.ask()                     # dict; opt.last_ask_info (an AskInfo) says why
     opt.tell(cfg, Outcome(status="ok", step_time=1.9, peak_memory=6.1e10))
     opt.best()                          # posterior-mean best among observed ok configs
 
-Phases: the baseline, then a space-filling design (memory-aware once a memory model exists), then
-constrained log-EI (``acquisition``) with memory-saver pairing (``pairing``). A config told
+Phases: the baseline, then the warm-start configs given as ``initial_configs`` (in order, each
+once), then a space-filling design (memory-aware once a memory model exists), then constrained
+log-EI (``acquisition``) with memory-saver pairing (``pairing``). A config told
 oom/failed/timeout/nan/invariant_violation is never proposed again; a config told ok is proposed
-again once every other config has been tried or is predicted to fail (``REPEAT_BELOW_P``), and
+again once every other config has been tried or is predicted to fail (``repeat_below_p``), and
 as a replicate while it is the incumbent with a single trusted measurement (``intensify``).
 Slow outliers among the step times (stragglers) are left out of the step-time model
-(``models/outliers``); a config measured only as an outlier may be proposed again. The analytic
-prior's inputs and coefficient fits live in ``prior_inputs``, the candidate pool in
-``candidates``, persistence in ``persistence``.
+(``models/outliers``); a config measured only as an outlier may be proposed again.
+
+Every tunable is a field of ``OptimizerSettings`` (``settings``). The optimizer holds its
+collaborators and hands them what they need: the model inputs and the analytic prior's
+coefficient fits (``priors.features.PriorFeatures``), the candidate pool
+(``candidates.CandidatePool``), the models (``modelset.ModelSet``, ``models.feasibility``);
+``persistence`` reads and writes its saved state.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
+import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from infrarsi.errors import InfrarsiError
-from infrarsi.search import acquisition, design, pairing
-from infrarsi.search.candidates import CANDIDATE_CAP, CandidatePoolMixin
+from infrarsi.errors import InfrarsiError, SearchSpaceError, UserInputError
+from infrarsi.search import acquisition, design, pairing, persistence
+from infrarsi.search.ask_info import AskInfo, WarmStartOrigin
+from infrarsi.search.candidates import CandidatePool
 from infrarsi.search.encoding import Encoder
 from infrarsi.search.models import outliers
-from infrarsi.search.models.feasibility import FAILURE_WEIGHT, FeasibilityModel
+from infrarsi.search.models.feasibility import FeasibilityModel
 from infrarsi.search.modelset import ModelSet
-from infrarsi.search.outcome import Outcome
-from infrarsi.search.persistence import PersistenceMixin
-from infrarsi.search.prior import PriorMean
-from infrarsi.search.prior_inputs import PriorInputsMixin
+from infrarsi.search.outcome import FAILURE_STATUSES, Observation, Outcome
+from infrarsi.search.priors.features import PriorFeatures
+from infrarsi.search.priors.mean import PriorMean
+from infrarsi.search.settings import OptimizerSettings
 from infrarsi.search.space import SearchSpace
 
-REPEAT_BELOW_P = 0.05
-"""When every untried config is this unlikely to run (P(fit) x P(no failure)), configs told ok
-compete again (a replicate of a near-best config is worth more than a near-certain OOM)."""
-REPEAT_CHECK_MAX = 1000
-"""The check above runs only while at most this many configs are untried (it scores them once
-more; in a larger space an untried config that may fit is almost always left)."""
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
 
 
-PRIOR_ONLY_MEMORY_SD = 0.3
-"""Sd of log peak memory around the analytic prior before a memory model exists (< 2 trials)."""
+_UNSET: Literal[_Unset.UNSET] = _Unset.UNSET
+"""An option not given to the constructor: its value comes from ``settings``."""
 
 
 class _PriorOnly:
@@ -68,16 +74,6 @@ class SearchExhausted(InfrarsiError):
     """Every config of the space has been told as a failure (nothing is left to propose)."""
 
 
-@dataclass
-class Observation:
-    """One told trial."""
-
-    config: dict[str, Any]
-    """The full config."""
-    outcome: Outcome
-    """What happened."""
-
-
 @contextlib.contextmanager
 def _threads(n: int | None) -> Iterator[None]:
     if n is None:
@@ -91,39 +87,68 @@ def _threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
-    """Ask/tell optimizer minimising step time under ``peak memory <= memory_capacity`` (bytes per device)."""
+class Optimizer:
+    """Ask/tell optimizer minimising step time under ``peak memory <= memory_capacity`` (bytes per device).
+
+    Args:
+        space: the search space.
+        memory_capacity: bytes per device.
+        seed: seeds every random choice (same seed and same tells: same asks).
+        baseline: the first config asked (None: the space's default config, when it is valid).
+        settings: every tunable (``OptimizerSettings``; None: the defaults).
+        prior: analytic prior mean of both models (``priors.mean.PriorMean``), or None.
+        initial_configs: warm-start configs (e.g. good configs of an earlier study on other
+            hardware), asked right after the baseline, in order, each once. Configs not valid in
+            ``space``, repeated, or already told or pending when their turn comes are skipped.
+        initial_origins: where each initial config was measured before (same order; may be
+            shorter, and an entry may be None), recorded in its ``AskInfo.warm_start_origin``.
+        censoring, pairing, n_init, candidate_cap, num_threads, local_every, intensify: the
+            ``OptimizerSettings`` fields of the same names; given here, they override ``settings``.
+    """
 
     def __init__(self, space: SearchSpace, memory_capacity: float, seed: int = 0,
-                 baseline: Mapping[str, Any] | None = None, censoring: bool = True, pairing: bool = True,
-                 n_init: int | None = None, candidate_cap: int = CANDIDATE_CAP, num_threads: int | None = 1,
-                 local_every: int = 2, prior: PriorMean | None = None, intensify: bool = True) -> None:
+                 baseline: Mapping[str, Any] | None = None, *, settings: OptimizerSettings | None = None,
+                 prior: PriorMean | None = None, initial_configs: Sequence[Mapping[str, Any]] = (),
+                 initial_origins: Sequence[WarmStartOrigin | None] = (),
+                 censoring: bool | _Unset = _UNSET, pairing: bool | _Unset = _UNSET,
+                 n_init: int | _Unset | None = _UNSET, candidate_cap: int | _Unset = _UNSET,
+                 num_threads: int | _Unset | None = _UNSET, local_every: int | _Unset = _UNSET,
+                 intensify: bool | _Unset = _UNSET) -> None:
         if not (isinstance(memory_capacity, (int, float)) and math.isfinite(memory_capacity) and memory_capacity > 0):
-            raise InfrarsiError(f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}.")
+            raise UserInputError(f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}.")
+        options: dict[str, Any] = {
+            "censoring": censoring, "pairing": pairing, "n_init": n_init, "candidate_cap": candidate_cap,
+            "num_threads": num_threads, "local_every": local_every, "intensify": intensify}
+        self.settings = replace(settings or OptimizerSettings(),
+                                **{k: v for k, v in options.items() if v is not _UNSET})
+        """Every tunable of this optimizer (saved with its state)."""
         self.space = space
         self.memory_capacity = float(memory_capacity)
         self.seed = int(seed)
         self.baseline = None if baseline is None else space.validate(baseline, where="baseline")
-        self.censoring = bool(censoring)
-        self.pairing = bool(pairing)
         self.encoder = Encoder(space)
-        self.n_init = design.default_n_init(self.encoder.dim) if n_init is None else int(n_init)
-        self.candidate_cap = int(candidate_cap)
-        self.num_threads = num_threads
-        self.local_every = int(local_every)
-        """Every ``local_every``-th model-based ask is a local step around the incumbent (0: never)."""
-        self.intensify = bool(intensify)
-        """A local step re-measures the incumbent instead while it has only one trusted measurement
-        (SMAC-style intensification: a single lucky draw must not decide ``best()``)."""
+        self.n_init = design.default_n_init(self.encoder.dim) if self.settings.n_init is None else self.settings.n_init
+        """Distinct configs in the initial design (``settings.n_init`` or its default for this space)."""
         self.observations: list[Observation] = []
         self.pending: dict[str, dict[str, Any]] = {}
-        self.last_ask_info: dict[str, Any] | list[dict[str, Any]] = {}
-        """Provenance of the last ask: a dict for ``ask()``, a list of dicts for ``ask(n)``."""
-        self.ask_infos: dict[str, dict[str, Any]] = {}
+        """Configs asked and not yet told, by ``space.key``."""
+        self.last_ask_info: AskInfo | list[AskInfo] | None = None
+        """Provenance of the last ask: an ``AskInfo`` for ``ask()``, a list of them for ``ask(n)``."""
+        self.ask_infos: dict[str, AskInfo] = {}
         """Provenance of every config asked so far, by ``space.key(config)``."""
         self.rng = np.random.default_rng(self.seed)
         self.n_asks = 0
-        self.feasibility = FeasibilityModel()
+        self.feasibility = FeasibilityModel(settings=self.settings)
+        self.prior = prior
+        """Analytic prior mean of both models (``infrarsi.search.priors.mean``), or None."""
+        self.prior_features = PriorFeatures(space, self.encoder, prior, self.memory_capacity, self.settings)
+        """Model inputs of configs and the prior's fitted coefficients."""
+        self.pool = CandidatePool(space, self.prior_features, self.baseline, self.settings)
+        """The configs each ask scores."""
+        self.time_outliers: set[int] = set()
+        """Indices into ``observations`` of ok step times left out as slow outliers (stragglers)."""
+        self.time_trim_key: str | None = None
+        """Fingerprint of the ok step times ``time_outliers`` was computed on."""
         idx, signs = [], []
         col = 0
         for b in self.encoder.blocks:
@@ -131,36 +156,37 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
                 idx.append(col)
                 signs.append(1.0 if b.knob.memory == "hungry" else -1.0)
             col += b.width
-        self.prior = prior
-        """Analytic prior mean of both models (``infrarsi.search.prior``), or None."""
-        self.prior_coef: dict[str, np.ndarray | None] = {"time": None, "memory": None}
-        """Fitted log coefficients of the prior's time and memory terms (None: nominal)."""
-        self.prior_fit_keys: dict[str, str | None] = {"time": None, "memory": None}
-        """Fingerprint of the data each coefficient set was fitted on."""
-        self._prior_rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self.time_outliers: set[int] = set()
-        """Indices into ``observations`` of ok step times left out as slow outliers (stragglers)."""
-        self.time_trim_key: str | None = None
-        """Fingerprint of the ok step times ``time_outliers`` was computed on."""
-        self._all_terms: tuple[np.ndarray, np.ndarray] | None = None
         self.models = ModelSet(mean_indices=idx, mean_signs=signs,
-                               prior_dim=None if prior is None else self.encoder.dim)
-        self._all = space.enumerate_values()
-        self._all_keys = None if self._all is None else [json_key(v) for v in self._all]
-        self._all_X: torch.Tensor | None = None
-        self._all_configs: list[dict[str, Any]] | None = None
-        self._all_index: dict[str, int] | None = None
+                               prior_dim=None if prior is None else self.encoder.dim, settings=self.settings)
+        self.initial_queue: list[tuple[dict[str, Any], WarmStartOrigin | None]] = []
+        """Warm-start configs not yet asked, first first, with where each was measured before."""
+        self._queue_initial(initial_configs, initial_origins)
+
+    def _queue_initial(self, configs: Sequence[Mapping[str, Any]], origins: Sequence[WarmStartOrigin | None]) -> None:
+        if len(origins) > len(configs):
+            raise UserInputError(f"Optimizer: initial_origins: rule: at most one per initial config "
+                                 f"({len(configs)}); got {len(origins)}.")
+        queued = {self.space.key(c) for c, _ in self.initial_queue}
+        for i, raw in enumerate(configs):
+            try:
+                cfg = self.space.validate(raw, where=f"initial_configs[{i}]")
+            except SearchSpaceError:
+                continue  # a config of another version of the space: skipped
+            key = self.space.key(cfg)
+            if key not in queued:
+                queued.add(key)
+                self.initial_queue.append((cfg, origins[i] if i < len(origins) else None))
 
     # ------------------------------------------------------------------ tell
     def tell(self, config: Mapping[str, Any], outcome: Outcome | Mapping[str, Any]) -> None:
         """Record the outcome of a trial of ``config``."""
         if not isinstance(outcome, Outcome):
-            outcome = Outcome.from_dict(dict(outcome))
+            outcome = Outcome.from_dict(outcome)
         cfg = self.space.validate(config, where="tell(config)")
         self.pending.pop(self.space.key(cfg), None)
         self.observations.append(Observation(cfg, outcome))
-        if outcome.status in FAILURE_WEIGHT:
-            self.feasibility.add(cfg, failed=True, weight=FAILURE_WEIGHT[outcome.status])
+        if outcome.status in FAILURE_STATUSES:
+            self.feasibility.add(cfg, failed=True, weight=self.settings.failure_weight[outcome.status])
         else:
             self.feasibility.add(cfg, failed=False, completed=outcome.status == "ok")
 
@@ -174,9 +200,15 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
         """The ok observations the step-time model learns from (trimmed stragglers left out)."""
         return [o for i, o in enumerate(self.observations) if o.outcome.status == "ok" and i not in self.time_outliers]
 
+    def _X(self, configs: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+        return self.prior_features.inputs(configs)
+
+    def _candidates(self, exclude: set[str]) -> tuple[list[dict[str, Any]], torch.Tensor]:
+        return self.pool.candidates(exclude, self._ok(), self.rng)
+
     def _fit_time_on(self, ok: list[Observation]) -> Any:
         """Fit the prior's time coefficients and the step-time GP on ``ok``; the GP (or None)."""
-        self._fit_prior_time(ok)
+        self.prior_features.fit_time([o.config for o in ok], [o.outcome.step_time for o in ok])  # type: ignore[misc]
         if not ok:
             self.models.time.model = self.models.time.pred = None
             return None
@@ -187,7 +219,7 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
 
     def _fit(self) -> None:
         rows, ys, cens = self._memory_rows()
-        self._fit_prior_memory(rows, ys, cens)  # first: the memory column is part of every input
+        self.prior_features.fit_memory(rows, ys, cens)  # first: the memory column is part of every input
         idx = [i for i, o in enumerate(self.observations) if o.outcome.status == "ok"]
         key = repr([(self.space.key(self.observations[i].config), self.observations[i].outcome.step_time) for i in idx])
         if key != self.time_trim_key:  # new step times: look for stragglers again (models/outliers.py)
@@ -195,7 +227,7 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
                              dtype=torch.float64)
             drop = outliers.trim_slow_outliers(
                 y, lambda keep: self._fit_time_on([self.observations[idx[j]] for j in keep]),
-                lambda js: self._X([self.observations[idx[j]].config for j in js]))
+                lambda js: self._X([self.observations[idx[j]].config for j in js]), self.settings)
             self.time_outliers = {idx[j] for j in drop}
             self.time_trim_key = key
         self._fit_time_on(self._ok())
@@ -215,7 +247,7 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
                 rows.append(o.config)
                 ys.append(math.log(o.outcome.peak_memory / self.memory_capacity))
                 cens.append(False)
-            elif o.outcome.status == "oom" and self.censoring:
+            elif o.outcome.status == "oom" and self.settings.censoring:
                 lb = max(o.outcome.peak_memory or 0.0, self.memory_capacity)
                 rows.append(o.config)
                 ys.append(math.log(lb / self.memory_capacity))
@@ -235,43 +267,81 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
         noise = float(mem.model.likelihood.noise_sd.detach()) if mem.model is not None else 0.0
         mem_pred = mem.pred
         if mem_pred is None and self.prior is not None:  # no memory model yet: the prior alone
-            mem_pred = _PriorOnly(self.encoder.dim + 1, PRIOR_ONLY_MEMORY_SD)
-        return acquisition.analytic_scores(self.models.time.pred, mem_pred, noise, X,
-                                           self._best_log_time(), self.feasibility.p_ok(configs))
+            mem_pred = _PriorOnly(self.encoder.dim + 1, self.settings.prior_only_memory_sd)
+        return acquisition.analytic_scores(self.models.time.pred, mem_pred, noise, X, self._best_log_time(),
+                                           self.feasibility.p_ok(configs), sd_scale=self.settings.acquisition_sd_scale)
 
-    def _info(self, cfg: dict[str, Any], phase: str, scores: acquisition.Scores | None, i: int | None) -> dict[str, Any]:
-        info: dict[str, Any] = {"config": dict(cfg), "phase": phase, "ask_index": self.n_asks, "repair_of": None}
+    def _ask_info(self, config: Mapping[str, Any], phase: str, scores: acquisition.Scores | None = None,
+                  i: int | None = None, *, repair_of: Mapping[str, Any] | None = None,
+                  repair_moves: Sequence[str] = (), original_p_fit: float | None = None, paired: str | None = None,
+                  warm_start_origin: WarmStartOrigin | None = None) -> AskInfo:
+        """The ``AskInfo`` of ``config`` asked now, with the predictions at row ``i`` of ``scores``."""
+        predictions: dict[str, float | None] = {}
         if scores is not None and i is not None:
-            info.update(predicted_step_time_s=_exp(scores.time_mean[i]), step_time_sd_log=float(scores.time_sd[i]),
-                        p_fit=float(scores.p_fit[i]),
-                        predicted_memory_bytes=self.memory_capacity * math.exp(float(scores.mem_mean[i]))
-                        if self._has_memory_prediction() else None,
-                        p_ok=float(scores.p_ok[i]), log_acquisition=float(scores.log_score[i]))
-        return info
+            has_memory = self.models.memory.model is not None or self.prior is not None
+            predictions = {
+                "predicted_step_time_s": _exp(scores.time_mean[i]), "step_time_sd_log": _finite(scores.time_sd[i]),
+                "p_fit": _finite(scores.p_fit[i]),
+                "predicted_peak_memory_bytes": self.memory_capacity * math.exp(float(scores.mem_mean[i]))
+                if has_memory else None,
+                "p_ok": _finite(scores.p_ok[i]), "log_acquisition": _finite(scores.log_score[i])}
+        return AskInfo(config=dict(config), phase=phase, ask_index=self.n_asks,
+                       repair_of=None if repair_of is None else dict(repair_of), repair_moves=tuple(repair_moves),
+                       original_p_fit=original_p_fit, paired=paired, warm_start_origin=warm_start_origin,
+                       **predictions)
 
     # ------------------------------------------------------------------- ask
     def ask(self, n: int | None = None) -> dict[str, Any] | list[dict[str, Any]]:
         """One config (``n`` None) or a list of ``n`` distinct configs, all valid and not yet failed."""
         k = 1 if n is None else int(n)
         if k < 1:
-            raise InfrarsiError(f"ask(n): rule: n must be >= 1; got {n!r}.")
-        with _threads(self.num_threads):
-            torch.manual_seed(self.seed * 100_003 + self.n_asks)
-            self._fit()
-            infos = self._ask_batch(k)
+            raise UserInputError(f"ask(n): rule: n must be >= 1; got {n!r}.")
+        infos = self._warm_start_picks(k)  # no model needed: nothing is fitted for them
         for info in infos:
-            key = self.space.key(info["config"])
-            self.pending[key] = info["config"]
+            self.pending[self.space.key(info.config)] = dict(info.config)
+        if len(infos) < k:
+            with _threads(self.settings.num_threads):
+                torch.manual_seed(self.seed * 100_003 + self.n_asks)
+                self._fit()
+                try:
+                    infos += self._ask_batch(k - len(infos))
+                except SearchExhausted:
+                    if not infos:
+                        raise
+        for info in infos:
+            key = self.space.key(info.config)
+            self.pending[key] = dict(info.config)
             self.ask_infos[key] = info
         self.n_asks += 1
         self.last_ask_info = infos[0] if n is None else infos
-        configs = [dict(i["config"]) for i in infos]
+        configs = [dict(i.config) for i in infos]
         return configs[0] if n is None else configs
 
-    def _ask_batch(self, k: int) -> list[dict[str, Any]]:
+    def _baseline_turn(self) -> bool:
+        """Whether this ask starts with the baseline (nothing told or pending, and it is valid)."""
+        if self.observations or self.pending:
+            return False
+        base = self.baseline if self.baseline is not None else self.space.default_config()
+        return not self.space.violated(base)
+
+    def _warm_start_picks(self, k: int) -> list[AskInfo]:
+        """Up to ``k`` configs of the warm-start queue not yet told or pending (none on the baseline's turn)."""
+        if not self.initial_queue or self._baseline_turn():
+            return []
+        seen = {self.space.key(o.config) for o in self.observations} | set(self.pending)
+        picks: list[AskInfo] = []
+        while len(picks) < k and self.initial_queue:
+            cfg, origin = self.initial_queue.pop(0)
+            key = self.space.key(cfg)
+            if key not in seen:
+                seen.add(key)
+                picks.append(self._ask_info(cfg, "warm_start", warm_start_origin=origin))
+        return picks
+
+    def _ask_batch(self, k: int) -> list[AskInfo]:
         failed, ok_told = self._excluded()
         taken = set(self.pending)
-        infos: list[dict[str, Any]] = []
+        infos: list[AskInfo] = []
         while len(infos) < k:
             exclude = failed | ok_told | taken
             configs, X = self._candidates(exclude)
@@ -287,134 +357,133 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
             if n_seen < self.n_init or not time_ready:
                 info = self._design_pick(configs, X, taken)
                 infos.append(info)
-                taken.add(self.space.key(info["config"]))
+                taken.add(self.space.key(info.config))
                 continue
-            if ok_told and self.models.memory.model is not None and len(configs) <= REPEAT_CHECK_MAX:
+            if ok_told and self.models.memory.model is not None and len(configs) <= self.settings.repeat_check_max:
                 s = self._scores(configs, X)
-                if float(np.max(s.p_fit * s.p_ok)) < REPEAT_BELOW_P:  # only likely failures are left
+                if float(np.max(s.p_fit * s.p_ok)) < self.settings.repeat_below_p:  # only likely failures are left
                     configs, X = self._candidates(failed | taken)
             if k == 1 and not taken and n_seen >= self.n_init + 2 and self._local_turn():
                 inc = self._unconfirmed_incumbent()
                 if inc is not None:  # provenance with the model's predictions, as for any ask
-                    infos.append(self._info(inc, "replicate", self._scores([inc]), 0))
+                    infos.append(self._ask_info(inc, "replicate", self._scores([inc]), 0))
                     break
             for info in self._bo_picks(configs, X, k - len(infos), taken, failed):
                 infos.append(info)
-                taken.add(self.space.key(info["config"]))
+                taken.add(self.space.key(info.config))
         return infos
 
     def _local_turn(self) -> bool:
-        return bool(self.local_every) and self.n_asks % self.local_every == self.local_every - 1
+        every = self.settings.local_every
+        return bool(every) and self.n_asks % every == every - 1
 
     def _unconfirmed_incumbent(self) -> dict[str, Any] | None:
         """The incumbent, when ``intensify`` is on and it has exactly one trusted measurement."""
-        inc = self.best() if self.intensify else None
+        inc = self.best() if self.settings.intensify else None
         if inc is None:
             return None
         key = self.space.key(inc)
         return inc if sum(self.space.key(o.config) == key for o in self._ok()) == 1 else None
 
-    def _design_pick(self, configs: list[dict[str, Any]], X: torch.Tensor, taken: set[str]) -> dict[str, Any]:
+    def _design_pick(self, configs: list[dict[str, Any]], X: torch.Tensor, taken: set[str]) -> AskInfo:
         keys = {self.space.key(c) for c in configs}
         if not self.observations and not taken:
             base = self.baseline if self.baseline is not None else self.space.default_config()
             if not self.space.violated(base) and self.space.key(base) in keys:
-                return self._info(base, "baseline", None, None)
-        if len(configs) > design.DESIGN_POOL:
-            sel = self.rng.choice(len(configs), size=design.DESIGN_POOL, replace=False)
+                return self._ask_info(base, "baseline")
+        pool_size = self.settings.design_pool
+        if len(configs) > pool_size:
+            sel = self.rng.choice(len(configs), size=pool_size, replace=False)
             configs, X = [configs[i] for i in sel.tolist()], X[torch.as_tensor(sel)]
-        seen = [o.config for o in self.observations] + [self.pending.get(t) or json_config(self.space, t) for t in taken]
+        seen = [o.config for o in self.observations] + [self.pending.get(t) or _config_of_key(self.space, t) for t in taken]
         existing = self.encoder.encode(seen)
         scores = self._scores(configs, X)
         weights = scores.p_fit * scores.p_ok
-        i = design.coverage_pick(configs, X[:, : self.encoder.dim], seen, existing, self.space.names, self.rng,
-                                 weights=weights)
-        return self._info(configs[i], "design", scores, i)
+        features = X[:, : self.encoder.dim]
+        if self.settings.design_rule == "maximin":
+            i = design.maximin_pick(features, existing, self.rng, weights=weights)
+        else:
+            i = design.coverage_pick(configs, features, seen, existing, self.space.names, self.rng, weights=weights,
+                                     distance_weight=self.settings.design_distance_weight)
+        return self._ask_info(configs[i], "design", scores, i)
 
     def _bo_picks(self, configs: list[dict[str, Any]], X: torch.Tensor, q: int, taken: set[str],
-                  failed: set[str]) -> list[dict[str, Any]]:
+                  failed: set[str]) -> list[AskInfo]:
         scores = self._scores(configs, X)
         phase = "bo"
+        s = self.settings
         if q == 1 and not taken:
             masked = scores.log_score
             if self._local_turn():
-                near = self._near_incumbent(configs)
+                near = self.pool.near(configs, self.best())
                 if near.any():
                     masked, phase = np.where(near, scores.log_score, -np.inf), "bo-local"
             picks = [int(np.argmax(masked))]
-            if self.pairing and phase == "bo" and not self._scores_every_config():
+            if s.pairing and phase == "bo" and not self.pool.scores_every_config:
                 paired = self._pair_before_pick(configs, scores, picks[0], failed | taken | self._excluded()[1])
                 if paired is not None:
                     return [paired]
         else:
-            top = np.argsort(-scores.log_score, kind="stable")[: acquisition.BATCH_CHOICES]
+            top = np.argsort(-scores.log_score, kind="stable")[: s.batch_choices]
             ok = self._ok()
             X_base = self._X([o.config for o in ok])
-            pend = [self.pending.get(t) or json_config(self.space, t) for t in taken]
+            pend = [self.pending.get(t) or _config_of_key(self.space, t) for t in taken]
             X_pend = self._X(pend) if pend else None
             sub = acquisition.select_batch(self.models.time.model, self.models.memory.model, X[torch.as_tensor(top)],
                                            q, X_base, X_pend, seed=self.seed * 7919 + self.n_asks)
             picks = [int(top[j]) for j in sub]
-        out: list[dict[str, Any]] = []
+        out: list[AskInfo] = []
         used = set(taken)
         for i in picks:
-            info = self._info(configs[i], phase, scores, i)
-            if self.pairing and scores.p_fit[i] < pairing.PAIRING_TRIGGER and self.models.memory.model is not None:
-                rep = pairing.best_repair(self.space, configs[i], self._predict_raw,
-                                          excluded=failed | used | self._excluded()[1])
+            info = self._ask_info(configs[i], phase, scores, i)
+            if s.pairing and scores.p_fit[i] < s.pairing_trigger and self.models.memory.model is not None:
+                rep = pairing.best_repair(self.space, configs[i], self._scores,
+                                          excluded=failed | used | self._excluded()[1],
+                                          max_steps=s.repair_max_steps, target=s.pairing_target)
                 if rep is not None:
-                    r, pred = rep
-                    info = {"config": r.config, "phase": "repair", "ask_index": self.n_asks,
-                            "repair_of": dict(configs[i]), "repair_moves": r.moves,
-                            "original_p_fit": float(scores.p_fit[i]),
-                            "predicted_step_time_s": _exp(pred["log_time_mean"]), "p_fit": pred["p_fit"],
-                            "predicted_memory_bytes": self.memory_capacity * math.exp(pred["mem_mean"]),
-                            "p_ok": pred["p_ok"], "paired": "after_pick"}
-            used.add(self.space.key(info["config"]))
+                    r, rep_scores, j = rep
+                    info = self._ask_info(r.config, "repair", rep_scores, j, repair_of=configs[i],
+                                          repair_moves=r.moves, original_p_fit=float(scores.p_fit[i]),
+                                          paired="after_pick")
+            used.add(self.space.key(info.config))
             out.append(info)
         return out
 
     def _pair_before_pick(self, configs: list[dict[str, Any]], scores: acquisition.Scores, pick: int,
-                          excluded: set[str]) -> dict[str, Any] | None:
+                          excluded: set[str]) -> AskInfo | None:
         """Pairing before the pick (``pairing``): the best repairs of the sample's fast-but-too-big
         candidates that are not in the sample, if one scores above the sample's best (``pick``)."""
         if self.models.memory.model is None:
             return None
-        sources = pairing.fast_but_too_big(scores.log_score, scores.p_fit)
+        s = self.settings
+        sources = pairing.fast_but_too_big(scores.log_score, scores.p_fit, sources=s.pair_sources,
+                                           scan=s.pair_source_scan, trigger=s.pairing_trigger)
         if not sources:
             return None
         in_pool = {self.space.key(c) for c in configs}
         found: dict[str, tuple[pairing.Repair, int]] = {}
         for i in sources:
-            rep = pairing.best_repair(self.space, configs[i], self._predict_raw, excluded=excluded | in_pool)
+            rep = pairing.best_repair(self.space, configs[i], self._scores, excluded=excluded | in_pool,
+                                      max_steps=s.repair_max_steps, target=s.pairing_target)
             if rep is not None:
                 found.setdefault(self.space.key(rep[0].config), (rep[0], i))
         if not found:
             return None
         reps = list(found.values())
-        s = self._scores([r.config for r, _ in reps])
-        j = int(np.argmax(s.log_score))
-        if not float(s.log_score[j]) > float(scores.log_score[pick]):
+        rep_scores = self._scores([r.config for r, _ in reps])
+        j = int(np.argmax(rep_scores.log_score))
+        if not float(rep_scores.log_score[j]) > float(scores.log_score[pick]):
             return None
         r, src = reps[j]
-        info = self._info(r.config, "repair", s, j)
-        info.update(repair_of=dict(configs[src]), repair_moves=r.moves, original_p_fit=float(scores.p_fit[src]),
-                    paired="before_pick")
-        return info
-
-    def _has_memory_prediction(self) -> bool:
-        return self.models.memory.model is not None or self.prior is not None
-
-    def _predict_raw(self, configs: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
-        s = self._scores(configs)
-        return {"log_time_mean": s.time_mean, "p_fit": s.p_fit, "p_ok": s.p_ok, "mem_mean": s.mem_mean}
+        return self._ask_info(r.config, "repair", rep_scores, j, repair_of=configs[src], repair_moves=r.moves,
+                              original_p_fit=float(scores.p_fit[src]), paired="before_pick")
 
     # ------------------------------------------------------------ results
     def best(self) -> dict[str, Any] | None:
         """The observed ok config with the best posterior-mean step time (None before any ok trial)."""
         if not any(o.outcome.status == "ok" for o in self.observations):
             return None
-        with _threads(self.num_threads):
+        with _threads(self.settings.num_threads):
             self._fit()
             ok = self._ok()  # after the fit: stragglers trimmed
             if self.models.time.model is None:
@@ -426,32 +495,112 @@ class Optimizer(CandidatePoolMixin, PriorInputsMixin, PersistenceMixin):
         """Posterior predictions: ``step_time_mean_s`` (exp of the mean log time), ``step_time_sd_log``,
         ``memory_mean_bytes``, ``p_fit`` and ``p_ok``, each an array of shape ``(len(configs),)``."""
         full = [self.space.validate(c, where="predict(config)") for c in configs]
-        with _threads(self.num_threads):
+        with _threads(self.settings.num_threads):
             self._fit()
             s = self._scores(full)
-        has_mem = self._has_memory_prediction()
+        has_mem = self.models.memory.model is not None or self.prior is not None
         return {"step_time_mean_s": np.exp(s.time_mean), "step_time_sd_log": s.time_sd,
                 "memory_mean_bytes": self.memory_capacity * np.exp(s.mem_mean) if has_mem else np.full(len(full), np.nan),
                 "p_fit": s.p_fit, "p_ok": s.p_ok}
 
-    def info(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    def info(self, config: Mapping[str, Any]) -> AskInfo | None:
         """Provenance recorded when ``config`` was asked (None if it never was)."""
         return self.ask_infos.get(self.space.key(self.space.validate(config)))
 
+    # ---------------------------------------------------------- persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly where this optimizer is (JSON-able; ``persistence``)."""
+        features = self.prior_features.state_dict()
+        return {
+            "version": persistence.STATE_VERSION,
+            "space_source": self.space.source,
+            "space_file": self.space.file,
+            "memory_capacity": self.memory_capacity,
+            "seed": self.seed,
+            "baseline": self.baseline,
+            "settings": self.settings.to_dict(),
+            "observations": [{"config": o.config, "outcome": o.outcome.to_dict()} for o in self.observations],
+            "pending": list(self.pending.values()),
+            "ask_infos": [i.to_dict() for i in self.ask_infos.values()],
+            "initial_queue": [{"config": c, "origin": None if o is None else o.to_dict()} for c, o in self.initial_queue],
+            "rng": self.rng.bit_generator.state,
+            "n_asks": self.n_asks,
+            "models": self.models.state_dict(),
+            "prior": None if self.prior is None else self.prior.spec(),
+            "prior_coefficients": features["coefficients"],
+            "prior_fit_keys": features["fit_keys"],
+            "time_outliers": sorted(self.time_outliers),
+            "time_trim_key": self.time_trim_key,
+        }
 
-def json_key(values: Sequence[Any]) -> str:
-    """``SearchSpace.key`` of a value tuple."""
-    import json
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore observations, pending configs, ask infos, the warm-start queue, RNG and model
+        state (the space and settings stay those of this optimizer)."""
+        persistence.check_version(state)
+        self.observations = []
+        self.feasibility.clear()
+        for raw in state["observations"]:
+            self.tell(raw["config"], Outcome.from_dict(raw["outcome"]))
+        self.pending = {self.space.key(c): self.space.validate(c) for c in state.get("pending", [])}
+        infos = [AskInfo.from_dict(i) for i in state.get("ask_infos", [])]
+        self.ask_infos = {self.space.key(i.config): i for i in infos}
+        if "initial_queue" in state:
+            self.initial_queue = []
+            entries = list(state["initial_queue"] or [])
+            self._queue_initial([e["config"] for e in entries],
+                                [None if e.get("origin") is None else WarmStartOrigin.from_dict(e["origin"])
+                                 for e in entries])
+        self.rng.bit_generator.state = state["rng"]
+        self.n_asks = int(state["n_asks"])
+        self.models.load_state_dict(state.get("models") or {})
+        self.time_outliers = {int(i) for i in state.get("time_outliers") or []}
+        self.time_trim_key = state.get("time_trim_key")
+        self.prior_features.load_state_dict(state.get("prior_coefficients"), state.get("prior_fit_keys"))
 
-    return json.dumps(list(values))
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> Optimizer:
+        """A new optimizer (space and settings included) from ``state_dict()``."""
+        from infrarsi.search.priors.registry import prior_from_spec
+
+        opt = cls(persistence.space_of(state), memory_capacity=state["memory_capacity"], seed=state["seed"],
+                  baseline=state.get("baseline"), settings=persistence.settings_of(state),
+                  prior=None if state.get("prior") is None else prior_from_spec(state["prior"]))
+        opt.load_state_dict(state)
+        return opt
+
+    def save(self, path: str | Path) -> None:
+        """Write ``state_dict()`` as JSON to ``path`` (atomically: a temp file, then ``os.replace``)."""
+        persistence.write_json(path, self.state_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Optimizer:
+        """Inverse of ``save``."""
+        return cls.from_state(persistence.read_json(path))
+
+    @classmethod
+    def from_trials(cls, space: SearchSpace, rows: Iterable[Mapping[str, Any]] | Any, *, memory_capacity: float,
+                    stages: tuple[str, ...] | None = None, **kwargs: Any) -> Optimizer:
+        """Rebuild from trial-log rows (the history: dicts, or a ``pyarrow.Table``).
+
+        Each row needs ``config`` (a JSON string or a dict) and is told as ``Outcome.from_row``
+        reads it. Rows whose config is not valid in ``space`` are skipped with a warning.
+        ``stages`` keeps only rows of those stages; ``kwargs`` go to the constructor.
+        """
+        opt = cls(space, memory_capacity=memory_capacity, **kwargs)
+        for cfg, outcome in persistence.history_outcomes(space, rows, stages):
+            opt.tell(cfg, outcome)
+        return opt
 
 
-def json_config(space: SearchSpace, key: str) -> dict[str, Any]:
+def _config_of_key(space: SearchSpace, key: str) -> dict[str, Any]:
     """Inverse of ``SearchSpace.key``."""
-    import json
-
     return space.as_config(json.loads(key))
 
 
 def _exp(x: float) -> float | None:
     return None if not math.isfinite(float(x)) else math.exp(float(x))
+
+
+def _finite(x: float) -> float | None:
+    """``x`` as a float, None when it is not finite (no prediction yet)."""
+    return float(x) if math.isfinite(float(x)) else None

@@ -1,13 +1,14 @@
-"""``Outcome``: what one trial of a config told the optimizer."""
+"""``Outcome`` and ``Observation``: what one trial of a config told the optimizer."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from infrarsi.errors import UserInputError
-from infrarsi.result import STATUSES
+from infrarsi.result import STATUSES, TrialResult
 
 FAILURE_STATUSES = ("failed", "timeout", "nan", "invariant_violation")
 """Non-OOM failures: they feed the feasibility model and are never proposed again."""
@@ -47,21 +48,56 @@ class Outcome:
                 "extra": dict(self.extra)}
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Outcome:
+    def from_dict(cls, raw: Mapping[str, Any]) -> Outcome:
         """Inverse of ``to_dict``."""
         return cls(status=raw["status"], step_time=raw.get("step_time"), peak_memory=raw.get("peak_memory"),
                    extra=dict(raw.get("extra") or {}))
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Outcome:
-        """From a trial-log row (``status``, ``step_time_s``, ``peak_memory_bytes``, ...)."""
-        status = str(row.get("status") or "failed")
-        step = row.get("step_time_s")
-        peak = row.get("peak_memory_bytes")
-        if status == "ok" and (step is None or not step > 0):
+    def from_row(cls, row: Mapping[str, Any] | TrialResult) -> Outcome:
+        """The optimizer's view of a trial-log row (a dict or a ``TrialResult``) or of a Ray Tune
+        result dict. The one rule, for every caller:
+
+        - status: an explicit ``status`` wins; an unknown one is ``failed``. A missing (or empty)
+          status is ``ok`` when the row has a finite ``step_time_s`` > 0, else ``failed``;
+        - ``ok`` needs a finite ``step_time_s`` > 0 (``step_time`` is read when ``step_time_s``
+          is absent); without one the row is ``failed``;
+        - ``peak_memory_bytes``: kept when finite and > 0, for ``ok`` (the measured peak) and
+          ``oom`` (a lower bound of the true peak); dropped for other statuses;
+        - ``extra["memory_censored"]``: the row's ``memory_censored`` when present, else whether
+          the status is ``oom``.
+        """
+        if isinstance(row, TrialResult):
+            row = {"status": row.status, "step_time_s": row.step_time_s, "peak_memory_bytes": row.peak_memory_bytes,
+                   "memory_censored": row.memory_censored}
+        step = _positive(row.get("step_time_s", row.get("step_time")))
+        raw_status = row.get("status")
+        if raw_status is None or raw_status == "":
+            status = "ok" if step is not None else "failed"
+        else:
+            status = str(raw_status) if raw_status in STATUSES else "failed"
+        if status == "ok" and step is None:
             status = "failed"
-        if status != "ok":
-            step = None
-        return cls(status=status, step_time=None if step is None else float(step),
-                   peak_memory=float(peak) if peak is not None and peak > 0 else None,
-                   extra={"memory_censored": bool(row.get("memory_censored", status == "oom"))})
+        peak = _positive(row.get("peak_memory_bytes")) if status in ("ok", "oom") else None
+        censored = row.get("memory_censored")
+        return cls(status=status, step_time=step if status == "ok" else None, peak_memory=peak,
+                   extra={"memory_censored": bool(status == "oom" if censored is None else censored)})
+
+
+@dataclass
+class Observation:
+    """One told trial."""
+
+    config: dict[str, Any]
+    """The full config."""
+    outcome: Outcome
+    """What happened."""
+
+
+def _positive(value: Any) -> float | None:
+    """``value`` as a finite float > 0, else None (missing, NaN, infinite, <= 0 or not a number)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) and x > 0 else None

@@ -11,33 +11,40 @@ wins; ties go to the smaller move.
 The optimizer pairs at two points (``Optimizer._bo_picks``):
 
 - *before the pick*, when the candidates are a sample of a space too large to score whole: the
-  ``PAIR_SOURCES`` candidates with the best acquisition if memory were no object
+  ``pair_sources`` candidates with the best acquisition if memory were no object
   (``fast_but_too_big``) are repaired, and a repair that is not in the sample competes with the
   sample's best under the same constrained acquisition. A sample rarely holds the fitting
   neighbour of a fast config that sits just past the memory cliff; this puts it there. When every
   config is scored, the repairs are already among them and this step changes nothing.
-- *after the pick*, when the chosen candidate itself is unlikely to fit (``PAIRING_TRIGGER``).
+- *after the pick*, when the chosen candidate itself is unlikely to fit (``pairing_trigger``).
+
+The thresholds are ``OptimizerSettings.pairing_*``, ``pair_*`` and ``repair_max_steps``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from infrarsi.search.settings import DEFAULT_SETTINGS
 from infrarsi.search.space import SearchSpace
 
-PAIRING_TRIGGER = 0.5
-"""Repair a chosen candidate whose P(fit) is below this."""
-PAIRING_TARGET = 0.7
-"""A repair must reach at least this P(fit)."""
-PAIR_SOURCES = 4
-"""Before the pick: how many fast-but-too-big candidates are repaired."""
-SOURCE_SCAN = 64
-"""... looked for among this many candidates with the best unconstrained acquisition."""
 
+class Predictions(Protocol):
+    """What ``best_repair`` reads of a batch of predictions (``acquisition.Scores`` has it)."""
+
+    time_mean: np.ndarray
+    """``(n,)`` posterior mean of log step time."""
+    p_fit: np.ndarray
+    """``(n,)`` P(peak <= capacity)."""
+    p_ok: np.ndarray
+    """``(n,)`` P(no non-OOM failure)."""
+
+
+P = TypeVar("P", bound=Predictions)
 
 @dataclass
 class Repair:
@@ -65,7 +72,7 @@ def saving_moves(space: SearchSpace, config: Mapping[str, Any]) -> list[tuple[st
     return out
 
 
-def repairs(space: SearchSpace, config: Mapping[str, Any], max_steps: int = 3,
+def repairs(space: SearchSpace, config: Mapping[str, Any], max_steps: int = DEFAULT_SETTINGS.repair_max_steps,
             limit: int = 400) -> list[Repair]:
     """Every valid config reachable by 1..``max_steps`` saving moves (breadth-first, deduplicated)."""
     start = dict(config)
@@ -91,8 +98,9 @@ def repairs(space: SearchSpace, config: Mapping[str, Any], max_steps: int = 3,
     return out
 
 
-def fast_but_too_big(log_score: np.ndarray, p_fit: np.ndarray, sources: int = PAIR_SOURCES,
-                     scan: int = SOURCE_SCAN, trigger: float = PAIRING_TRIGGER) -> list[int]:
+def fast_but_too_big(log_score: np.ndarray, p_fit: np.ndarray, sources: int = DEFAULT_SETTINGS.pair_sources,
+                     scan: int = DEFAULT_SETTINGS.pair_source_scan,
+                     trigger: float = DEFAULT_SETTINGS.pairing_trigger) -> list[int]:
     """Indices of up to ``sources`` candidates, best first by ``log_score - log p_fit`` (the
     acquisition if memory were no object) among the ``scan`` best by it, whose P(fit) is below
     ``trigger``."""
@@ -101,21 +109,22 @@ def fast_but_too_big(log_score: np.ndarray, p_fit: np.ndarray, sources: int = PA
     return [int(i) for i in top if p_fit[i] < trigger][:sources]
 
 
-def best_repair(space: SearchSpace, config: Mapping[str, Any],
-                predict: Callable[[Sequence[Mapping[str, Any]]], dict[str, np.ndarray]],
-                excluded: set[str], max_steps: int = 3, target: float = PAIRING_TARGET) -> tuple[Repair, dict[str, float]] | None:
+def best_repair(space: SearchSpace, config: Mapping[str, Any], predict: Callable[[Sequence[Mapping[str, Any]]], P],
+                excluded: set[str], max_steps: int = DEFAULT_SETTINGS.repair_max_steps,
+                target: float = DEFAULT_SETTINGS.pairing_target) -> tuple[Repair, P, int] | None:
     """The fitting repair with the best predicted step time, or None.
 
-    ``predict(configs)`` returns arrays ``log_time_mean``, ``p_fit`` and ``p_ok``.
+    ``predict(configs)`` scores the repairs (``time_mean``, ``p_fit`` and ``p_ok``, see
+    ``Predictions``). Returns the repair, the predictions of every repair scored and its index in them.
     """
     reps = [r for r in repairs(space, config, max_steps) if space.key(r.config) not in excluded]
     if not reps:
         return None
     pred = predict([r.config for r in reps])
-    ok = (pred["p_fit"] >= target) & (pred["p_ok"] >= 0.5)
+    ok = (pred.p_fit >= target) & (pred.p_ok >= 0.5)
     if not ok.any():
         return None
     idx = np.flatnonzero(ok)
-    order = sorted(idx.tolist(), key=lambda i: (float(pred["log_time_mean"][i]), reps[i].steps))
+    order = sorted(idx.tolist(), key=lambda i: (float(pred.time_mean[i]), reps[i].steps))
     i = order[0]
-    return reps[i], {k: float(v[i]) for k, v in pred.items()}
+    return reps[i], pred, i

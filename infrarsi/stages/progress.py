@@ -30,14 +30,14 @@ class RunProgress(Callback):
     """Tracks completed trials, the best step time and device-seconds; renders a progress bar."""
 
     def __init__(self, *, total: int, done: int, baseline_step_time_s: float | None,
-                 enabled: bool = True, prior: list[TrialResult] | None = None) -> None:
+                 enabled: bool = True, history: list[TrialResult] | None = None) -> None:
         self.total = total
         self.done = done
         self.baseline = baseline_step_time_s
         self.best = math.inf
         self.device_seconds = 0.0
         self.statuses: dict[str, int] = {}
-        for r in prior or []:
+        for r in history or []:
             self._account(r.status, r.step_time_s, r.device_seconds)
         self.enabled = enabled
         self._progress: Progress | None = None

@@ -27,7 +27,8 @@ from infrarsi.study.paths import StudyPaths
 log = structlog.get_logger(__name__)
 
 INFO_KEY = "__infrarsi_ask_info__"
-"""Reserved config key carrying the optimizer's prediction for a suggested config to the trainable."""
+"""Reserved config key carrying the optimizer's ``AskInfo`` (as ``to_dict()``) for a suggested
+config to the trainable, which logs it in the row's ``extra["ask_info"]``."""
 
 _REPORTED = ("status", "step_time_s", "peak_memory_bytes", "memory_censored", "tokens_per_s", "mfu",
              "device_seconds", "trial_id", "error")
@@ -38,13 +39,15 @@ def _make_trainable(executor_name: str, namespace: str):
         import ray
         from ray import tune
 
+        from infrarsi.search.ask_info import AskInfo
+
         cfg = dict(config)
-        info = cfg.pop(INFO_KEY, None) or {}
+        raw = cfg.pop(INFO_KEY, None)
         executor = ray.get_actor(executor_name, namespace=namespace)
         ctx = tune.get_context()
-        extra = {"tune_trial_id": ctx.get_trial_id(), "ask_info": info}
-        if info.get("predicted_peak_memory_bytes") is not None:
-            extra["predicted_peak_memory_bytes"] = info["predicted_peak_memory_bytes"]
+        extra: dict[str, Any] = {"tune_trial_id": ctx.get_trial_id()}
+        if raw:
+            extra["ask_info"] = AskInfo.from_dict(raw).to_dict()
         row = cast(dict[str, Any], ray.get(executor.run_trial.remote(cfg, "run", extra=extra)))
         metrics = {k: row.get(k) for k in _REPORTED}
         st = row.get("step_time_s")
@@ -65,8 +68,8 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     from infrarsi.execution.runner import init_ray as ensure_ray
     from infrarsi.stages.common import device_budget_s
     from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.stages.optimizer_factory import build_optimizer, make_searcher
     from infrarsi.stages.progress import RunProgress
-    from infrarsi.stages.searcher_factory import build_optimizer, make_searcher
     from infrarsi.study.contract import Contract
     from infrarsi.study.trial_log import read_trials
     from infrarsi.study.trial_log import rows as rows_from_table
@@ -74,8 +77,8 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     paths = StudyPaths(Path(study_dir).resolve())
     contract = Contract.load(paths.root)
     DoctorReport.load(paths.root)  # run needs the doctor's calibration (StudyError: run doctor)
-    prior = [r for r in rows_from_table(read_trials(paths.root))]
-    done_run = [r for r in prior if r.stage == "run" and not r.extra.get("interrupted")]
+    history = rows_from_table(read_trials(paths.root))
+    done_run = [r for r in history if r.stage == "run" and not r.extra.get("interrupted")]
     if done_run and not resume:
         raise StudyError(
             f"{paths.root}: the study already has {len(done_run)} run trial(s). Pass --resume to "
@@ -94,8 +97,8 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
         recovered = ray.get(executor.recover_inflight.remote())  # type: ignore[attr-defined]
         if recovered:
             log.warning("run.recovered_inflight", trials=[r["trial_id"] for r in recovered])
-        prior = rows_from_table(read_trials(paths.root))
-        optimizer = build_optimizer(contract, prior, seed=seed, study_dir=paths.root)
+        history = rows_from_table(read_trials(paths.root))
+        optimizer = build_optimizer(contract, history, seed=seed, study_dir=paths.root)
         if remaining == 0:
             log.info("run.budget_done", trials=len(done_run))
         else:
@@ -103,7 +106,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
             limiter = ConcurrencyLimiter(searcher, max_concurrent=1)
             baseline_s = _baseline_step(paths)
             prog = RunProgress(total=budget, done=len(done_run), baseline_step_time_s=baseline_s,
-                               enabled=progress, prior=done_run)
+                               enabled=progress, history=done_run)
             wall = time_budget_s if time_budget_s is not None else contract.budgets.wall_time_s
             tuner = tune.Tuner(
                 tune.with_resources(_make_trainable(name, namespace), {"cpu": 0, "memory": 1}),

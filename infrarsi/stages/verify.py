@@ -33,7 +33,7 @@ def select_candidates(study_dir: Path, top_k: int) -> list[dict[str, Any]]:
     """The top-k distinct run configs by the model's smoothed (posterior-mean) step time, falling
     back to the median observed step time. Invariant violations and the baseline are excluded."""
     from infrarsi.stages.common import baseline_config
-    from infrarsi.stages.searcher_factory import build_optimizer
+    from infrarsi.stages.optimizer_factory import build_optimizer
     from infrarsi.study.contract import Contract
     from infrarsi.study.trial_log import read_trials, rows
 

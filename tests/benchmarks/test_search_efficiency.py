@@ -52,10 +52,10 @@ def test_ramp_stops_raising_at_oom() -> None:
 
 
 def test_wide_problem_is_above_the_candidate_cap_with_the_same_oracle() -> None:
-    from infrarsi.search.optimizer import CANDIDATE_CAP
+    from infrarsi.search import OptimizerSettings
 
     wide, narrow = PROBLEMS["surrogate_2node_wide"](), PROBLEMS["surrogate_2node"]()
-    assert len(wide.truth) > CANDIDATE_CAP >= len(narrow.truth)  # so its sampled path runs
+    assert len(wide.truth) > OptimizerSettings().candidate_cap >= len(narrow.truth)  # so its sampled path runs
     assert math.isclose(wide.oracle_time, narrow.oracle_time)  # a superset space with the same best config
 
 

@@ -3,12 +3,17 @@
 Step time and peak memory follow the rough shape of a ZeRO job on 8 devices: larger micro-batches
 and no checkpointing are faster but hungrier, bf16 is faster and smaller, ZeRO stages and
 offloading save memory and cost communication. The capacity cuts the fastest corner off.
+``SyntheticPrior`` is a rough analytic prior of it (registered as kind ``synthetic_test``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from infrarsi.search.priors.registry import PRIORS
 
 ROOT = Path(__file__).resolve().parents[2]
 DENSE = ROOT / "search_spaces" / "deepspeed_dense.yaml"
@@ -68,4 +73,61 @@ def run(c: dict[str, Any]):
     return Outcome(status="ok", step_time=step_time_s(c), peak_memory=mem)
 
 
+TINY = """
+name: tiny
+knobs:
+  - name: stage
+    type: choice
+    values: [0, 1, 2]
+    memory: saver
+  - name: mbs
+    type: int
+    values: [1, 2, 4, 8]
+    memory: hungry
+  - name: ckpt
+    type: bool
+    memory: saver
+"""
+"""A three-knob space for the optimizer's unit tests (``tiny_run`` is its truth)."""
+TINY_CAP = 10.0
+
+
+def tiny_run(c: dict[str, Any]):
+    from infrarsi.search import Outcome
+
+    mem = (6.0 - 2.0 * c["stage"]) + c["mbs"] * (0.4 if c["ckpt"] else 1.2)
+    if mem > TINY_CAP:
+        return Outcome(status="oom")
+    t = (1.0 + 1.5 / c["mbs"]) * (1.3 if c["ckpt"] else 1.0) * (1.0 + 0.15 * c["stage"])
+    return Outcome(status="ok", step_time=t, peak_memory=mem)
+
+
 BASELINE = {"zero_stage": 3, "micro_batch_size": 1, "activation_checkpointing": "full", "dtype": "fp32"}
+
+
+class SyntheticPrior:
+    """A rough prior of ``search_synthetic``: model states and activations, without its buckets,
+    with activation sizes off by a factor (so the fitted coefficients have work to do)."""
+
+    kind = "synthetic_test"
+    time_names = ("compute", "comm", "offload")
+    memory_names = ("states", "activations", "fixed")
+
+    def terms(self, configs: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        T, M = [], []
+        for c in configs:
+            p = 1.5e9
+            pb = 2 if c["dtype"] == "bf16" else 4
+            z = c["zero_stage"]
+            states = p * pb * (1 / 8 if z >= 3 else 1) + p * pb * (1 / 8 if z >= 2 else 1)
+            states += 0 if c["offload_optimizer"] else p * 12 / (8 if z >= 1 else 1)
+            act = 1.0 * GB * c["micro_batch_size"] * {"none": 1.0, "selective": 0.5, "full": 0.1}[c["activation_checkpointing"]]
+            M.append([states, act, 1.0 * GB])
+            T.append([10.0 * (1 + 1 / c["micro_batch_size"]), 1.0 * (z > 0), 4.0 * c["offload_optimizer"]])
+        return np.array(T), np.array(M)
+
+    def spec(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+
+PRIORS["synthetic_test"] = lambda raw: SyntheticPrior()

@@ -13,8 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from synthetic_study import BASE, BEST, ROOT, make_study, row, write_rows
 
-from infrarsi.search import Optimizer, Outcome
-from infrarsi.stages.searcher_factory import WarmStartOptimizer, bank_prior_configs, build_optimizer
+from infrarsi.search import AskInfo, Optimizer, Outcome
+from infrarsi.stages.optimizer_factory import bank_warm_start_configs, build_optimizer
 from infrarsi.stages.tune import add_to_bank
 from infrarsi.study.bank import Bank
 from infrarsi.study.contract import Contract
@@ -24,7 +24,7 @@ GIB = 1 << 30
 SECOND = {**BASE, "zero_stage": 1, "micro_batch_size": 8, "activation_checkpointing": "selective"}
 """Only study b (hardware box-b) ran it: 0.9 s over a 2.05 s baseline."""
 TEMPTING = {**BASE, "zero_stage": 2, "micro_batch_size": 8, "activation_checkpointing": "none"}
-"""Only the new study's own hardware (box-c) ran it, fastest of all: must not be a prior."""
+"""Only the new study's own hardware (box-c) ran it, fastest of all: must not be a warm-start config."""
 THIRD = {**BASE, "micro_batch_size": 4}
 
 
@@ -58,20 +58,24 @@ def test_first_asks_after_baseline_are_the_banks_best_from_other_hardware(tmp_pa
     monkeypatch.setenv("INFRARSI_BANK", "off")  # the contract's bank counts, not the environment
     contract, rows = new_study(tmp_path, bank.root)
     opt = build_optimizer(contract, rows, study_dir=tmp_path / "new")
-    assert isinstance(opt, WarmStartOptimizer)
+    assert len(opt.initial_queue) == 3
     space = opt.space
-    asked = []
+    asked, origins = [], []
     for _ in range(3):
         cfg = opt.ask()
-        assert opt.last_ask_info["phase"] == "prior"
+        info = opt.last_ask_info
+        assert isinstance(info, AskInfo) and info.phase == "warm_start"
         asked.append(cfg)
+        origins.append(info.warm_start_origin)
         opt.tell(cfg, Outcome(status="ok", step_time=1.0, peak_memory=0.5 * GIB))
     # Best relative step time first: BEST (0.66/2.05, studies a and b), SECOND (0.9/2.05, b),
     # THIRD (1.1/2.05); box-c's TEMPTING (its own hardware) and the oom config are left out.
     assert [space.key(c) for c in asked] == [space.key(space.validate(c)) for c in (BEST, SECOND, THIRD)]
-    assert opt.prior_meta[space.key(space.validate(SECOND))]["source_study"] == "b"
+    assert origins[1] is not None and origins[1].source_study == "b"
+    assert opt.info(SECOND) == AskInfo(config=space.validate(SECOND), phase="warm_start", ask_index=1,
+                                       warm_start_origin=origins[1])
     nxt = opt.ask()
-    assert opt.last_ask_info["phase"] != "prior"
+    assert opt.last_ask_info.phase != "warm_start"
     assert space.key(nxt) not in {space.key(c) for c in asked}
 
 
@@ -80,14 +84,14 @@ def test_baseline_comes_first_and_tried_priors_are_skipped(tmp_path: Path, bank:
     opt = build_optimizer(contract, [], study_dir=tmp_path / "new")
     space = opt.space
     first = opt.ask()
-    assert opt.last_ask_info["phase"] == "baseline"
+    assert opt.last_ask_info.phase == "baseline"
     assert space.key(first) == space.key(space.validate(BASE))
     opt.tell(first, Outcome(status="ok", step_time=3.0, peak_memory=0.3 * GIB))
     opt.tell(BEST, Outcome(status="ok", step_time=1.0, peak_memory=0.5 * GIB))  # already measured here
     batch = opt.ask(2)
     # No trial logged yet, so this machine is unknown and every bank study counts (box-c too).
     assert [space.key(c) for c in batch] == [space.key(space.validate(c)) for c in (TEMPTING, SECOND)]
-    assert [i["phase"] for i in opt.last_ask_info] == ["prior", "prior"]
+    assert [i.phase for i in opt.last_ask_info] == ["warm_start", "warm_start"]
 
 
 def test_bank_off_or_empty_gives_the_plain_optimizer(tmp_path: Path, bank: Bank,
@@ -95,16 +99,16 @@ def test_bank_off_or_empty_gives_the_plain_optimizer(tmp_path: Path, bank: Bank,
     contract, rows = new_study(tmp_path, None)
     monkeypatch.setenv("INFRARSI_BANK", str(bank.root))  # the contract's "off" wins
     opt = build_optimizer(contract, rows, study_dir=tmp_path / "new", bank_root=bank.root)
-    assert type(opt) is Optimizer
+    assert isinstance(opt, Optimizer) and opt.initial_queue == []
     monkeypatch.delenv("INFRARSI_BANK")
     nowhere, _ = new_study(tmp_path, tmp_path / "no-bank", name="nowhere")
-    assert bank_prior_configs(nowhere, opt.space, rows) == []
+    assert bank_warm_start_configs(nowhere, opt.space, rows) == []
     # Same hardware only: no prior (box-a's own rows are better used directly).
     only_a = Bank(tmp_path / "bank-a")
     only_a.add_study(tmp_path / "a")
     same_hw, _ = new_study(tmp_path, only_a.root, name="same-hw")
     rows_a = [row("doctor-0", "doctor", BASE, 0.0, step=3.0, mem=0.3, hw="box-a")]
-    assert bank_prior_configs(same_hw, opt.space, rows_a) == []
+    assert bank_warm_start_configs(same_hw, opt.space, rows_a) == []
 
 
 def test_add_to_bank_after_tune_goes_to_the_contracts_bank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

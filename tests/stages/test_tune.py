@@ -58,6 +58,30 @@ def test_all_stages_then_each_stage_again_from_the_directory(tmp_path: Path) -> 
     assert r.returncode == 1 and "--resume" in r.stderr
 
 
+def test_the_report_draws_the_peak_memory_the_optimizer_predicted(tmp_path: Path) -> None:
+    """init, doctor, run and report through the stage functions: each run trial logs the ask's
+    ``AskInfo`` (through Ray Tune's config), and the report draws its predicted peak memory
+    against the measured one."""
+    from infrarsi.search import AskInfo
+    from infrarsi.stages.doctor import doctor_stage
+    from infrarsi.stages.init import init_stage
+    from infrarsi.stages.report import write_report
+    from infrarsi.stages.run import run_stage
+
+    study = tmp_path / "study"
+    init_stage(FIXTURE, study, trials=3)
+    doctor_stage(study, repeats=2)
+    run_stage(study, trials=3, progress=False)
+    run_rows = [r for r in rows(read_trials(study)) if r.stage == "run"]
+    assert len(run_rows) == 3
+    infos = [AskInfo.from_dict(r.extra["ask_info"]) for r in run_rows]
+    assert all(i.config == r.config for i, r in zip(infos, run_rows, strict=True))
+    assert all(i.predicted_peak_memory_bytes and i.predicted_peak_memory_bytes > 0 for i in infos)
+    out = write_report(study)
+    assert "predicted_vs_measured" in {p.stem for p in out.figures}
+    assert "predicted vs measured: nothing to draw" not in out.markdown.read_text()
+
+
 def test_sigkill_mid_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
     study = tmp_path / "study"
     assert _cli("init", str(FIXTURE), "--study", str(study)).returncode == 0

@@ -1,5 +1,8 @@
-"""Surrogate models of the search core: log step time (exact GP), censored peak memory (Tobit
-variational GP) and feasibility against non-OOM failures (Beta-Bernoulli per knob value)."""
+"""The search core's surrogate models: step time, censored peak memory and non-OOM failures.
+
+Log step time: an exact GP (``time_gp``); peak memory: a censored (Tobit) variational GP
+(``tobit``); failures: a Bayesian logistic model capped by a culprit model (``feasibility``).
+"""
 
 from infrarsi.search.models.feasibility import FeasibilityModel
 from infrarsi.search.models.time_gp import fit_time_gp

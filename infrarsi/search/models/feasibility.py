@@ -2,9 +2,9 @@
 
 A Bayesian logistic regression on one-hot (knob, value) indicators, fitted by MAP (Newton steps):
 ``logit P(fail) = b + sum_k w[k, value_k]`` with priors ``b ~ N(logit 0.05, 1.5^2)`` and
-``w ~ N(0, 2^2)``. Because all values of a config share the blame, a culprit value (``dtype=bf16``
-breaking the loss tolerance) takes it, and the values it shares with successful configs are
-explained away. OOMs count as runs that did not fail this way (the memory model owns them).
+``w ~ N(0, 2^2)`` (``OptimizerSettings.feasibility_*``). Because all values of a config share the
+blame, a culprit value (``dtype=bf16`` breaking the loss tolerance) takes it, and the values it
+shares with successful configs are explained away. OOMs count as runs that did not fail this way (the memory model owns them).
 Invariant violations and NaNs weigh more than crashes and timeouts, which are often transient.
 Exact failed configs are excluded by the optimizer regardless of this model.
 
@@ -13,9 +13,10 @@ The logistic model spreads the blame of a first failure over every value of the 
 ``p_ok`` is also capped by a *culprit* model, the deterministic-culprit reading of the same data:
 a value seen in a run that completed is exonerated; each failure's weight is shared by its values that
 were never seen succeeding (a failure whose values were all seen succeeding is taken as transient
-and blames nothing); a value's blame is ``shares / (shares + CULPRIT_PRIOR)`` and
+and blames nothing); a value's blame is ``shares / (shares + culprit_prior)`` and
 ``P(ok) = prod(1 - blame)`` over the config's values. As successes exonerate the bystanders, the
-blame concentrates on the culprit.
+blame concentrates on the culprit. Failure weights per status and the culprit pseudo-count are
+``OptimizerSettings.failure_weight`` and ``culprit_prior``.
 """
 
 from __future__ import annotations
@@ -27,27 +28,29 @@ from typing import Any
 
 import numpy as np
 
-FAILURE_WEIGHT = {"failed": 1.0, "timeout": 1.0, "nan": 2.0, "invariant_violation": 3.0}
-"""How many failures one outcome counts for."""
-PRIOR_BIAS = (math.log(0.05 / 0.95), 1.5)
-"""Mean and sd of the intercept (a 5% base failure rate)."""
-PRIOR_WEIGHT_SD = 2.0
-"""Prior sd of each (knob, value) weight."""
-CULPRIT_PRIOR = 1.0
-"""Pseudo-count against blame in the culprit model (one full failure share makes blame 1/2 with
-the default weight 1; an invariant violation, weight 3, makes it 3/4)."""
+from infrarsi.search.settings import DEFAULT_SETTINGS, OptimizerSettings
 
 
 @dataclass
 class FeasibilityModel:
     """Weighted runs and failures, and the fitted logistic model."""
 
+    settings: OptimizerSettings = DEFAULT_SETTINGS
+    """Priors of the logistic model and the culprit pseudo-count (``feasibility_*``, ``culprit_prior``)."""
     rows: list[tuple[dict[str, str], float, float]] = field(default_factory=list)
     """(knob -> repr(value), failure weight, success weight) per told trial."""
     exonerated: set[str] = field(default_factory=set)
     """``"knob=repr(value)"`` of every value seen in a run that completed (status ok)."""
     _coef: dict[str, float] | None = field(default=None, repr=False)
-    _bias: float = field(default=PRIOR_BIAS[0], repr=False)
+    _bias: float = field(default=0.0, repr=False)
+
+    def __post_init__(self) -> None:
+        self._bias = self._prior_bias_mean()
+
+    def _prior_bias_mean(self) -> float:
+        """The intercept's prior mean: the logit of the base failure rate."""
+        rate = self.settings.feasibility_base_failure_rate
+        return math.log(rate / (1.0 - rate))
 
     @property
     def n_fail(self) -> float:
@@ -81,10 +84,10 @@ class FeasibilityModel:
                 X[i, 1 + col[f"{k}={v}"]] = 1.0
         fail = np.array([r[1] for r in self.rows])
         ok = np.array([r[2] for r in self.rows])
-        prec = np.full(d, 1.0 / PRIOR_WEIGHT_SD**2)
-        prec[0] = 1.0 / PRIOR_BIAS[1] ** 2
+        prec = np.full(d, 1.0 / self.settings.feasibility_weight_sd**2)
+        prec[0] = 1.0 / self.settings.feasibility_bias_sd ** 2
         mu0 = np.zeros(d)
-        mu0[0] = PRIOR_BIAS[0]
+        mu0[0] = self._prior_bias_mean()
         beta = mu0.copy()
 
         def log_post(b: np.ndarray) -> float:
@@ -117,7 +120,7 @@ class FeasibilityModel:
         if self._coef is None:
             self._fit()
         coef = self._coef or {}
-        base = 1.0 / (1.0 + math.exp(-PRIOR_BIAS[0]))  # an untouched config is not penalised
+        base = 1.0 / (1.0 + math.exp(-self._prior_bias_mean()))  # an untouched config is not penalised
         blame = self.blame()
         n = len(configs)
         names = list(configs[0]) if n else []
@@ -143,7 +146,8 @@ class FeasibilityModel:
             suspects = [f"{k}={v}" for k, v in cfg.items() if f"{k}={v}" not in seen_ok]
             for name in suspects:
                 shares[name] = shares.get(name, 0.0) + fail / len(suspects)
-        return {n: s / (s + CULPRIT_PRIOR) for n, s in shares.items()}
+        prior = self.settings.culprit_prior
+        return {n: s / (s + prior) for n, s in shares.items()}
 
 
 def _value_codes(configs: Sequence[Mapping[str, Any]], knob: str) -> tuple[np.ndarray, list[str]]:

@@ -9,15 +9,17 @@ discount it, so the optimizer trims such points:
 1. fit on every ok measurement;
 2. screen: compute each point's leave-one-out residual in closed form (Rasmussen & Williams 2006,
    eq. 5.12), ``y_i - mu_{-i} = alpha_i / [K^-1]_ii`` with ``alpha = K^-1 (y - m)``, and its
-   z-score ``alpha_i / sqrt([K^-1]_ii)``; candidates are the points with z above ``SCREEN_Z`` and a
-   residual above ``OUTLIER_MIN_LOG`` (these z-scores are deflated: an outlier inflates the fitted
-   noise and bends the mean towards itself);
-3. test: refit without the candidate (up to ``MAX_TESTS`` candidates, largest z first; the refit
-   is warm-started and light, as after a new trial) and predict it (observation noise included);
-   if it is slower than predicted by both ``OUTLIER_Z`` sds and ``OUTLIER_MIN_LOG`` log seconds,
-   it is dropped and the search goes on from 2 (at most ``OUTLIER_MAX_FRACTION`` of the points,
-   and only from ``OUTLIER_MIN_POINTS`` on); if not, the model is refitted on every point and
-   trimming stops.
+   z-score ``alpha_i / sqrt([K^-1]_ii)``; candidates are the points with z above
+   ``outlier_screen_z`` and a residual above ``outlier_min_log`` (these z-scores are deflated: an
+   outlier inflates the fitted noise and bends the mean towards itself);
+3. test: refit without the candidate (up to ``outlier_max_tests`` candidates, largest z first; the
+   refit is warm-started and light, as after a new trial) and predict it (observation noise
+   included); if it is slower than predicted by both ``outlier_z`` sds and ``outlier_min_log`` log
+   seconds, it is dropped and the search goes on from 2 (at most ``outlier_max_fraction`` of the
+   points, and only from ``outlier_min_points`` on); if not, the model is refitted on every point
+   and trimming stops.
+
+The thresholds are ``OptimizerSettings.outlier_*``.
 
 Known limit: two stragglers in similar configs can hide each other (each inflates the noise the
 other is judged against), and a warm-started refit can keep a short lengthscale that an outlier
@@ -36,18 +38,7 @@ from typing import Any
 
 import torch
 
-SCREEN_Z = 1.0
-"""A point is tested by a refit only if its closed-form leave-one-out z-score is above this."""
-MAX_TESTS = 1
-"""At most this many candidates (largest z first) are tested by a refit per round."""
-OUTLIER_Z = 3.0
-"""A tested point is an outlier when it is this many predictive sds slower than the refit predicts."""
-OUTLIER_MIN_LOG = 0.12
-"""... and at least this much slower in log seconds (~13%: 3 sds of a 4% run-to-run noise)."""
-OUTLIER_MIN_POINTS = 6
-"""Fewer ok measurements than this: no trimming (the leave-one-out fits are too loose)."""
-OUTLIER_MAX_FRACTION = 0.15
-"""At most this fraction of the points (rounded down, at least 1) is trimmed."""
+from infrarsi.search.settings import DEFAULT_SETTINGS, OptimizerSettings
 
 
 def loo_residuals(model: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,26 +73,28 @@ def _predict(model: Any, X: torch.Tensor) -> tuple[float, float]:
 
 
 def trim_slow_outliers(y: torch.Tensor, fit: Callable[[list[int]], Any],
-                       inputs: Callable[[list[int]], torch.Tensor]) -> set[int]:
+                       inputs: Callable[[list[int]], torch.Tensor],
+                       settings: OptimizerSettings = DEFAULT_SETTINGS) -> set[int]:
     """Indices into ``y`` (log step times) to leave out of the step-time fit.
 
     ``fit(indices)`` fits the model (and anything else that learns from the same points, like the
     prior's coefficients) on those points and returns it (None if there is none); ``inputs(indices)``
-    gives those points' model inputs under the latest fit. On return, the last ``fit`` call was on
-    the complement of the returned set.
+    gives those points' model inputs under the latest fit; ``settings`` holds the thresholds
+    (``outlier_*``). On return, the last ``fit`` call was on the complement of the returned set.
     """
     n = int(y.shape[0])
     dropped: set[int] = set()
-    cap = max(1, int(OUTLIER_MAX_FRACTION * n))
+    cap = max(1, int(settings.outlier_max_fraction * n))
     keep = list(range(n))
     model = fit(keep)
-    while model is not None and len(keep) >= OUTLIER_MIN_POINTS and len(dropped) < cap:
+    while model is not None and len(keep) >= settings.outlier_min_points and len(dropped) < cap:
         try:
             resid, z = loo_residuals(model)
         except (RuntimeError, AttributeError):  # not positive definite, or not an exact GP
             break
         eligible = [int(j) for j in torch.argsort(z, descending=True)
-                    if float(z[j]) > SCREEN_Z and float(resid[j]) > OUTLIER_MIN_LOG][:MAX_TESTS]
+                    if float(z[j]) > settings.outlier_screen_z
+                    and float(resid[j]) > settings.outlier_min_log][:settings.outlier_max_tests]
         found = None
         for j in eligible:
             c = keep[j]
@@ -109,7 +102,7 @@ def trim_slow_outliers(y: torch.Tensor, fit: Callable[[list[int]], Any],
             trimmed = fit(rest)
             mean, sd = _predict(trimmed, inputs([c]))
             r = float(y[c]) - mean
-            if r > OUTLIER_Z * sd and r > OUTLIER_MIN_LOG:
+            if r > settings.outlier_z * sd and r > settings.outlier_min_log:
                 found = c, rest, trimmed
                 break
         if found is None:

@@ -5,16 +5,17 @@ few points) on the unit-cube features of ``Encoder``. Fits are warm-started from
 hyperparameters and capped in iterations, so a refit after one more observation costs little.
 
 The kernel is the smooth (RBF) kernel plus a per-config term: an independent deviation of each
-distinct config, sd ``CONFIG_DEVIATION_SD`` log seconds, fixed (``_config_kernel``). Without it,
+distinct config, sd ``config_sd`` log seconds (``OptimizerSettings.config_deviation_sd``), fixed
+(``_config_kernel``). Without it,
 a smooth fit (long lengthscales over the analytic prior's residuals) shrinks every config's own
 replicates towards its neighbours. In a traced 2-node run, two trials of the oracle averaging
 0.7% below its true time were predicted 1.7% above it, behind a config 2.9% slower with one lucky
 draw, so ``best()`` recommended the slower one; with the term (sd 0.08) the oracle is predicted
 0.2% below its true time and recommended. The sd was chosen on the benchmark problems
-(``benchmarks/search_variants.py``, ``config_sd``: 0.02 to 0.16; see
+(``benchmarks/search_variants.py``, 0.02 to 0.16; see
 ``benchmarks/results/search_efficiency.md``). It also gives an untried config that much more
 predictive spread; the acquisition credits an untried config with only part of it
-(``ACQUISITION_CONFIG_SD``, ``acquisition_variance_cut``). The term is used only with the
+(``OptimizerSettings.acquisition_config_sd``, ``acquisition_variance_cut``). The term is used only with the
 analytic prior (``offset``): without one, the smooth GP is the whole model and the extra spread
 made the search explore more, and it did no better (prior off, 8 seeds at 24 trials, one machine:
 1.138 / 1.195 on the 1- / 2-node surrogate with the term, against 1.045 / 1.217 without it).
@@ -23,6 +24,7 @@ made the search explore more, and it did no better (prior off, 8 seeds at 24 tri
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from typing import Any
 
@@ -31,23 +33,16 @@ from botorch.models import SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from botorch.optim.fit import fit_gpytorch_mll_scipy
-from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
+from gpytorch.kernels import Kernel, MaternKernel, RBFKernel, ScaleKernel
 from gpytorch.means import LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
-from gpytorch.priors import NormalPrior
+from gpytorch.priors import LogNormalPrior, NormalPrior
 
 from infrarsi.search.models.offset_mean import OffsetMean
+from infrarsi.search.settings import DEFAULT_SETTINGS
 
 State = dict[str, torch.Tensor]
 
-CONFIG_DEVIATION_SD = 0.08
-"""Sd (log seconds) of each distinct config's own deviation from the smooth model (0: none)."""
-ACQUISITION_CONFIG_SD = 0.04
-"""Sd (log seconds) of the per-config deviation that the acquisition credits an untried config
-with (``acquisition_variance_cut``). The model's 0.08 is sized for recommendation (so that a
-config's replicates outweigh its neighbours); credited in full, it made every untried neighbour
-of the incumbent an 8% lottery ticket, and the search spent its trials on knobs worth under 1%
-(buckets, overlap, offload) inside the first basin it found."""
 _IDENTITY_LENGTHSCALE = 1e-3
 """Lengthscale of the per-config term: distinct configs differ by at least one knob step (>= 1/63
 of the unit cube for any knob with up to 64 values), where this kernel is exp(-125) ~ 0."""
@@ -80,40 +75,53 @@ def _config_kernel(d: int) -> ScaleKernel:
     return k
 
 
-def _covar(d: int) -> Kernel:
-    smooth = get_covar_module_with_dim_scaled_prior(ard_num_dims=d, active_dims=list(range(d)))
-    return smooth if CONFIG_DEVIATION_SD <= 0 else smooth + _config_kernel(d)
+def _smooth_kernel(d: int, kernel: str, active_dims: list[int] | None) -> Kernel:
+    """The smooth kernel over ``d`` features: BoTorch's dimension-scaled RBF, or a Matern-5/2 with
+    the same lengthscale prior (``OptimizerSettings.time_kernel``)."""
+    if kernel == "matern":
+        prior = LogNormalPrior(loc=math.sqrt(2) + 0.5 * math.log(d), scale=math.sqrt(3))
+        return MaternKernel(nu=2.5, ard_num_dims=d, lengthscale_prior=prior, active_dims=active_dims).double()
+    return get_covar_module_with_dim_scaled_prior(ard_num_dims=d, active_dims=active_dims)
 
 
-def _set_config_scale(model: SingleTaskGP) -> None:
-    """Put the per-config term's variance, ``CONFIG_DEVIATION_SD**2`` in log seconds, in the
-    model's standardised units (the outcome's sd changes from fit to fit)."""
+def _covar(d: int, config_sd: float, kernel: str) -> Kernel:
+    smooth = _smooth_kernel(d, kernel, list(range(d)))
+    return smooth if config_sd <= 0 else smooth + _config_kernel(d)
+
+
+def _set_config_scale(model: SingleTaskGP, config_sd: float) -> None:
+    """Put the per-config term's variance, ``config_sd**2`` in log seconds, in the model's
+    standardised units (the outcome's sd changes from fit to fit)."""
     kernels: Any = getattr(model.covar_module, "kernels", ())
     if len(kernels) == 2:
         tf: Any = model.outcome_transform
         sd = float(tf.stdvs.reshape(()))
         with torch.no_grad():
-            kernels[1].outputscale = max((CONFIG_DEVIATION_SD / max(sd, 1e-6)) ** 2, 1e-12)
+            kernels[1].outputscale = max((config_sd / max(sd, 1e-6)) ** 2, 1e-12)
 
 
-def acquisition_variance_cut(model: SingleTaskGP) -> float:
+def acquisition_variance_cut(model: SingleTaskGP, config_sd: float, acquisition_sd: float) -> float:
     """What the acquisition takes off an untried config's posterior variance (log seconds squared):
-    ``CONFIG_DEVIATION_SD**2 - ACQUISITION_CONFIG_SD**2`` when the model has the per-config term,
-    else 0. An untried config's posterior of the term is its prior, so the cut leaves the smooth
-    model's uncertainty plus ``ACQUISITION_CONFIG_SD**2``."""
+    ``config_sd**2 - acquisition_sd**2`` when the model has the per-config term, else 0. An untried
+    config's posterior of the term is its prior, so the cut leaves the smooth model's uncertainty
+    plus ``acquisition_sd**2`` (``OptimizerSettings.acquisition_config_sd``)."""
     kernels: Any = getattr(model.covar_module, "kernels", ())
     if len(kernels) != 2:
         return 0.0
-    return max(CONFIG_DEVIATION_SD**2 - ACQUISITION_CONFIG_SD**2, 0.0)
+    return max(config_sd**2 - acquisition_sd**2, 0.0)
 
 
-def _build(train_X: torch.Tensor, Y: torch.Tensor, offset: tuple[int, int] | None) -> SingleTaskGP:
+def _build(train_X: torch.Tensor, Y: torch.Tensor, offset: tuple[int, int] | None, config_sd: float,
+           kernel: str) -> SingleTaskGP:
     if offset is None:  # no analytic prior: BoTorch's default kernel, no per-config term (module docstring)
-        return SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=_linear_mean(train_X.shape[-1]))
+        d = train_X.shape[-1]
+        covar = {} if kernel == "rbf" else {"covar_module": _smooth_kernel(d, kernel, None)}
+        return SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=_linear_mean(d), **covar)
     d, column = offset
     mean = OffsetMean(_linear_mean(d), d, column)
-    model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=mean, covar_module=_covar(d))
-    _set_config_scale(model)
+    model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=mean,
+                         covar_module=_covar(d, config_sd, kernel))
+    _set_config_scale(model, config_sd)
     return model
 
 
@@ -124,7 +132,9 @@ def _standardize_offset(model: SingleTaskGP) -> None:
 
 
 def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State | None = None,
-                maxiter: int = 60, offset: tuple[int, int] | None = None) -> tuple[SingleTaskGP, State]:
+                maxiter: int = 60, offset: tuple[int, int] | None = None, *,
+                config_sd: float = DEFAULT_SETTINGS.config_deviation_sd,
+                kernel: str = DEFAULT_SETTINGS.time_kernel) -> tuple[SingleTaskGP, State]:
     """Fit the GP.
 
     Args:
@@ -135,6 +145,8 @@ def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State 
         offset: ``(d, column)``: only the first ``d`` columns are features; ``column`` holds a known
             log-time offset (the analytic prior), added to the mean and ignored by the kernel
             (``OffsetMean``).
+        config_sd: sd (log seconds) of the per-config term, used only with ``offset`` (0: none).
+        kernel: the smooth kernel, ``rbf`` or ``matern``.
 
     Returns:
         The fitted model in eval mode, and its parameters (for the next warm start).
@@ -142,11 +154,11 @@ def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State 
     Y = log_step_time.reshape(-1, 1).to(torch.float64)
     if Y.shape[0] > 1 and float(Y.std()) < 1e-9:  # all equal: add a hint of spread to stay well posed
         Y = Y + 1e-6 * torch.arange(Y.shape[0], dtype=torch.float64).reshape(-1, 1)
-    model = _build(train_X, Y, offset)
+    model = _build(train_X, Y, offset, config_sd, kernel)
     if warm is not None:
         with contextlib.suppress(RuntimeError):  # shapes changed (another space): start fresh
             torch.nn.Module.load_state_dict(model, warm, strict=False)
-        _set_config_scale(model)  # the warm state holds the previous fit's units
+        _set_config_scale(model, config_sd)  # the warm state holds the previous fit's units
     _standardize_offset(model)
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     mll.train()
@@ -156,7 +168,7 @@ def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State 
             if maxiter > 0:
                 fit_gpytorch_mll_scipy(mll, options={"maxiter": maxiter})
         except Exception:  # numerical trouble: fall back to the prior-initialised model
-            model = _build(train_X, Y, offset)
+            model = _build(train_X, Y, offset, config_sd, kernel)
             _standardize_offset(model)
     model.eval()
     return model, hyper_state(model)

@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from infrarsi.search.models.feasibility import (
-    CULPRIT_PRIOR,
-    FAILURE_WEIGHT,
-    PRIOR_BIAS,
-    FeasibilityModel,
-)
+from infrarsi.search.models.feasibility import FeasibilityModel
+from infrarsi.search.settings import DEFAULT_SETTINGS
+
+FAILURE_WEIGHT = DEFAULT_SETTINGS.failure_weight
+CULPRIT_PRIOR = DEFAULT_SETTINGS.culprit_prior
+BASE_FAILURE_RATE = DEFAULT_SETTINGS.feasibility_base_failure_rate
 
 BASE = {"zero": 3, "mbs": 1, "ckpt": "full", "dtype": "fp32", "offload": False}
 
@@ -88,7 +88,7 @@ def test_the_batched_p_ok_matches_one_config_at_a_time() -> None:
     want = np.array([m.p_ok([c])[0] for c in grid])  # one config: the batched path on n = 1
     assert np.allclose(got, want, rtol=0, atol=1e-12)
     m.p_ok(grid[:1])  # fitted
-    coef, blame, base = m._coef or {}, m.blame(), 1.0 / (1.0 + math.exp(-PRIOR_BIAS[0]))
+    coef, blame, base = m._coef or {}, m.blame(), BASE_FAILURE_RATE
     for c, p in zip(grid, got, strict=True):  # the formula, written out per config
         z = m._bias + sum(coef.get(f"{k}={v!r}", 0.0) for k, v in c.items())
         logistic = min(1.0, (1.0 - 1.0 / (1.0 + math.exp(-z))) / (1.0 - base))

@@ -1,4 +1,4 @@
-"""Optimizer: ask/tell semantics, exclusions, batches, persistence, no Ray import."""
+"""``Optimizer`` (``optimizer.py``): ask/tell semantics, exclusions, batches, settings, warm-start configs, stragglers, save/restore, no Ray import."""
 
 from __future__ import annotations
 
@@ -6,37 +6,33 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 
+import numpy as np
 import pytest
-from search_synthetic import BASELINE, CAPACITY, DENSE, memory_bytes, run, step_time_s
+from search_synthetic import (
+    BASELINE,
+    CAPACITY,
+    DENSE,
+    TINY,
+    TINY_CAP,
+    memory_bytes,
+    run,
+    step_time_s,
+    tiny_run,
+)
 
-from infrarsi.search import Optimizer, Outcome, SearchExhausted, SearchSpace
-from infrarsi.search.optimizer import REPEAT_BELOW_P
-
-TINY = """
-name: tiny
-knobs:
-  - name: stage
-    type: choice
-    values: [0, 1, 2]
-    memory: saver
-  - name: mbs
-    type: int
-    values: [1, 2, 4, 8]
-    memory: hungry
-  - name: ckpt
-    type: bool
-    memory: saver
-"""
-TINY_CAP = 10.0
-
-
-def tiny_run(c: dict) -> Outcome:
-    mem = (6.0 - 2.0 * c["stage"]) + c["mbs"] * (0.4 if c["ckpt"] else 1.2)
-    if mem > TINY_CAP:
-        return Outcome(status="oom")
-    t = (1.0 + 1.5 / c["mbs"]) * (1.3 if c["ckpt"] else 1.0) * (1.0 + 0.15 * c["stage"])
-    return Outcome(status="ok", step_time=t, peak_memory=mem)
+from infrarsi.errors import UserInputError
+from infrarsi.search import (
+    AskInfo,
+    Optimizer,
+    OptimizerSettings,
+    Outcome,
+    SearchExhausted,
+    SearchSpace,
+    WarmStartOrigin,
+)
+from infrarsi.search.settings import DEFAULT_SETTINGS
 
 
 def test_import_does_not_load_ray() -> None:
@@ -52,11 +48,11 @@ def test_baseline_first_then_design_and_info() -> None:
     opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, baseline={"stage": 2, "mbs": 1, "ckpt": True})
     first = opt.ask()
     assert first == {"stage": 2, "mbs": 1, "ckpt": True}
-    assert opt.last_ask_info["phase"] == "baseline"
+    assert opt.last_ask_info.phase == "baseline"
     opt.tell(first, tiny_run(first))
     second = opt.ask()
-    assert second != first and opt.last_ask_info["phase"] == "design"
-    assert opt.info(second)["config"] == second
+    assert second != first and opt.last_ask_info.phase == "design"
+    assert opt.info(second).config == second
     assert opt.best() == first  # the only ok config
 
 
@@ -70,7 +66,7 @@ def test_baseline_replicates_do_not_use_up_the_design() -> None:
     phases = []
     for _ in range(3):
         c = opt.ask()
-        phases.append(opt.last_ask_info["phase"])
+        phases.append(opt.last_ask_info.phase)
         opt.tell(c, tiny_run(c))
     assert phases == ["design"] * 3
 
@@ -84,7 +80,7 @@ def test_oom_and_failed_configs_are_never_proposed_again() -> None:
         cfg = opt.ask()
         key = space.key(cfg)
         assert key not in bad
-        if key in seen and opt.last_ask_info["phase"] != "replicate":  # type: ignore[call-overload]
+        if key in seen and opt.last_ask_info.phase != "replicate":
             # besides the incumbent's replicate, an ok config comes back only when its one measurement
             # was left out as a slow outlier (models/outliers.py), or when every untried config is
             # judged unlikely to run
@@ -92,7 +88,7 @@ def test_oom_and_failed_configs_are_never_proposed_again() -> None:
             untried = [space.as_config(v) for v in space.enumerate_values() or []]
             untried = [c for c in untried if space.key(c) not in seen and space.key(c) not in bad]
             p = opt.predict(untried)
-            assert key in trimmed or float((p["p_fit"] * p["p_ok"]).max()) < REPEAT_BELOW_P
+            assert key in trimmed or float((p["p_fit"] * p["p_ok"]).max()) < DEFAULT_SETTINGS.repeat_below_p
         seen.append(key)
         out = tiny_run(cfg)
         if out.status == "ok" and i % 4 == 3:
@@ -164,30 +160,11 @@ def test_save_restore_gives_identical_next_ask(tmp_path) -> None:
     restored = Optimizer.load(path)
     a, b = opt.ask(), restored.ask()
     assert a == b
-    assert opt.last_ask_info["phase"] == restored.last_ask_info["phase"]
+    assert opt.last_ask_info.phase == restored.last_ask_info.phase
     state = json.loads(path.read_text())
     other = Optimizer(space, memory_capacity=TINY_CAP, seed=3, n_init=3)
     other.load_state_dict(state)
     assert other.ask() == a
-
-
-def test_from_trials_rebuilds_observations_and_exclusions() -> None:
-    space = SearchSpace.from_yaml(TINY)
-    rows = []
-    for cfg in space.enumerate()[:6]:  # type: ignore[index]
-        out = tiny_run(cfg)
-        rows.append({"trial_id": f"t{len(rows)}", "stage": "run", "config": json.dumps(cfg), "status": out.status,
-                     "step_time_s": out.step_time, "peak_memory_bytes": out.peak_memory,
-                     "memory_censored": out.status == "oom"})
-    rows.append({"trial_id": "bad", "stage": "run", "config": json.dumps({"stage": 9}), "status": "ok",
-                 "step_time_s": 1.0, "peak_memory_bytes": 1.0, "memory_censored": False})
-    with pytest.warns(UserWarning, match="skipped a row"):
-        opt = Optimizer.from_trials(space, rows, memory_capacity=TINY_CAP, seed=0, n_init=2)
-    assert len(opt.observations) == 6
-    told = {space.key(json.loads(r["config"])) for r in rows[:6]}
-    assert space.key(opt.ask()) not in told
-    best = opt.best()
-    assert best is not None and tiny_run(best).status == "ok"
 
 
 def test_invariant_violation_pattern_is_avoided() -> None:
@@ -252,9 +229,9 @@ def test_local_steps_stay_near_the_incumbent() -> None:
     phases = []
     for _ in range(9):
         c = opt.ask()
-        info = dict(opt.last_ask_info)  # type: ignore[arg-type]
-        phases.append(info["phase"])
-        if info["phase"] == "bo-local":
+        info = opt.last_ask_info
+        phases.append(info.phase)
+        if info.phase == "bo-local":
             best = opt.best()
             assert best is not None
             assert sum(c[k] != best[k] for k in space.names) <= 2
@@ -271,36 +248,18 @@ def test_an_incumbent_measured_once_is_re_measured_on_a_local_turn(intensify: bo
     replicated = []
     for _ in range(12):
         c = opt.ask()
-        info = dict(opt.last_ask_info)  # type: ignore[arg-type]
-        if info["phase"] == "replicate":
+        info = opt.last_ask_info
+        if info.phase == "replicate":
             replicated.append(space.key(c))
             told = [space.key(o.config) for o in opt.observations if o.outcome.status == "ok"]
             assert told.count(space.key(c)) == 1  # the incumbent, measured once so far
             assert c == opt.best()
-            assert info["predicted_step_time_s"] > 0 and 0.0 <= info["p_fit"] <= 1.0
+            assert info.predicted_step_time_s > 0 and 0.0 <= info.p_fit <= 1.0
             assert opt.n_asks % 2 == 0  # a local turn (n_asks counts this ask)
         opt.tell(c, tiny_run(c))
     assert bool(replicated) == intensify
     assert len(set(replicated)) == len(replicated)  # a confirmed incumbent is not re-run again
-    assert Optimizer.from_state(opt.state_dict()).intensify == intensify
-
-
-def test_sampled_candidates_start_from_the_baseline_and_keep_the_local_neighbourhood() -> None:
-    """Above ``candidate_cap`` the optimizer scores a random subset: the baseline must still come
-    first, and a local step must still see the fastest config's two-change neighbourhood."""
-    space = SearchSpace.from_yaml(DENSE)
-    n_valid = len(space.enumerate() or [])
-    baseline = space.validate(BASELINE)
-    opt = Optimizer(space, memory_capacity=CAPACITY, seed=3, baseline=baseline, candidate_cap=40)
-    assert n_valid > 40  # so the sampled path runs
-    first = opt.ask()
-    assert first == baseline and opt.last_ask_info["phase"] == "baseline"
-    opt.tell(first, run(first))
-    configs, _ = opt._candidates(set())
-    keys = {space.key(c) for c in configs}
-    two_away = [nb2 for nb in space.neighbours(first) for nb2 in space.neighbours(nb)]
-    assert all(space.key(c) in keys for c in two_away)
-    assert len(configs) < n_valid  # still a subset, not the whole space
+    assert Optimizer.from_state(opt.state_dict()).settings.intensify == intensify
 
 
 def test_a_space_too_large_to_enumerate_is_sampled_and_still_starts_from_the_baseline() -> None:
@@ -317,10 +276,10 @@ def test_a_space_too_large_to_enumerate_is_sampled_and_still_starts_from_the_bas
     for i in range(8):
         c = opt.ask()
         if i == 0:
-            assert c == space.validate(baseline) and opt.last_ask_info["phase"] == "baseline"
+            assert c == space.validate(baseline) and opt.last_ask_info.phase == "baseline"
         assert space.is_valid(c) and space.key(c) not in failed
         # new, unless it re-measures the incumbent (intensification)
-        assert space.key(c) not in seen or opt.last_ask_info["phase"] == "replicate"
+        assert space.key(c) not in seen or opt.last_ask_info.phase == "replicate"
         if c["k3"] == 9:
             failed.add(space.key(c))
             opt.tell(c, Outcome(status="failed"))
@@ -358,11 +317,11 @@ def test_pairing_before_the_pick_repairs_a_fast_config_the_sample_cannot_fit() -
     pick = int(scores.log_score.argmax())
     info = opt._pair_before_pick(pool, scores, pick, excluded=set())
     assert info is not None
-    c = info["config"]
-    assert info["phase"] == "repair" and info["paired"] == "before_pick" and info["repair_of"] == fast
+    c = info.config
+    assert info.phase == "repair" and info.paired == "before_pick" and info.repair_of == fast
     assert space.key(c) not in {space.key(fast), space.key(slow)} and space.is_valid(c)
-    assert info["p_fit"] >= 0.7 and info["log_acquisition"] > scores.log_score[pick]
-    assert info["repair_moves"] and all(space.knob(m.split(":")[0]).memory != "neutral" for m in info["repair_moves"])
+    assert info.p_fit >= 0.7 and info.log_acquisition > scores.log_score[pick]
+    assert info.repair_moves and all(space.knob(m.split(":")[0]).memory != "neutral" for m in info.repair_moves)
 
 
 @pytest.mark.parametrize("cap", [40, None])
@@ -375,11 +334,118 @@ def test_pairing_before_the_pick_runs_only_on_a_sampled_pool(cap: int | None) ->
     fired = 0
     for _ in range(20):
         c = opt.ask()
-        info = dict(opt.last_ask_info)  # type: ignore[arg-type]
-        if info.get("paired") == "before_pick":
+        info = opt.last_ask_info
+        if info.paired == "before_pick":
             fired += 1
-            assert info["phase"] == "repair" and info["original_p_fit"] < 0.5 <= info["p_fit"]
-            assert space.is_valid(c) and space.key(info["repair_of"]) != space.key(c)
+            assert info.phase == "repair" and info.original_p_fit < 0.5 <= info.p_fit
+            assert space.is_valid(c) and space.key(info.repair_of) != space.key(c)
         opt.tell(c, run(c))
     if cap is None:
         assert fired == 0
+
+
+def test_settings_survive_save_and_restore_and_give_the_same_next_asks(tmp_path) -> None:
+    """A variant (non-default settings) is rebuilt exactly from its saved state."""
+    space = SearchSpace.from_yaml(DENSE)
+    variant = OptimizerSettings(local_every=3, local_radius=1, acquisition_config_sd=0.02, design_rule="maximin",
+                                outlier_min_points=4, time_gp_iters=(100, 40, 6))
+    opt = Optimizer(space, memory_capacity=CAPACITY, seed=7, baseline=BASELINE, settings=variant, n_init=4)
+    assert opt.settings == replace(variant, n_init=4)  # a keyword option fills the settings
+    for _ in range(7):
+        c = opt.ask()
+        opt.tell(c, run(c))
+    opt.save(tmp_path / "opt.json")
+    restored = Optimizer.load(tmp_path / "opt.json")
+    assert restored.settings == opt.settings and restored.settings != OptimizerSettings(n_init=4)
+    for _ in range(3):
+        a, b = opt.ask(), restored.ask()
+        assert a == b and opt.last_ask_info == restored.last_ask_info
+        opt.tell(a, run(a))
+        restored.tell(b, run(b))
+
+
+def test_unknown_options_and_bad_settings_are_user_input_errors() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    with pytest.raises(UserInputError, match="local_every"):
+        Optimizer(space, memory_capacity=TINY_CAP, local_every=-1)
+    with pytest.raises(UserInputError, match="ask"):
+        Optimizer(space, memory_capacity=TINY_CAP).ask(0)
+
+
+def test_initial_configs_come_after_the_baseline_in_order_each_once() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    base = {"stage": 2, "mbs": 1, "ckpt": True}
+    warm = [{"stage": 1, "mbs": 4, "ckpt": True}, {"stage": 9}, {"stage": 1, "mbs": 4, "ckpt": True},
+            {"stage": 2, "mbs": 2}, {"stage": 0, "mbs": 8}]
+    origins = [WarmStartOrigin(source_study="a", relative_step_time=0.5), None, None, WarmStartOrigin(trial_id="t2")]
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, baseline=base, initial_configs=warm,
+                    initial_origins=origins, n_init=3)
+    # the invalid config (stage 9) and the repeat are dropped; the rest keep their order and origins
+    assert [c for c, _ in opt.initial_queue] == [space.validate(warm[i]) for i in (0, 3, 4)]
+    assert opt.ask() == base and opt.last_ask_info.phase == "baseline"
+    opt.tell(base, tiny_run(base))
+    opt.tell(warm[3], tiny_run(space.validate(warm[3])))  # measured before its turn: skipped
+    first = opt.ask()
+    assert first == space.validate(warm[0])
+    assert opt.last_ask_info == AskInfo(config=first, phase="warm_start", ask_index=1, warm_start_origin=origins[0])
+    batch = opt.ask(2)  # the last queued config, then the optimizer's own
+    assert batch[0] == space.validate(warm[4]) and [i.phase for i in opt.last_ask_info] == ["warm_start", "bo"]
+    assert opt.initial_queue == [] and len({space.key(c) for c in [first, *batch]}) == 3
+    with pytest.raises(UserInputError, match="initial_origins"):
+        Optimizer(space, memory_capacity=TINY_CAP, initial_configs=[base], initial_origins=[None, None])
+
+
+def test_the_warm_start_queue_is_saved_and_restored() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    warm = [{"stage": 1, "mbs": 4}, {"stage": 0, "mbs": 2}, {"stage": 2, "mbs": 8}]
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=1, initial_configs=warm,
+                    initial_origins=[WarmStartOrigin(source_study=s) for s in "abc"])
+    for _ in range(2):  # the default config (the baseline), then the first warm-start config
+        c = opt.ask()
+        opt.tell(c, tiny_run(c))
+    restored = Optimizer.from_state(json.loads(json.dumps(opt.state_dict())))
+    assert restored.initial_queue == opt.initial_queue and len(opt.initial_queue) == 2
+    for _ in range(3):
+        a, b = opt.ask(), restored.ask()
+        assert a == b and opt.last_ask_info == restored.last_ask_info
+        opt.tell(a, tiny_run(a))
+        restored.tell(b, tiny_run(b))
+    assert [i.warm_start_origin.source_study for i in opt.ask_infos.values() if i.phase == "warm_start"] == ["a", "b", "c"]
+
+
+STRAGGLER_SPACE = """
+name: toy
+knobs:
+  - {name: a, type: int, values: [1, 2, 3, 4, 5, 6]}
+  - {name: b, type: int, values: [1, 2, 3, 4]}
+"""
+
+
+def _straggler_truth(c: dict[str, int]) -> float:
+    return 2.0 + 0.5 * c["a"] + 0.3 * (c["b"] - 2) ** 2
+
+
+def test_optimizer_leaves_a_straggler_out_and_may_measure_it_again(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    space = SearchSpace.from_yaml(STRAGGLER_SPACE)
+    opt = Optimizer(space, memory_capacity=100.0, seed=0)
+    rng = np.random.default_rng(0)
+    configs = [{"a": a, "b": b} for a in (1, 3, 5, 6) for b in (1, 2, 4)]
+    for i, c in enumerate(configs):
+        t = _straggler_truth(c) * math.exp(0.01 * rng.standard_normal())
+        if c == {"a": 1, "b": 2}:  # the fastest config, measured during a straggler
+            t *= 1.5
+            straggler = i
+        opt.tell(c, Outcome("ok", step_time=t, peak_memory=50.0))
+    # best() recommends only configs with a trusted measurement; the model ignores the slow one
+    assert opt.best() == {"a": 1, "b": 1}
+    assert opt.time_outliers == {straggler}
+    pred = float(opt.predict([{"a": 1, "b": 2}])["step_time_mean_s"][0])
+    assert abs(pred / _straggler_truth({"a": 1, "b": 2}) - 1) < 0.1  # not the straggler's 1.5x
+    assert space.key({"a": 1, "b": 2}) not in opt._excluded()[1]  # it may be measured again
+    opt.save(tmp_path / "s.json")
+    again = Optimizer.load(tmp_path / "s.json")
+    assert again.time_outliers == {straggler} and again.time_trim_key == opt.time_trim_key
+    # a second slow measurement agrees with the first: neither is an outlier any more
+    opt.tell({"a": 1, "b": 2}, Outcome("ok", step_time=_straggler_truth({"a": 1, "b": 2}) * 1.5, peak_memory=50.0))
+    opt.best()
+    assert opt.time_outliers == set()

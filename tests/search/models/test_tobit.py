@@ -5,14 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-import numpy as np
 import pytest
 import torch
 from gpytorch.distributions import MultivariateNormal
 from scipy import integrate, stats
 
-from infrarsi.search.models.predict import ExactMarginal, VariationalMarginal
-from infrarsi.search.models.time_gp import fit_time_gp
+from infrarsi.search.models.predict import VariationalMarginal
 from infrarsi.search.models.tobit import (
     TobitLikelihood,
     build_tobit_gp,
@@ -112,18 +110,3 @@ def test_warm_start_extends_the_inducing_set() -> None:
     assert torch.equal(dist.variational_mean.detach()[15:], torch.zeros(5))
 
 
-def test_fast_predictors_match_botorch_posteriors() -> None:
-    X, y, censored, truth = _data(25)
-    Xt = torch.rand(40, 3, generator=torch.Generator().manual_seed(5))
-    tobit, _ = fit_tobit_gp(X, y, censored, mean_indices=[0], mean_signs=[1.0], maxiter=50)
-    m, v = VariationalMarginal(tobit)(Xt)
-    with torch.no_grad():
-        post = tobit.posterior(Xt)
-    assert torch.allclose(m, post.mean.reshape(-1), atol=1e-5)
-    assert torch.allclose(v, post.variance.reshape(-1), atol=1e-5)
-    gp, _ = fit_time_gp(X, truth, maxiter=50)
-    m, v = ExactMarginal(gp)(Xt)
-    with torch.no_grad():
-        post = gp.posterior(Xt)
-    assert torch.allclose(m, post.mean.reshape(-1), atol=1e-5)
-    assert np.allclose(v.numpy(), post.variance.reshape(-1).numpy(), atol=1e-5, rtol=1e-4)

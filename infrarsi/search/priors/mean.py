@@ -9,42 +9,34 @@ activations, ...), computed from nominal hardware figures. The models then use
 
 with coefficients ``a, b >= 0`` fitted by MAP under a log-normal prior centred on 1 (the nominal
 figures), so a handful of trials recalibrates the hardware and the GPs only learn what the
-formulas miss. ``fit_log_coefficients`` does the fit; OOM trials enter the memory fit as
-censored points (the true peak is at least the recorded bound), as they do in the Tobit GP.
+formulas miss. ``fit_log_coefficients`` does the fit (its noise and prior sds are
+``OptimizerSettings.prior_*``); OOM trials enter the memory fit as censored points (the true peak
+is at least the recorded bound), as they do in the Tobit GP.
 
 The core stays knob-agnostic: it never reads knob names. Priors that know what ``zero_stage`` or
-``micro_batch_size`` mean (``transformer_prior``) are registered in ``PRIORS`` by name, and
-rebuilt from their ``spec()`` when an optimizer is restored.
+``micro_batch_size`` mean (``priors.transformer``) are listed in ``priors.registry.PRIORS`` by
+name, and rebuilt from their ``spec()`` when an optimizer is restored.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch.special import log_ndtr
 
-from infrarsi.errors import SearchSpaceError
-
-TIME_NOISE_SD = 0.15
-"""Assumed sd of log step time around the fitted prior (model misfit, not only timing noise)."""
-MEMORY_NOISE_SD = 0.10
-"""Assumed sd of log peak memory around the fitted prior."""
-COEF_PRIOR_SD = 1.5
-"""Sd of each log coefficient's normal prior around 0 (the nominal hardware figures)."""
-FIT_ITERS = 60
-"""L-BFGS iterations of a coefficient fit."""
+from infrarsi.search.settings import DEFAULT_SETTINGS
 
 
 class PriorMean(Protocol):
     """What the optimizer needs from an analytic prior."""
 
     kind: str
-    """Registry name (``PRIORS``), used to rebuild the prior from ``spec()``."""
+    """Registry name (``priors.registry.PRIORS``), used to rebuild the prior from ``spec()``."""
     time_names: tuple[str, ...]
     """Names of the step-time terms (columns of ``terms()[0]``)."""
     memory_names: tuple[str, ...]
@@ -55,22 +47,8 @@ class PriorMean(Protocol):
         ...
 
     def spec(self) -> dict[str, Any]:
-        """JSON-able arguments that rebuild this prior through ``PRIORS[kind]``."""
+        """JSON-able arguments that rebuild this prior through ``priors.registry.PRIORS[kind]``."""
         ...
-
-
-PRIORS: dict[str, Callable[[dict[str, Any]], PriorMean]] = {}
-"""Prior kind -> builder from a ``spec()`` dict (filled by the modules defining priors)."""
-
-
-def prior_from_spec(raw: Mapping[str, Any]) -> PriorMean:
-    """Rebuild a prior saved with ``{"kind": ..., **spec}``."""
-    kind = str(raw.get("kind"))
-    if kind not in PRIORS:
-        import infrarsi.search.transformer_prior  # noqa: F401  (registers "transformer")
-    if kind not in PRIORS:
-        raise SearchSpaceError(f"optimizer state: field 'prior.kind' is {kind!r}; known kinds: {sorted(PRIORS)}.")
-    return PRIORS[kind](dict(raw))
 
 
 def log_prior_sum(terms: np.ndarray | torch.Tensor, log_coef: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -83,7 +61,8 @@ def log_prior_sum(terms: np.ndarray | torch.Tensor, log_coef: np.ndarray | torch
 
 def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray | None = None, *,
                          noise_sd: float, scale: float = 1.0, warm: np.ndarray | None = None,
-                         prior_sd: float = COEF_PRIOR_SD) -> np.ndarray:
+                         prior_sd: float = DEFAULT_SETTINGS.prior_time_coef_sd,
+                         max_iter: int = DEFAULT_SETTINGS.prior_fit_iters) -> np.ndarray:
     """MAP log coefficients ``u`` of ``y ~ log(sum_k exp(u_k) * terms_k / scale)``.
 
     Args:
@@ -94,6 +73,7 @@ def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray 
         scale: divides the sum (the capacity, for log(peak / capacity)).
         warm: starting point (the previous fit), or None for zeros.
         prior_sd: sd of the ``N(0, prior_sd^2)`` prior on each ``u_k``.
+        max_iter: L-BFGS iterations.
 
     Returns:
         ``(k,)`` log coefficients; a column that is zero on every row stays at its prior (0).
@@ -107,7 +87,7 @@ def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray 
     if F.shape[0] == 0:
         return start.copy()
     logF = torch.where(F > 0, F.clamp_min(1e-300).log(), torch.full_like(F, -math.inf))
-    opt = torch.optim.LBFGS([u], lr=1.0, max_iter=FIT_ITERS, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS([u], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
         opt.zero_grad()

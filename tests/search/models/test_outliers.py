@@ -7,16 +7,8 @@ import math
 import numpy as np
 import torch
 
-from infrarsi.search import Optimizer, Outcome, SearchSpace
 from infrarsi.search.models.outliers import loo_residuals, trim_slow_outliers
 from infrarsi.search.models.time_gp import fit_time_gp
-
-SPACE = """
-name: toy
-knobs:
-  - {name: a, type: int, values: [1, 2, 3, 4, 5, 6]}
-  - {name: b, type: int, values: [1, 2, 3, 4]}
-"""
 
 
 def _data(n: int, seed: int, noise: float = 0.02) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,33 +63,3 @@ def test_too_few_points_are_never_trimmed() -> None:
     y = y.clone()
     y[0] += 1.0
     assert _trim(X, y) == set()
-
-
-def _truth(c: dict[str, int]) -> float:
-    return 2.0 + 0.5 * c["a"] + 0.3 * (c["b"] - 2) ** 2
-
-
-def test_optimizer_leaves_a_straggler_out_and_may_measure_it_again(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    space = SearchSpace.from_yaml(SPACE)
-    opt = Optimizer(space, memory_capacity=100.0, seed=0)
-    rng = np.random.default_rng(0)
-    configs = [{"a": a, "b": b} for a in (1, 3, 5, 6) for b in (1, 2, 4)]
-    for i, c in enumerate(configs):
-        t = _truth(c) * math.exp(0.01 * rng.standard_normal())
-        if c == {"a": 1, "b": 2}:  # the fastest config, measured during a straggler
-            t *= 1.5
-            straggler = i
-        opt.tell(c, Outcome("ok", step_time=t, peak_memory=50.0))
-    # best() recommends only configs with a trusted measurement; the model ignores the slow one
-    assert opt.best() == {"a": 1, "b": 1}
-    assert opt.time_outliers == {straggler}
-    pred = float(opt.predict([{"a": 1, "b": 2}])["step_time_mean_s"][0])
-    assert abs(pred / _truth({"a": 1, "b": 2}) - 1) < 0.1  # not the straggler's 1.5x
-    assert space.key({"a": 1, "b": 2}) not in opt._excluded()[1]  # it may be measured again
-    opt.save(tmp_path / "s.json")
-    again = Optimizer.load(tmp_path / "s.json")
-    assert again.time_outliers == {straggler} and again.time_trim_key == opt.time_trim_key
-    # a second slow measurement agrees with the first: neither is an outlier any more
-    opt.tell({"a": 1, "b": 2}, Outcome("ok", step_time=_truth({"a": 1, "b": 2}) * 1.5, peak_memory=50.0))
-    opt.best()
-    assert opt.time_outliers == set()

@@ -28,17 +28,16 @@ def _at(x: torch.Tensor) -> torch.Tensor:
     return torch.stack([x, torch.zeros_like(x)]).reshape(1, 2)
 
 
-def _posterior(sd: float, monkeypatch: pytest.MonkeyPatch, x: torch.Tensor) -> tuple[float, time_gp.SingleTaskGP]:
-    monkeypatch.setattr(time_gp, "CONFIG_DEVIATION_SD", sd)
+def _posterior(sd: float, x: torch.Tensor) -> tuple[float, time_gp.SingleTaskGP]:
     X, y, _ = _data()
-    model, _state = time_gp.fit_time_gp(X, y, maxiter=80, offset=(1, 1))
+    model, _state = time_gp.fit_time_gp(X, y, maxiter=80, offset=(1, 1), config_sd=sd)
     mean, _var = ExactMarginal(model)(_at(x))
     return float(mean), model
 
 
-def test_the_config_term_is_an_identity_kernel_with_a_fixed_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_config_term_is_an_identity_kernel_with_a_fixed_scale() -> None:
     grid = torch.linspace(0, 1, 64, dtype=torch.float64).reshape(-1, 1)
-    _, model = _posterior(0.04, monkeypatch, grid[20])
+    _, model = _posterior(0.04, grid[20])
     _smooth, config = model.covar_module.kernels
     K = config(torch.cat([grid[18:23], torch.zeros(5, 1, dtype=torch.float64)], dim=-1)).to_dense()
     sd = float(model.outcome_transform.stdvs.reshape(()))
@@ -47,36 +46,34 @@ def test_the_config_term_is_an_identity_kernel_with_a_fixed_scale(monkeypatch: p
     assert not config.raw_outputscale.requires_grad and not config.base_kernel.raw_lengthscale.requires_grad
 
 
-def test_replicates_of_a_config_move_its_prediction_towards_their_mean(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replicates_of_a_config_move_its_prediction_towards_their_mean() -> None:
     _X, y, j = _data()
     x = torch.linspace(0, 1, 64, dtype=torch.float64)[j]
     replicate_mean = float(y[-4:].mean())
-    without, _ = _posterior(0.0, monkeypatch, x)
-    with_term, _ = _posterior(0.04, monkeypatch, x)
+    without, _ = _posterior(0.0, x)
+    with_term, _ = _posterior(0.04, x)
     assert abs(with_term - replicate_mean) < abs(without - replicate_mean)
     # a config next to it, never measured, is not pulled along as much
     nxt = torch.linspace(0, 1, 64, dtype=torch.float64)[j + 2]  # 22: not on the measured grid (every 3rd)
-    n0, _ = _posterior(0.0, monkeypatch, nxt)
-    n1, _ = _posterior(0.04, monkeypatch, nxt)
+    n0, _ = _posterior(0.0, nxt)
+    n1, _ = _posterior(0.04, nxt)
     assert (without - with_term) > (n0 - n1)
 
 
-def test_without_the_term_or_without_a_prior_the_kernel_is_the_plain_smooth_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, model = _posterior(0.0, monkeypatch, torch.tensor(0.5, dtype=torch.float64))
+def test_without_the_term_or_without_a_prior_the_kernel_is_the_plain_smooth_one() -> None:
+    _, model = _posterior(0.0, torch.tensor(0.5, dtype=torch.float64))
     assert not hasattr(model.covar_module, "kernels")
-    monkeypatch.setattr(time_gp, "CONFIG_DEVIATION_SD", 0.08)
     X, y, _ = _data()
-    no_prior, _state = time_gp.fit_time_gp(X[:, :1], y, maxiter=5)
+    no_prior, _state = time_gp.fit_time_gp(X[:, :1], y, maxiter=5, config_sd=0.08)
     assert not hasattr(no_prior.covar_module, "kernels")
 
 
-def test_the_acquisition_credits_an_untried_config_with_part_of_the_term(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_acquisition_credits_an_untried_config_with_part_of_the_term() -> None:
     from infrarsi.search.acquisition import exploration_sd
 
-    monkeypatch.setattr(time_gp, "ACQUISITION_CONFIG_SD", 0.03)
     grid = torch.linspace(0, 1, 64, dtype=torch.float64)
-    _, model = _posterior(0.08, monkeypatch, grid[20])
-    cut = time_gp.acquisition_variance_cut(model)
+    _, model = _posterior(0.08, grid[20])
+    cut = time_gp.acquisition_variance_cut(model, 0.08, 0.03)
     assert cut == pytest.approx(0.08**2 - 0.03**2)
     pred = ExactMarginal(model, cut)
     X = torch.cat([_at(grid[21]), _at(grid[20]), _at(grid[22])])  # 21 is measured (every 3rd), 20 too (4x); 22 is not
@@ -90,19 +87,22 @@ def test_the_acquisition_credits_an_untried_config_with_part_of_the_term(monkeyp
     assert torch.equal(ei_sd[:2], sd[:2])  # measured configs keep the model's posterior
     assert float(ei_sd[2] ** 2) == pytest.approx(float(var[2]) - cut)
     # the untried config's own posterior of the term is its prior: what is left is the smooth
-    # model's uncertainty plus ACQUISITION_CONFIG_SD**2, so still more than a measured config's
+    # model's uncertainty plus the acquisition's sd (0.03) squared, so still more than a measured config's
     assert float(ei_sd[2]) > 0.03
     # without the term, or with the cut at 0, nothing changes
-    _, plain = _posterior(0.0, monkeypatch, grid[20])
-    assert time_gp.acquisition_variance_cut(plain) == 0.0
+    _, plain = _posterior(0.0, grid[20])
+    assert time_gp.acquisition_variance_cut(plain, 0.08, 0.03) == 0.0
     assert torch.equal(exploration_sd(ExactMarginal(plain), X, sd), sd)
 
 
-def test_untried_finds_every_training_row_in_a_large_pool() -> None:
-    """Encoded features in many dimensions (cdist's matmul form leaves ~1e-8 on identical rows)."""
-    g = torch.Generator().manual_seed(1)
-    X = torch.rand(40, 13, generator=g, dtype=torch.float64)
-    y = X[:, :12].sum(-1) + 0.01 * torch.randn(40, generator=g, dtype=torch.float64)
-    model, _state = time_gp.fit_time_gp(X, y, maxiter=5, offset=(12, 12))
-    pool = torch.cat([torch.rand(500, 13, generator=g, dtype=torch.float64), X])
-    assert torch.nonzero(~ExactMarginal(model).untried(pool)).reshape(-1).tolist() == list(range(500, 540))
+def test_the_matern_kernel_variant_replaces_the_smooth_kernel() -> None:
+    from gpytorch.kernels import MaternKernel
+
+    X, y, _ = _data()
+    with_prior, _ = time_gp.fit_time_gp(X, y, maxiter=5, offset=(1, 1), config_sd=0.08, kernel="matern")
+    smooth, _config = with_prior.covar_module.kernels
+    assert isinstance(smooth, MaternKernel) and smooth.nu == 2.5
+    plain, _ = time_gp.fit_time_gp(X[:, :1], y, maxiter=5, kernel="matern")
+    assert isinstance(plain.covar_module, MaternKernel)
+    mean, var = ExactMarginal(plain)(_at(torch.tensor(0.3, dtype=torch.float64))[:, :1])
+    assert torch.isfinite(mean).all() and bool((var > 0).all())

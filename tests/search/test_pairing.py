@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from search_synthetic import CAPACITY, DENSE, memory_bytes, step_time_s
 
@@ -32,12 +34,20 @@ def test_repairs_are_valid_small_and_deduplicated() -> None:
     assert all(len(r.moves) == r.steps for r in reps)
 
 
+@dataclass
+class _Truth:
+    """Exact truth in the shape ``best_repair`` reads (``pairing.Predictions``)."""
+
+    time_mean: np.ndarray
+    p_fit: np.ndarray
+    p_ok: np.ndarray
+
+
 def _oracle_predict(configs):
-    """Exact truth in the shape the optimizer's predictor returns (a fake for this unit test only)."""
+    """A fake predictor for this unit test only: the synthetic problem's truth."""
     mem = np.array([memory_bytes(c) for c in configs])
-    return {"log_time_mean": np.log([step_time_s(c) for c in configs]),
-            "p_fit": (mem <= CAPACITY).astype(float), "p_ok": np.ones(len(configs)),
-            "mem_mean": np.log(mem / CAPACITY)}
+    return _Truth(time_mean=np.log([step_time_s(c) for c in configs]), p_fit=(mem <= CAPACITY).astype(float),
+                  p_ok=np.ones(len(configs)))
 
 
 def test_best_repair_fits_and_is_the_fastest_fitting_repair() -> None:
@@ -46,9 +56,9 @@ def test_best_repair_fits_and_is_the_fastest_fitting_repair() -> None:
     assert memory_bytes(cfg) > CAPACITY
     found = best_repair(space, cfg, _oracle_predict, excluded=set())
     assert found is not None
-    rep, pred = found
+    rep, pred, i = found
     assert memory_bytes(rep.config) <= CAPACITY
-    assert pred["p_fit"] == 1.0
+    assert pred.p_fit[i] == 1.0 and pred.time_mean[i] == np.log(step_time_s(rep.config))
     fitting = [r for r in repairs(space, cfg) if memory_bytes(r.config) <= CAPACITY]
     assert step_time_s(rep.config) == min(step_time_s(r.config) for r in fitting)
     assert rep.config["dtype"] == "bf16"  # neutral knob untouched
@@ -60,7 +70,7 @@ def test_no_repair_when_nothing_fits_or_all_excluded() -> None:
 
     def never_fits(configs):
         out = _oracle_predict(configs)
-        out["p_fit"] = np.zeros(len(configs))
+        out.p_fit = np.zeros(len(configs))
         return out
 
     assert best_repair(space, cfg, never_fits, excluded=set()) is None

@@ -6,8 +6,8 @@ import itertools
 
 import numpy as np
 
-from infrarsi.search.prior import prior_from_spec
-from infrarsi.search.transformer_prior import (
+from infrarsi.search.priors.registry import prior_from_spec
+from infrarsi.search.priors.transformer import (
     MEMORY_TERMS,
     TIME_TERMS,
     TransformerPrior,

@@ -1,7 +1,7 @@
 """The analytic prior of a data/tensor/pipeline-parallel transformer job (ZeRO, recomputation).
 
 Textbook terms, each computed from nominal hardware figures and then rescaled by a fitted
-coefficient (``prior``):
+coefficient (``priors.mean``):
 
 - time: ideal compute (6N + 12Lhs FLOPs per token, Narayanan et al. 2021; full recomputation adds a
   forward pass, selective recomputation re-runs attention; without flash attention the attention
@@ -32,8 +32,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-
-from infrarsi.search.prior import PRIORS
 
 TIME_TERMS = ("compute_bf16", "compute_fp32", "short_gemm", "narrow_gemm", "micro_batch_overhead", "tp_comm", "dp_comm", "optimizer",
               "offload", "pipeline_bubble", "fixed")
@@ -222,5 +220,3 @@ def transformer_shape(*, n_layers: int, hidden: int, n_heads: int, vocab: int, s
     return JobShape(n_layers=n_layers, hidden=hidden, n_heads=n_heads, vocab=vocab, num_params=float(num_params),
                     seq_len=seq_len, global_batch=global_batch, world_size=world_size, **hardware)
 
-
-PRIORS["transformer"] = TransformerPrior.from_spec

@@ -1,0 +1,1 @@
+"""Tests of ``infrarsi.search.models``, one file per module."""

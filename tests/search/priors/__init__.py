@@ -1,0 +1,1 @@
+"""Tests of ``infrarsi.search.priors``, one file per module."""

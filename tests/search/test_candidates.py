@@ -1,0 +1,41 @@
+"""The candidate pool (``candidates.py``): every config of a small space, or a sample plus anchors."""
+
+from __future__ import annotations
+
+import numpy as np
+from search_synthetic import BASELINE, CAPACITY, DENSE, TINY, TINY_CAP, run, tiny_run
+
+from infrarsi.search import Optimizer, OptimizerSettings, SearchSpace
+
+
+def test_sampled_candidates_start_from_the_baseline_and_keep_the_local_neighbourhood() -> None:
+    """Above ``candidate_cap`` the optimizer scores a random subset: the baseline must still come
+    first, and a local step must still see the fastest config's two-change neighbourhood."""
+    space = SearchSpace.from_yaml(DENSE)
+    n_valid = len(space.enumerate() or [])
+    baseline = space.validate(BASELINE)
+    opt = Optimizer(space, memory_capacity=CAPACITY, seed=3, baseline=baseline, candidate_cap=40)
+    assert n_valid > 40  # so the sampled path runs
+    first = opt.ask()
+    assert first == baseline and opt.last_ask_info.phase == "baseline"
+    opt.tell(first, run(first))
+    configs, _ = opt.pool.candidates(set(), opt._ok(), opt.rng)
+    keys = {space.key(c) for c in configs}
+    two_away = [nb2 for nb in space.neighbours(first) for nb2 in space.neighbours(nb)]
+    assert all(space.key(c) in keys for c in two_away)
+    assert len(configs) < n_valid  # still a subset, not the whole space
+
+
+def test_a_small_space_is_scored_whole_and_near_counts_knob_changes() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, settings=OptimizerSettings(local_radius=1))
+    pool = opt.pool
+    assert pool.scores_every_config and pool.enumerated_values is not None
+    every = [space.as_config(v) for v in pool.enumerated_values]
+    first = every[0]
+    opt.tell(first, tiny_run(first))
+    configs, X = pool.candidates({space.key(first)}, opt._ok(), opt.rng)
+    assert len(configs) == len(every) - 1 and X.shape == (len(configs), opt.encoder.dim)
+    near = pool.near(configs, first)
+    assert near.tolist() == [sum(c[n] != first[n] for n in space.names) <= 1 for c in configs]
+    assert not pool.near(configs, None).any() and isinstance(near, np.ndarray)
