@@ -79,6 +79,7 @@ def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
             res.error = "".join(traceback.format_exception(exc))[-4000:]
     finally:
         monitor.stop()
+        res.device_used_peak_bytes = monitor.device_used_peak_bytes
         res.telemetry = telemetry.stop()
         _cleanup(state, device)
     return asdict(res)

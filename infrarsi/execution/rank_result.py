@@ -47,6 +47,10 @@ class RankResult:
     """True on OOM: the true need is >= ``peak_memory_bytes``."""
     memory_measure: str = ""
     """``mallinfo2`` (CPU, bytes over the pre-build baseline) or ``cuda_max_allocated``."""
+    device_used_peak_bytes: int | None = None
+    """GPU only: peak of the device's used memory during the trial over its value before the
+    model was built, inside PyTorch's allocator or not (the ``device_used`` measure of
+    ``memory.py``); None on CPU or when the device cannot be read."""
     setup_time_s: float | None = None
     """Seconds from ``run_rank`` entry to the first step (imports, model build, engine init)."""
     param_checksum: float | None = None
