@@ -9,6 +9,8 @@ Pure functions (no Ray), so that the rules are unit-tested on their own:
   communication is inside the step); ``step_time_s`` = their median; warm-up apart.
 - ``peak_memory_bytes`` = max over ranks (for oom, the known lower bound).
 - loss, tokens and optimizer steps come from the harness counters of rank 0.
+- ``extra["end_checks_time_s"]`` = max over ranks of the end-of-trial checks' seconds;
+  ``extra["device_used_peak_bytes"]`` = max over ranks of the GPU's used-memory peak (``memory.py``).
 """
 
 from __future__ import annotations
@@ -111,6 +113,12 @@ def aggregate(
                 "workload_loss", "sequences_seen"):
         if rank0.get(key) not in (None, [], {}):
             res.extra[key] = rank0[key]
+    used = [int(r["device_used_peak_bytes"]) for r in answered if r.get("device_used_peak_bytes") is not None]
+    if used:
+        res.extra["device_used_peak_bytes"] = max(used)
+    checks = [float(r["end_checks_time_s"]) for r in answered if r.get("end_checks_time_s") is not None]
+    if checks:
+        res.extra["end_checks_time_s"] = max(checks)
     if rank0.get("stopped_early"):
         res.extra["stopped_early"] = str(rank0["stopped_early"])
     checksums = [r.get("param_checksum") for r in answered if r.get("param_checksum") is not None]

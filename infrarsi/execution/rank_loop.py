@@ -79,6 +79,7 @@ def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
             res.error = "".join(traceback.format_exception(exc))[-4000:]
     finally:
         monitor.stop()
+        res.device_used_peak_bytes = monitor.device_used_peak_bytes
         res.telemetry = telemetry.stop()
         _cleanup(state, device)
     return asdict(res)
@@ -223,14 +224,19 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     if res.status == "nan":
         return
 
-    # ---- checksum and eval with the untouched reference model ----
-    full_state = rs.gather_full_state(engine, model, state.get("ep_mod"))
-    res.param_checksum = rs.checksum({k: v for k, v in full_state.items() if ".experts." not in k or not ep})
-    if res.stopped_early:  # the loss invariant already failed: no eval (replicas still compared)
-        res.status = "ok"
-        return
-    ref = rs.import_workloads(spec.get("reference_code_dir") or spec["code_dir"], alias="_infrarsi_reference_workloads")
-    res.eval_loss = rs.eval_loss(ref, wl, full_state, data_mod.MarkovSource(args.vocab_size, wl.data.seq_len, wl.data.seed))
+    # ---- checksum and eval with the untouched reference model, on this rank's device ----
+    t_checks = time.perf_counter()
+    reference = None
+    if not res.stopped_early:  # the loss invariant already failed: no eval (replicas still compared)
+        ref = rs.import_workloads(spec.get("reference_code_dir") or spec["code_dir"], alias="_infrarsi_reference_workloads")
+        reference = rs.build_reference(
+            lambda: ref["models"].build_model(wl.model.family, wl.model.size, wl.model.overrides, {}), dev)
+    res.param_checksum = rs.checksum_and_load(model, state.get("ep_mod"), reference, dev)
+    if reference is not None:
+        batch = data_mod.MarkovSource(args.vocab_size, wl.data.seq_len, wl.data.seed).eval_batch()
+        res.eval_loss = rs.eval_loss(reference, batch, dev, args.vocab_size)
+        del reference
+    res.end_checks_time_s = time.perf_counter() - t_checks
     res.status = "ok"
 
 

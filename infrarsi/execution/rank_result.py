@@ -47,11 +47,19 @@ class RankResult:
     """True on OOM: the true need is >= ``peak_memory_bytes``."""
     memory_measure: str = ""
     """``mallinfo2`` (CPU, bytes over the pre-build baseline) or ``cuda_max_allocated``."""
+    device_used_peak_bytes: int | None = None
+    """GPU only: peak of the device's used memory during the trial over its value before the
+    model was built, inside PyTorch's allocator or not (the ``device_used`` measure of
+    ``memory.py``); None on CPU or when the device cannot be read."""
     setup_time_s: float | None = None
     """Seconds from ``run_rank`` entry to the first step (imports, model build, engine init)."""
     param_checksum: float | None = None
-    """sum(p) + sum(p^2) in float64 over the replicated parameters after training (identical
-    across ranks unless replicas diverged; rank-local experts excluded)."""
+    """sum(p) + sum(p^2) in float64 over the replicated parameters after training, computed on
+    the rank's device parameter by parameter (identical across ranks unless replicas diverged;
+    rank-local experts excluded). Compared across the ranks of one trial only."""
+    end_checks_time_s: float | None = None
+    """Seconds of the end-of-trial checks (parameter checksum, reference model build and eval
+    loss) after the last step; None when they did not run (failure, nan)."""
     flops_per_token: float | None = None
     """Model training FLOPs per token (see ``flops.py``)."""
     num_params: int = 0

@@ -1,4 +1,4 @@
-"""The CPU memory measure and capacity enforcement (single process)."""
+"""The CPU memory measure, the GPU device-used measure (over a stand-in reading) and capacity enforcement (single process)."""
 
 from __future__ import annotations
 
@@ -94,3 +94,59 @@ def test_stop_is_idempotent_and_disarms():
     mon.stop()
     mon.stop()
     mon.check("after stop")  # disarmed: no raise
+
+
+class _Device:
+    """A stand-in for the GPU's used-memory reading (the logic above it is under test)."""
+
+    def __init__(self, used: int) -> None:
+        self.used = used
+
+    def read(self) -> int:
+        return self.used
+
+
+def _cuda_monitor(monkeypatch, device: _Device, capacity: int | None) -> MemoryMonitor:
+    monkeypatch.setattr(MemoryMonitor, "_cuda_begin", lambda self: None)  # no allocator here
+    monkeypatch.setattr(MemoryMonitor, "_cuda_end", lambda self: None)
+    return MemoryMonitor("cuda", capacity_bytes=capacity, poll_s=0.001, device_used_reader=device.read)
+
+
+def test_device_used_peak_is_over_the_baseline_and_outside_the_allocator(monkeypatch):
+    dev = _Device(used=3_000)
+    mon = _cuda_monitor(monkeypatch, dev, capacity=None)
+    mon.start()
+    assert mon.device_used_baseline_bytes == 3_000
+    dev.used = 7_000  # e.g. NCCL buffers: the allocator never saw them
+    time.sleep(0.05)
+    dev.used = 5_000
+    time.sleep(0.05)
+    mon.stop()
+    assert mon.device_used_peak_bytes == 4_000
+    assert mon.crossed_bytes is None
+
+
+def test_device_used_over_capacity_is_an_oom_raised_in_the_owning_thread(monkeypatch):
+    dev = _Device(used=1_000)
+    mon = _cuda_monitor(monkeypatch, dev, capacity=10_000)
+    mon.start()
+    with pytest.raises(MemoryCapacityExceeded):
+        for _ in range(400):
+            dev.used += 100  # memory outside PyTorch's allocator grows past the capacity
+            time.sleep(0.005)
+    mon.stop()
+    assert mon.crossed_bytes is not None and mon.crossed_bytes > 10_000
+    assert "device_used reached" in mon.describe_oom(MemoryCapacityExceeded())
+    assert is_oom(MemoryCapacityExceeded())
+
+
+def test_an_unreadable_device_leaves_the_measure_unset(monkeypatch):
+    def broken() -> int:
+        raise RuntimeError("no device")
+
+    monkeypatch.setattr(MemoryMonitor, "_cuda_begin", lambda self: None)
+    monkeypatch.setattr(MemoryMonitor, "_cuda_end", lambda self: None)
+    mon = MemoryMonitor("cuda", capacity_bytes=1, device_used_reader=broken)
+    mon.start()
+    mon.stop()
+    assert mon.device_used_peak_bytes is None and mon.crossed_bytes is None
