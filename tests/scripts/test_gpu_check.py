@@ -25,7 +25,7 @@ def test_the_checked_workload_and_its_space_load() -> None:
 
 
 def test_without_cuda_every_cuda_step_is_skipped(tmp_path: Path) -> None:
-    env = {**os.environ, "GPU_CHECK_NO_CUDA": "1", "RUN_DIR": str(tmp_path / "run"), "PY": sys.executable,
+    env = {**os.environ, "GPU_CHECK_CUDA": "0", "RUN_DIR": str(tmp_path / "run"), "PY": sys.executable,
            "PYTHONPATH": str(ROOT)}
     t = time.monotonic()
     out = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
