@@ -39,6 +39,8 @@ step() {
   timeout --kill-after=10 "$t" "$@"; local rc=$?
   STEP_S=$((SECONDS - t1))
   [ "$rc" = 124 ] || [ "$rc" = 137 ] && say "$name: TIMED OUT after ${t}s" || say "$name: rc=$rc"
+  # GPU memory still held after the step (a leftover Ray worker would show here)
+  command -v nvidia-smi >/dev/null && say "  GPU memory used after: $(timeout 10 nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
   return 0
 }
 
@@ -71,9 +73,10 @@ if [ "$CUDA" = 1 ]; then
     --set micro_batch_size=8 --set activation_checkpointing=none --set optimizer_impl=adamw_fused
   trial "S4 OOM trial (mbs 16, no checkpointing, --memory-capacity 40GiB; expect oom, censored)" oom.json 75 \
     --set zero_stage=0 --set micro_batch_size=16 --set activation_checkpointing=none --memory-capacity 40GiB
-  # The run stage's time budget: what is left after doctor (2 baseline trials), verify (about 2
-  # more baseline-length trials) and the summary; BASE_S is the baseline trial's wall time in S2.
-  rb=$(( $(left) - 30 - 4 * BASE_S )); [ "$rb" -lt 45 ] && rb=45
+  # The run stage's time budget: what is left after doctor (2 baseline trials), verify (2 pairs;
+  # warm workers, so about as long as the doctor) and the summary. BASE_S is S2's wall time, cold
+  # setup included, so 2 x BASE_S is a generous estimate of each warm pair.
+  rb=$(( $(left) - 30 - 2 * BASE_S )); [ "$rb" -lt 45 ] && rb=45
   step "S5 tune (doctor x2, 8 run trials in ${rb}s, verify 1 round)" $(( $(left) - 30 )) 150 \
     "$PY" - "$WL" "$RUN/study" "$rb" <<'PY'
 import sys
