@@ -14,9 +14,10 @@ TESTS = ROOT / "tests"
 
 WHOLE_PACKAGE_TESTS = {"test_package.py"}
 """Test files of the package as a whole (this file), exempt from the one-to-one rule."""
-OTHER_TREES = {"workloads": ROOT / "workloads", "benchmarks": ROOT / "benchmarks"}
+OTHER_TREES = {"workloads": ROOT / "workloads", "benchmarks": ROOT / "benchmarks", "scripts": ROOT / "scripts"}
 """Test folders that mirror a source tree other than the package (``tests/X/...`` mirrors
-``infrarsi/X/...`` for every other X)."""
+``infrarsi/X/...`` for every other X). ``scripts/`` holds shell scripts: ``tests/scripts/test_X.py``
+tests ``scripts/X.sh``."""
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -140,6 +141,7 @@ def test_tests_mirror_the_package() -> None:
         if test_file.name in WHOLE_PACKAGE_TESTS and test_file.parent == TESTS:
             continue
         target = mirror_target(test_file)
-        if not (target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()):
+        if not (target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()
+                or (target.parent == ROOT / "scripts" and target.with_suffix(".sh").is_file())):
             unmatched.append(f"{test_file.relative_to(ROOT)} (no {target.relative_to(ROOT)}.py)")
     assert unmatched == [], "each test file tests the module of the same path: " + ", ".join(unmatched)

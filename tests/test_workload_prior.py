@@ -13,7 +13,7 @@ from infrarsi.workload_prior import prior_for_workload
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["dense_debug", "moe_debug", "surrogate_dense_1node", "surrogate_dense_2node"])
+@pytest.mark.parametrize("name", ["dense_debug", "moe_debug", "surrogate_dense_1node", "surrogate_dense_2node", "dense_1gpu"])
 def test_bundled_workloads_have_a_prior(name: str) -> None:
     wl = Workload.from_yaml(ROOT / "workloads" / f"{name}.yaml")
     p = prior_for_workload(wl)

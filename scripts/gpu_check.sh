@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# One prepared GPU check of infrarsi on the dense_1gpu workload (dense 1b, one GPU), for a single
+# call on a lent H100/H200 (fits BUDGET_S, default 480 s). Steps: plain-PyTorch reference; trial of
+# the baseline; trial of a fast config; one OOM trial that must land censored under 40GiB; a short
+# tune (doctor x2, 8 run trials, verify 1 round); a summary (baseline/best/reference MFU,
+# per-trial setup_time_s and end_checks_time_s, loss spread vs the baseline).
+# Every step has its own timeout and is skipped when too little budget is left. Without CUDA
+# (or with GPU_CHECK_CUDA=0) every CUDA step says it is skipped and the script exits 0.
+# Lent machine: mkdir -p /tmp/site && tar -xJf .gpu/site312.tar.xz -C /tmp/site &&
+#   export PYTHONPATH=/tmp/site:$PWD RAY_AUTH_MODE=disabled && bash scripts/gpu_check.sh
+set -u
+export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled} INFRARSI_BANK=${INFRARSI_BANK:-off}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+export PYTHONPATH=${PYTHONPATH:-$ROOT}
+case ":$PYTHONPATH:" in *":$ROOT:"*) ;; *) export PYTHONPATH="$PYTHONPATH:$ROOT" ;; esac
+if [ -x "$ROOT/.venv/bin/python" ]; then PY=${PY:-$ROOT/.venv/bin/python}; else PY=${PY:-python3}; fi
+BUDGET_S=${BUDGET_S:-480}
+T0=$SECONDS
+DEAD=$((T0 + BUDGET_S))
+RUN=${RUN_DIR:-$ROOT/benchmarks/results/gpu/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$RUN"
+exec > >(tee -a "$RUN/gpu_check.log") 2>&1
+say() { echo "[$((SECONDS - T0))s] $*" >&2; }  # stderr: steps redirect stdout to their JSON
+left() { echo $((DEAD - SECONDS)); }
+WL=workloads/dense_1gpu.yaml
+say "gpu_check: run directory $RUN (budget ${BUDGET_S}s, python $PY)"
+
+# step NAME MAX_S MIN_S CMD...: run CMD under timeout min(MAX_S, left - 20); skip if under MIN_S.
+# Sets STEP_S to the seconds it took (0 when skipped).
+STEP_S=0
+step() {
+  STEP_S=0
+  local name=$1 max=$2 min=$3; shift 3
+  local t; t=$(( $(left) - 20 )); [ "$t" -gt "$max" ] && t=$max
+  if [ "$t" -lt "$min" ]; then say "$name: SKIPPED (only ${t}s of the budget usable, needs ${min}s)"; return 0; fi
+  say "$name: start (timeout ${t}s)"
+  local t1=$SECONDS
+  timeout --kill-after=10 "$t" "$@"; local rc=$?
+  STEP_S=$((SECONDS - t1))
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && say "$name: TIMED OUT after ${t}s" || say "$name: rc=$rc"
+  # GPU memory still held after the step (a leftover Ray worker would show here)
+  command -v nvidia-smi >/dev/null && say "  GPU memory used after: $(timeout 10 nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
+  return 0
+}
+
+command -v nvidia-smi >/dev/null && timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+CUDA=$(timeout 60 "$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
+CUDA=${GPU_CHECK_CUDA:-$CUDA}  # 0 or 1 overrides the detection (tests)
+timeout 60 "$PY" -c "import importlib, torch
+vs = {m: getattr(importlib.import_module(m), '__version__', '?') if importlib.util.find_spec(m) else 'MISSING' for m in ('ray', 'deepspeed', 'pydantic', 'infrarsi')}
+print('torch', torch.__version__, vs)"
+say "CUDA available: $CUDA"
+
+skip() { say "$1: SKIPPED (no CUDA)"; }
+trial() {  # trial NAME JSON-FILE MAX_S ARGS...: infrarsi trial of dense_1gpu, its row logged to $RUN/trials/
+  local name=$1 out=$2 max=$3; shift 3
+  local t; t=$(( $(left) - 20 )); [ "$t" -gt "$max" ] && t=$max
+  # the trial's own deadline comes 15 s before the step's timeout, so a stall still logs a row
+  step "$name" "$max" 60 "$PY" -m infrarsi trial "$WL" "$@" --timeout "$((t - 15))s" --log "$RUN" --json > "$RUN/$out"
+}
+
+if [ "$CUDA" = 1 ]; then
+  step "S1 plain-PyTorch reference (mbs 8)" 60 30 "$PY" benchmarks/gpu_reference.py --mbs 8 > "$RUN/ref.json"
+  cat "$RUN/ref.json"
+else
+  "$PY" benchmarks/gpu_reference.py --mbs 8 > "$RUN/ref.json" 2>/dev/null; skip "S1 plain-PyTorch reference"
+fi
+if [ "$CUDA" = 1 ]; then
+  trial "S2 baseline trial (ZeRO-3, mbs 1, full checkpointing)" baseline.json 120
+  BASE_S=$STEP_S; [ "$BASE_S" -lt 30 ] && BASE_S=60
+  trial "S3 fast trial (ZeRO-0, mbs 8, no checkpointing, fused AdamW)" fast.json 100 --set zero_stage=0 \
+    --set micro_batch_size=8 --set activation_checkpointing=none --set optimizer_impl=adamw_fused
+  trial "S4 OOM trial (mbs 16, no checkpointing, --memory-capacity 40GiB; expect oom, censored)" oom.json 75 \
+    --set zero_stage=0 --set micro_batch_size=16 --set activation_checkpointing=none --memory-capacity 40GiB
+  # The run stage's time budget: what is left after doctor (2 baseline trials), verify (2 pairs;
+  # warm workers, so about as long as the doctor) and the summary. BASE_S is S2's wall time, cold
+  # setup included, so 2 x BASE_S is a generous estimate of each warm pair.
+  rb=$(( $(left) - 30 - 2 * BASE_S )); [ "$rb" -lt 45 ] && rb=45
+  step "S5 tune (doctor x2, 8 run trials in ${rb}s, verify 1 round)" $(( $(left) - 30 )) 150 \
+    "$PY" - "$WL" "$RUN/study" "$rb" <<'PY'
+import sys
+from infrarsi.stages.tune import tune_stage
+out = tune_stage(sys.argv[1], sys.argv[2], trials=8, time_budget_s=float(sys.argv[3]), doctor_repeats=2,
+                 top_k=1, pairs=2, rounds=1, request="GPU check: make the 1B job faster, same learning",
+                 memory_capacity_bytes=80 * 10**9, bank="off", progress=False)
+import json
+print("tune:", json.dumps(out, default=str)[:2000])
+PY
+else
+  for s in "S2 baseline trial" "S3 fast trial" "S4 OOM trial" "S5 tune"; do skip "$s"; done
+fi
+
+say "summary"
+timeout 60 "$PY" - "$RUN" <<'PY'
+import json, os, sys
+run = sys.argv[1]
+rows = []
+try:
+    from infrarsi.study.trial_log import read_trials
+    for d in (run, run + "/study"):
+        if os.path.isdir(d + "/trials"):
+            try:  # a run directory or a study directory: rows under DIR/trials/
+                rows += read_trials(d).to_pylist()
+            except Exception as e:  # noqa: BLE001
+                print("could not read", d, e)
+except Exception as e:  # noqa: BLE001
+    print("infrarsi not importable:", e)
+ref = {}
+try:
+    ref = json.load(open(run + "/ref.json"))
+except Exception:  # noqa: BLE001
+    pass
+BASE = {"zero_stage": 3, "micro_batch_size": 1, "activation_checkpointing": "full"}
+def is_base(r):
+    c = r.get("config") or {}
+    if isinstance(c, str):
+        c = json.loads(c)
+    return all(c.get(k) == v for k, v in BASE.items())
+ok = [r for r in rows if r.get("status") == "ok" and r.get("mfu") is not None]
+base = next((r for r in ok if is_base(r)), None)
+best = max(ok, key=lambda r: r["mfu"], default=None)
+fmt = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"
+print("SUMMARY")
+print("  reference MFU:", "skipped (" + ref["skipped"] + ")" if "skipped" in ref else fmt(ref.get("mfu")))
+print("  baseline MFU: ", fmt(base and base["mfu"]))
+print("  best MFU:     ", fmt(best and best["mfu"]), (best or {}).get("config", ""))
+if not rows:
+    print("  no trials ran")
+spread = None
+for r in rows:
+    extra = r.get("extra") or {}
+    if isinstance(extra, str):
+        extra = json.loads(extra)
+    d = None
+    if base and r.get("loss") and base.get("loss") and r is not base:
+        n = min(len(r["loss"]), len(base["loss"]))
+        d = max(abs(a - b) for a, b in zip(r["loss"][:n], base["loss"][:n])) if n else None
+        if d is not None and r.get("status") == "ok":
+            spread = d if spread is None else max(spread, d)
+    g = lambda x: "n/a" if x is None else f"{x:.3g}"
+    print(f"  {r.get('stage')} {r.get('status')} step_time_s={g(r.get('step_time_s'))} mfu={fmt(r.get('mfu'))} "
+          f"setup_time_s={g(r.get('setup_time_s'))} end_checks_time_s={g(extra.get('end_checks_time_s'))} "
+          f"censored={r.get('memory_censored')} loss_diff_vs_base={g(d)} config={r.get('config')}")
+print("  loss spread (max |loss - baseline loss| per step, ok configs vs the baseline):", "n/a" if spread is None else f"{spread:.3g}")
+PY
+say "summary rc=$?"
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then  # the lent machine sends back only $OUT
+  timeout 60 tar -czf "$OUT/gpu_check.tgz" -C "$(dirname "$RUN")" "$(basename "$RUN")" && say "copied to $OUT/gpu_check.tgz"
+  cp "$RUN/gpu_check.log" "$OUT/" 2>/dev/null
+fi
+say "done; results in $RUN"
+exit 0
