@@ -208,6 +208,26 @@ class SearchSpace:
         except SearchSpaceError:
             return False
 
+    def restrict(self, editable: Sequence[str], baseline: Mapping[str, Any]) -> SearchSpace:
+        """This space with every knob outside ``editable`` pinned to its ``baseline`` value
+        (constraints and ``when`` guards kept; the source is the pinned YAML, so saves rebuild it)."""
+        base = self.validate(baseline, where="baseline")
+        unknown = sorted(set(editable) - set(self.names))
+        if unknown:
+            raise SearchSpaceError(f"editable knobs: knob {unknown[0]!r}: rule: must be a knob of space "
+                                   f"'{self.name}' ({self.file}). Known knobs: {self.names}.")
+        raw = yaml.safe_load(self.source)
+        for entry in raw["knobs"]:
+            if entry["name"] in editable:
+                continue
+            for key in ("range", "log", "grid", "values"):
+                entry.pop(key, None)
+            if entry.get("type") == "bool":
+                entry["type"] = "choice"
+            entry["values"] = [base[entry["name"]]]
+            entry["default"] = base[entry["name"]]
+        return SearchSpace.from_dict(raw, file=self.file)
+
     def key(self, config: Mapping[str, Any]) -> str:
         """A canonical string key of a full config (JSON of the values in knob order)."""
         return json.dumps([config[n] for n in self.names])

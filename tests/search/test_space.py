@@ -236,3 +236,16 @@ def test_optimizer_reaches_pairing_on_the_short_circuit_space() -> None:
         cfg = opt.ask()
         assert cfg["tp"] * cfg["pp"] <= 16
         opt.tell(cfg, run(cfg))
+
+
+def test_restrict_pins_the_other_knobs_at_the_baseline_and_keeps_constraints() -> None:
+    space = _short_circuit_space()
+    scoped = space.restrict(["micro_batch_size"], {"tp": 4, "pp": 4, "micro_batch_size": 1})
+    configs = scoped.enumerate() or []
+    assert {(c["tp"], c["pp"]) for c in configs} == {(4, 4)}
+    assert sorted(c["micro_batch_size"] for c in configs) == [1, 2, 4, 8]
+    assert SearchSpace.from_yaml(scoped.source).names == space.names
+    with pytest.raises(SearchSpaceError):
+        scoped.validate({"tp": 2, "pp": 4, "micro_batch_size": 1})
+    with pytest.raises(SearchSpaceError, match="'nope'"):
+        space.restrict(["nope"], {"tp": 1, "pp": 1, "micro_batch_size": 1})
