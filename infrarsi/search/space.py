@@ -4,6 +4,10 @@ A config is a dict holding every knob; an inactive knob holds its default. ``val
 partial config into a full, valid one (or raises), ``enumerate`` lists every valid config of the
 search grid (up to a cap), ``sample`` draws random valid configs and ``neighbours`` lists the
 valid configs one knob-step away.
+
+Constraints are evaluated in YAML order with short-circuit, and a constraint that cannot be
+evaluated for a config (division or modulo by zero, type error...) counts as violated for that
+config; enumeration, sampling, neighbours, ``validate`` and pairing all go through ``violated``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from infrarsi.errors import SearchSpaceError
+from infrarsi.errors import ExpressionError, SearchSpaceError
 from infrarsi.search.expr import Expression
 from infrarsi.search.knob import Knob, parse_knob
 
@@ -97,8 +101,9 @@ class SearchSpace:
             if knob.when is not None:
                 env = {k.name: k.default for k in knobs}
                 knob.when.evaluate(env)  # type errors surface at load time
-        for c in cons:
-            c.evaluate({k.name: k.default for k in knobs})
+        for c in cons:  # type errors surface at load time; stop at the first that fails (short-circuit)
+            if not c.holds({k.name: k.default for k in knobs}):
+                break
         return space
 
     def _topological_order(self) -> list[int]:
@@ -156,8 +161,23 @@ class SearchSpace:
         return {k.name: k.when is None or k.when.holds(config) for k in self.knobs}
 
     def violated(self, config: Mapping[str, Any]) -> list[str]:
-        """Texts of the constraints ``config`` breaks."""
-        return [c.text for c in self.constraints if not c.holds(config)]
+        """The text of the first constraint ``config`` breaks, in YAML order, or ``[]``.
+
+        Short-circuit: later constraints are not evaluated; one that cannot be evaluated
+        (division by zero, type error...) counts as broken.
+        """
+        first = self._first_broken(config)
+        return [] if first is None else [first[0]]
+
+    def _first_broken(self, config: Mapping[str, Any]) -> tuple[str, str | None] | None:
+        """(text, evaluation error or None) of the first constraint ``config`` breaks."""
+        for c in self.constraints:
+            try:
+                if not c.holds(config):
+                    return c.text, None
+            except ExpressionError as exc:
+                return c.text, str(exc)
+        return None
 
     def validate(self, config: Mapping[str, Any], *, where: str = "config") -> dict[str, Any]:
         """Return the full valid config (every knob; inactive ones at default) or raise ``SearchSpaceError``."""
@@ -171,9 +191,14 @@ class SearchSpace:
             )
         full = {k.name: k.canonical(config[k.name], file=where) if k.name in config else k.default for k in self.knobs}
         full = self.resolve(full)
-        bad = self.violated(full)
-        if bad:
-            raise SearchSpaceError(f"{where}: rule: the config breaks constraint {bad[0]!r} of {self.file}; config {full}.")
+        bad = self._first_broken(full)
+        if bad is not None:
+            text, error = bad
+            why = "" if error is None else f" (it cannot be evaluated, which counts as broken: {error})"
+            raise SearchSpaceError(
+                f"{where}: rule: the config breaks constraint {text!r} of {self.file}{why}; config {full}. "
+                f"Fix: choose knob values that satisfy the constraints in YAML order."
+            )
         return full
 
     def is_valid(self, config: Mapping[str, Any]) -> bool:
@@ -182,6 +207,26 @@ class SearchSpace:
             return self.validate(config) == dict(config)
         except SearchSpaceError:
             return False
+
+    def restrict(self, editable: Sequence[str], baseline: Mapping[str, Any]) -> SearchSpace:
+        """This space with every knob outside ``editable`` pinned to its ``baseline`` value
+        (constraints and ``when`` guards kept; the source is the pinned YAML, so saves rebuild it)."""
+        base = self.validate(baseline, where="baseline")
+        unknown = sorted(set(editable) - set(self.names))
+        if unknown:
+            raise SearchSpaceError(f"editable knobs: knob {unknown[0]!r}: rule: must be a knob of space "
+                                   f"'{self.name}' ({self.file}). Known knobs: {self.names}.")
+        raw = yaml.safe_load(self.source)
+        for entry in raw["knobs"]:
+            if entry["name"] in editable:
+                continue
+            for key in ("range", "log", "grid", "values"):
+                entry.pop(key, None)
+            if entry.get("type") == "bool":
+                entry["type"] = "choice"
+            entry["values"] = [base[entry["name"]]]
+            entry["default"] = base[entry["name"]]
+        return SearchSpace.from_dict(raw, file=self.file)
 
     def key(self, config: Mapping[str, Any]) -> str:
         """A canonical string key of a full config (JSON of the values in knob order)."""
@@ -233,7 +278,7 @@ class SearchSpace:
             values = k.values if k.when is None or k.when.holds(cfg) else (k.default,)
             for v in values:
                 cfg[k.name] = v
-                if all(c.holds(cfg) for c in checks.get(p, ())):
+                if all(_holds(c, cfg) for c in checks.get(p, ())):
                     yield from rec(p + 1)
             cfg.pop(k.name, None)
 
@@ -278,3 +323,11 @@ class SearchSpace:
                     seen.add(key)
                     out.append(cand)
         return out
+
+
+def _holds(constraint: Expression, config: Mapping[str, Any]) -> bool:
+    """True when ``constraint`` holds; one that cannot be evaluated counts as broken."""
+    try:
+        return constraint.holds(config)
+    except ExpressionError:
+        return False

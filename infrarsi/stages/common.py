@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,28 @@ def baseline_config(contract: Contract, study_dir: Path) -> dict[str, Any]:
     """The workload's baseline recipe as a full config (every knob; inactive ones at defaults)."""
     space = load_space(contract, study_dir)
     return dict(space.validate(dict(contract.workload_model().baseline)))
+
+
+def scoped_space(contract: Contract, study_dir: Path) -> SearchSpace:
+    """The space the search may move in: the contract's editable knobs (``knobs``) vary, every
+    other knob is pinned at the baseline's value; the whole space when every knob is editable."""
+    space = load_space(contract, study_dir)
+    if set(contract.editable.knobs) >= set(space.names):
+        return space
+    return space.restrict(list(contract.editable.knobs), baseline_config(contract, study_dir))
+
+
+def scope_violation(contract: Contract, space: SearchSpace, baseline: Mapping[str, Any],
+                    config: Mapping[str, Any]) -> str | None:
+    """Why ``config`` is outside the contract's editable knobs (None when it is inside)."""
+    full = space.validate(dict(config), where="config")
+    for name in space.names:
+        if name not in contract.editable.knobs and full[name] != baseline[name]:
+            return (f"contract.yaml: field 'editable.knobs': rule: a config may change only the editable knobs "
+                    f"{list(contract.editable.knobs)}; knob {name!r} has baseline value {baseline[name]!r}, "
+                    f"proposed {full[name]!r}. Fix: keep {name} at {baseline[name]!r}, or init a study "
+                    f"with --knob {name}.")
+    return None
 
 
 def device_budget_s(contract: Contract) -> float | None:

@@ -85,12 +85,29 @@ class StudyExecutor:
         """The config with every knob (inactive knobs at their defaults)."""
         return dict(self.space.validate(config))
 
+    def scope_violation(self, config: dict[str, Any]) -> str | None:
+        """Why ``config`` changes a knob the contract does not name as editable (None: in scope)."""
+        from infrarsi.stages.common import baseline_config, scope_violation
+
+        if set(self.contract.editable.knobs) >= set(self.space.names):
+            return None
+        return scope_violation(self.contract, self.space, baseline_config(self.contract, self.paths.root), config)
+
     def run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
                   extra: dict[str, Any] | None = None, timeout_s: float | None = None) -> dict[str, Any]:
         """Run one trial and return its logged row as a dict (TrialResult fields)."""
         from infrarsi.errors import PatchError
 
         trial_id = self.ids.new(stage)
+        scope = self.scope_violation(config)
+        if scope is not None:  # refused before running: no source may widen the contract's scope
+            log.warning("trial.out_of_scope", trial_id=trial_id, stage=stage, reason=scope)
+            refused = self._failed(trial_id, stage, config, list(patches or []), f"out of scope: {scope}")
+            refused.extra["out_of_scope"] = True
+            if extra:
+                refused.extra.update(extra)
+            self.writer.write(refused)
+            return refused.to_dict()
         self.markers.start(trial_id, stage, config, self.workload.world_size)
         log.info("trial.start", trial_id=trial_id, stage=stage, config=config)
         patch_list = list(patches or [])

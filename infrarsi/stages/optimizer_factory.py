@@ -91,10 +91,11 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     (doctor baselines included, so the search never re-measures the baseline). With a bank
     holding similar trials from other hardware, the bank's best configs are its warm-start
     configs, tried first (module docstring)."""
-    from infrarsi.stages.common import baseline_config, load_space
+    from infrarsi.errors import SearchSpaceError
+    from infrarsi.stages.common import baseline_config, scoped_space
 
     d = Path(study_dir)
-    space = load_space(contract, d)
+    space = scoped_space(contract, d)  # the contract's editable knobs vary, the others stay at the baseline
     cap = contract.memory_capacity.optimizer_memory_capacity_bytes
     warm = bank_warm_start_configs(contract, space, rows, bank_root=bank_root)
     analytic = prior_for_workload(contract.workload_model(), enabled=contract.switches_in_force().analytic_prior)
@@ -107,6 +108,12 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     for r in rows:
         if r.extra.get("interrupted") or not r.config:
             continue
+        if not set(contract.editable.knobs) >= set(space.names):
+            try:
+                space.validate(dict(r.config), where=f"trial {r.trial_id}")
+            except SearchSpaceError as e:
+                log.warning("trial.out_of_scope_skipped", trial_id=r.trial_id, reason=str(e)[:300])
+                continue
         opt.tell(dict(r.config), Outcome.from_row(r))
     return opt
 

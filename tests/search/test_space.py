@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from infrarsi.errors import ExpressionError, SearchSpaceError
 from infrarsi.search import SearchSpace
@@ -168,3 +169,83 @@ def test_large_space_is_not_enumerated() -> None:
     space = SearchSpace.from_yaml(f"name: big\nknobs:\n{knobs}\n")
     assert space.enumerate() is None
     assert len(space.sample(np.random.default_rng(0), 5)) == 5
+
+
+SHORT_CIRCUIT = """
+name: short_circuit
+knobs:
+  - {name: tp, type: int, values: [1, 2, 4, 8], memory: saver}
+  - {name: pp, type: int, values: [1, 2, 4], memory: saver}
+  - {name: micro_batch_size, type: int, values: [1, 2, 4, 8], memory: hungry}
+constraints:
+  - "tp * pp <= 16"
+  - "256 % (micro_batch_size * (16 // (tp * pp))) == 0"
+"""
+
+
+def _short_circuit_space():
+    return SearchSpace.from_dict(yaml.safe_load(SHORT_CIRCUIT), file="short_circuit.yaml")
+
+
+def test_constraints_short_circuit_and_unevaluable_counts_as_violated() -> None:
+    space = _short_circuit_space()
+    bad = {"tp": 8, "pp": 4, "micro_batch_size": 1}  # the second constraint divides by zero here
+    assert space.violated(bad) == ["tp * pp <= 16"]
+    assert not space.is_valid(bad)
+    with pytest.raises(SearchSpaceError, match=r"tp \* pp <= 16"):
+        space.validate(bad)
+    configs = space.enumerate()
+    assert configs and all(c["tp"] * c["pp"] <= 16 for c in configs)
+    assert all(not space.violated(c) for c in space.sample(np.random.default_rng(0), n=20))
+    assert all(c["tp"] * c["pp"] <= 16 for c in space.neighbours({"tp": 4, "pp": 4, "micro_batch_size": 1}))
+
+
+def test_unevaluable_constraint_alone_is_violated_with_a_clear_error() -> None:
+    raw = yaml.safe_load(SHORT_CIRCUIT)
+    raw["constraints"] = raw["constraints"][1:]  # no guard: 16 // 32 == 0, then modulo by zero
+    space = SearchSpace.from_dict(raw, file="short_circuit.yaml")
+    cfg = {"tp": 8, "pp": 4, "micro_batch_size": 1}
+    assert space.violated(cfg) == [raw["constraints"][0]]
+    with pytest.raises(SearchSpaceError, match=r"cannot be evaluated.*modulo by zero"):
+        space.validate(cfg)
+    assert all(c["tp"] * c["pp"] <= 16 for c in space.enumerate() or [])
+
+
+def test_pairing_repairs_skip_configs_whose_constraint_cannot_be_evaluated() -> None:
+    from infrarsi.search.pairing import repairs
+
+    space = _short_circuit_space()
+    reps = repairs(space, space.validate({"tp": 4, "pp": 4, "micro_batch_size": 8}), max_steps=2)
+    assert all(r.config["tp"] * r.config["pp"] <= 16 for r in reps)
+
+
+def test_optimizer_reaches_pairing_on_the_short_circuit_space() -> None:
+    from infrarsi.search import Optimizer, Outcome
+
+    space = _short_circuit_space()
+
+    def run(c):
+        mem = 40.0 * c["micro_batch_size"] / (c["tp"] * c["pp"])
+        if mem > 10.0:
+            return Outcome(status="oom")
+        return Outcome(status="ok", step_time=(1 + 2.0 / c["micro_batch_size"]) * (1 + 0.1 * c["tp"] + 0.05 * c["pp"]),
+                       peak_memory=mem)
+
+    opt = Optimizer(space, memory_capacity=10.0, seed=0, baseline={"tp": 1, "pp": 1, "micro_batch_size": 1})
+    for _ in range(20):
+        cfg = opt.ask()
+        assert cfg["tp"] * cfg["pp"] <= 16
+        opt.tell(cfg, run(cfg))
+
+
+def test_restrict_pins_the_other_knobs_at_the_baseline_and_keeps_constraints() -> None:
+    space = _short_circuit_space()
+    scoped = space.restrict(["micro_batch_size"], {"tp": 4, "pp": 4, "micro_batch_size": 1})
+    configs = scoped.enumerate() or []
+    assert {(c["tp"], c["pp"]) for c in configs} == {(4, 4)}
+    assert sorted(c["micro_batch_size"] for c in configs) == [1, 2, 4, 8]
+    assert SearchSpace.from_yaml(scoped.source).names == space.names
+    with pytest.raises(SearchSpaceError):
+        scoped.validate({"tp": 2, "pp": 4, "micro_batch_size": 1})
+    with pytest.raises(SearchSpaceError, match="'nope'"):
+        space.restrict(["nope"], {"tp": 1, "pp": 1, "micro_batch_size": 1})

@@ -98,3 +98,26 @@ def test_verify_never_accepts_a_cheat_even_a_faster_one(study: Path, executor, c
     assert cand["accepted"] is False
     assert cand["rounds"][0]["statuses"] == ["invariant_violation", "invariant_violation"]
     assert "invariant_violation" in cand["rounds"][0]["reason"]
+
+
+def test_an_out_of_scope_config_is_refused_before_it_runs(tmp_path: Path) -> None:
+    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.study.contract import Contract
+    from infrarsi.study.trial_log import read_trials, rows
+
+    d = tmp_path / "scoped"
+    Contract.create(FIXTURES / "honest.yaml", study_dir=d, memory_capacity_bytes=1 << 30,
+                    editable_knobs=["zero_stage"]).save(d)
+    ex = StudyExecutor(d)
+    try:
+        from infrarsi.stages.common import baseline_config
+
+        base = baseline_config(ex.contract, d)
+        other = next(k for k in ex.space.knobs if k.name != "zero_stage" and len(k.values) > 1)
+        value = next(v for v in other.values if v != base[other.name])
+        got = ex.run_trial({**base, other.name: value}, "run")
+    finally:
+        ex.close()
+    assert got["status"] == "failed" and got["extra"]["out_of_scope"] is True
+    assert "editable.knobs" in got["error"] and repr(other.name) in got["error"] and repr(value) in got["error"]
+    assert [r.trial_id for r in rows(read_trials(d))] == [got["trial_id"]]

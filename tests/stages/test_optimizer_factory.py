@@ -123,3 +123,27 @@ def test_add_to_bank_after_tune_goes_to_the_contracts_bank(tmp_path: Path, monke
     empty = tmp_path / "empty"
     Contract.create(ROOT / "workloads/dense_debug.yaml", study_dir=empty, switches=switches(tmp_path / "bank"))
     assert "no logged trials" in add_to_bank(empty)["error"]  # reported, never raised
+
+
+def test_a_study_with_one_editable_knob_proposes_only_that_knob(tmp_path: Path) -> None:
+    d = tmp_path / "scoped"
+    contract = Contract.create(ROOT / "workloads/dense_debug.yaml", study_dir=d, memory_capacity_bytes=GIB,
+                               switches=switches(None), editable_knobs=["zero_stage"])
+    contract.save(d)
+    rows = [row(f"doctor-{i}", "doctor", BASE, 100.0 * i, step=3.0, mem=0.3) for i in range(3)]
+    rows += [row("run-0", "run", {**BASE, "zero_stage": 2}, 400.0, step=2.5, mem=0.4),
+             row("run-1", "run", {**BASE, "micro_batch_size": 4}, 500.0, step=1.0, mem=0.5)]  # out of scope
+    opt = build_optimizer(contract, rows, study_dir=d)
+    base = opt.space.validate(BASE)
+    for _ in range(6):
+        cfg = opt.ask()
+        assert {k for k in cfg if cfg[k] != base[k]} <= {"zero_stage"}, cfg
+        opt.tell(cfg, Outcome(status="ok", step_time=1.0 + cfg["zero_stage"] * 0.1, peak_memory=0.3 * GIB))
+
+
+def test_without_editable_knobs_the_search_space_is_the_whole_space(tmp_path: Path) -> None:
+    contract, _ = new_study(tmp_path, None)
+    opt = build_optimizer(contract, [], study_dir=tmp_path / "new")
+    full = contract.search_space(tmp_path / "new")
+    assert contract.editable.knobs == full.names
+    assert opt.space.source == full.source
