@@ -66,9 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.size == "big":
         raw["model"]["overrides"] = dict(BIG)
     wl = Workload.from_dict(raw)
-    pkg = rs.import_workloads(str(ROOT))
-    ref = rs.import_workloads(str(ROOT), alias="_infrarsi_reference_workloads")
-    models, data = pkg["models"], pkg["data"]
+    from infrarsi.execution.data_sources import MarkovSource
+    from workloads import models
     torch.manual_seed(0)
     model = models.build_model(wl.model.family, wl.model.size, wl.model.overrides, {})
     n = sum(p.numel() for p in model.parameters())
@@ -78,10 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     margs = models.model_args(wl.model.family, wl.model.size, wl.model.overrides)
 
     def checks() -> tuple[float, float]:
-        r = rs.build_reference(lambda: ref["models"].build_model(wl.model.family, wl.model.size,
-                                                                wl.model.overrides, {}), engine.device)
+        r = rs.build_reference(lambda: models.build_model(wl.model.family, wl.model.size,
+                                                          wl.model.overrides, {}), engine.device)
         c = rs.checksum_and_load(model, None, r, engine.device)
-        batch = data.MarkovSource(margs.vocab_size, wl.data.seq_len, wl.data.seed).eval_batch()
+        batch = MarkovSource(margs.vocab_size, wl.data.seq_len, wl.data.seed).eval_batch()
         return c, rs.eval_loss(r, batch, engine.device, margs.vocab_size)
 
     for i in range(args.repeats):

@@ -28,6 +28,10 @@ class WorkloadError(UserInputError):
     """A workload YAML breaks a rule (missing field, bad value, indivisible batch...)."""
 
 
+class JobError(WorkloadError):
+    """A workload's training job (``model.entry_point``) cannot be imported, called or used."""
+
+
 class KnobError(UserInputError):
     """A knob is unknown, has no registered handler, or got a value it cannot apply."""
 

@@ -7,6 +7,7 @@ baseline recipe, search space), loaded from a YAML file in ``workloads/``.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,22 +22,75 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+BUILTIN_ENTRY_POINT = "workloads.jobs:builtin_job"
+"""The entry point of the built-in families (``model.family``), a job like any user's."""
+
+ENTRY_POINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+"""``module.path:function``."""
+
+
 class ModelSpec(_Strict):
-    family: Literal["dense", "moe"]
-    """Model family: ``dense`` (Llama-style) or ``moe`` (Mixtral-style)."""
+    family: Literal["dense", "moe"] | None = None
+    """Built-in model family: ``dense`` (Llama-style) or ``moe`` (Mixtral-style); or set
+    ``entry_point`` to tune your own training code."""
     size: str = "debug"
     """Flavour name in the family's registry (``debug``, ``1b``, ``8x1b``...)."""
     overrides: dict[str, Any] = Field(default_factory=dict)
     """Field overrides of the flavour's model args (e.g. ``{n_layers: 2}``)."""
+    entry_point: str | None = None
+    """Your own training code: ``module:function`` returning an ``infrarsi.job.TrainingJob``
+    (see ``infrarsi/job.py``), imported from ``code_dir``."""
+    code_dir: str | None = None
+    """Folder ``entry_point``'s module is imported from, relative to the workload YAML (default:
+    the YAML's folder). Code patches edit a git worktree of the repository holding it."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Settings handed to the entry point as ``JobContext.args``."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.family is None) == (self.entry_point is None):
+            raise ValueError("set exactly one of model.family (a built-in: dense, moe) and model.entry_point "
+                             "(your code, 'module:function')")
+        if self.entry_point is not None:
+            if not ENTRY_POINT_RE.match(self.entry_point):
+                raise ValueError(f"model.entry_point must look like 'package.module:function', got {self.entry_point!r}")
+            if self.overrides or self.size != "debug":
+                raise ValueError("model.size and model.overrides belong to the built-in families; pass your "
+                                 "job's settings in model.args")
+        elif self.code_dir is not None or self.args:
+            raise ValueError("model.code_dir and model.args belong to model.entry_point; a built-in family "
+                             "takes model.size and model.overrides")
+        return self
+
+    def entry(self) -> tuple[str, dict[str, Any]]:
+        """The entry point and the ``JobContext.args`` it gets (the built-in families' too)."""
+        if self.entry_point is not None:
+            return self.entry_point, dict(self.args)
+        return BUILTIN_ENTRY_POINT, {"family": self.family, "size": self.size, "overrides": dict(self.overrides)}
 
 
 class DataSpec(_Strict):
-    kind: Literal["synthetic"] = "synthetic"
-    """Only synthetic data: a fixed-seed Markov source; the harness owns the order."""
+    kind: Literal["synthetic", "tokens"] = "synthetic"
+    """``synthetic``: a fixed-seed Markov source; ``tokens``: your token ids from ``path``. The
+    harness owns the order either way (a job may also bring its own loader, ``infrarsi.job``)."""
     seed: int = 1234
-    """Seed of the data source; each global batch is fixed by (seed, step)."""
+    """Seed of the synthetic source; each global batch is fixed by (seed, step)."""
     seq_len: int = Field(128, gt=0)
     """Tokens per sequence."""
+    path: str | None = None
+    """``kind: tokens``: a 1-D file of token ids (``.npy``, or raw ids of ``dtype``, e.g.
+    nanoGPT's ``.bin``), relative to the workload YAML."""
+    dtype: str = "uint16"
+    """``kind: tokens``: the integer type of a raw token file (``uint16``, ``uint32``, ``int32``,
+    ``int64``; a ``.npy`` file carries its own)."""
+
+    @model_validator(mode="after")
+    def _path_for_tokens(self) -> DataSpec:
+        if self.kind == "tokens" and not self.path:
+            raise ValueError("data.kind 'tokens' needs data.path: a file of token ids (.npy or raw)")
+        if self.dtype not in ("uint16", "uint32", "int32", "int64"):
+            raise ValueError(f"data.dtype must be one of uint16, uint32, int32, int64, got {self.dtype!r}")
+        return self
 
 
 class StepsSpec(_Strict):
@@ -98,6 +152,8 @@ class Workload(_Strict):
 
     @model_validator(mode="after")
     def _check_batch(self) -> Workload:
+        if self.variant is not None and self.model.family is None:
+            raise ValueError("variant is a test-only switch of the built-in families; remove it")
         if self.tokens_per_step % self.data.seq_len:
             raise ValueError(
                 f"tokens_per_step ({self.tokens_per_step}) must be a multiple of data.seq_len "
@@ -121,6 +177,22 @@ class Workload(_Strict):
     @property
     def world_size(self) -> int:
         return self.resources.workers * self.resources.devices_per_worker
+
+    def _relative(self, p: str) -> Path:
+        path = Path(p)
+        if not path.is_absolute() and self.path:
+            path = Path(self.path).resolve().parent / path
+        return path
+
+    def job_code_dir(self) -> Path | None:
+        """The folder ``model.entry_point`` is imported from (None for a built-in family)."""
+        if self.model.entry_point is None:
+            return None
+        return self._relative(self.model.code_dir or ".")
+
+    def data_path(self) -> Path | None:
+        """``data.path`` resolved against the YAML's folder (None without one)."""
+        return self._relative(self.data.path) if self.data.path else None
 
     def search_space_path(self) -> Path:
         p = Path(self.search_space)

@@ -66,7 +66,35 @@ def _model_args(wl: Workload) -> Any:
         sys.path.insert(0, code_dir)
     from workloads.models import model_args
 
-    return model_args(wl.model.family, wl.model.size, wl.model.overrides)
+    return model_args(str(wl.model.family), wl.model.size, wl.model.overrides)
+
+
+def _job_shape(wl: Workload) -> Any:
+    """The prior's shape of a user job: its ``ModelShape``, and its parameters counted on a
+    meta-device build (no memory, no weights) in this process."""
+    import torch
+
+    from infrarsi.execution.job_loader import load_job
+    from infrarsi.execution.runner import default_code_dir
+    from infrarsi.job import JobContext
+
+    entry, args = wl.model.entry()
+    ctx = JobContext(args=args, options={}, device=wl.resources.device, rank=0, world_size=wl.world_size,
+                     seq_len=wl.data.seq_len, reference=True)
+    job = load_job(default_code_dir(wl), entry, ctx)
+    with torch.device("meta"):
+        n = float(sum(p.numel() for p in job.build_model().parameters()))
+    s = job.shape
+    active = n
+    if s.num_experts:
+        expert = s.n_layers * s.num_experts * 3 * s.dim * s.expert_hidden
+        active = n - expert + expert * s.top_k / s.num_experts
+    hw: dict[str, Any] = dict(CUDA_NOMINAL if wl.resources.device == "cuda" else CPU_NOMINAL)
+    return transformer_shape(n_layers=s.n_layers, hidden=s.dim, n_heads=s.n_heads or max(1, s.dim // 128),
+                             vocab=s.vocab_size, seq_len=wl.data.seq_len,
+                             global_batch=max(1, wl.tokens_per_step // wl.data.seq_len), world_size=wl.world_size,
+                             num_params=n, active_params=active,
+                             devices_per_node=max(1, wl.world_size // wl.resources.nodes), **hw)
 
 
 def _shape(wl: Workload) -> Any:
@@ -83,6 +111,8 @@ def _shape(wl: Workload) -> Any:
         return transformer_shape(n_layers=m.n_layers, hidden=m.hidden, n_heads=m.n_heads, vocab=m.vocab,
                                  seq_len=seq, global_batch=batch, world_size=wl.world_size, num_params=m.num_params,
                                  devices_per_node=int(wl.surrogate.get("gpus_per_node", 8)), **hw)
+    if wl.model.entry_point is not None:
+        return _job_shape(wl)
     a = _model_args(wl)
     kv = a.n_kv_heads or a.n_heads
     attn = 2 * a.dim * a.dim + 2 * a.dim * (a.dim * kv // a.n_heads)

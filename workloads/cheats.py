@@ -7,52 +7,19 @@ The harness drives training through four seams the workload controls:
 - ``optimizer_step(engine, base_optimizer, step, boundary)``: the optimizer step;
 - ``configure_engine(engine)``: gradient reduction and other engine settings.
 
-The honest seams are in ``HONEST``. A cheat variant (selected by ``workload.variant``) replaces
-one seam; the harness counters (tokens and sequences seen by a forward pre-hook, optimizer
+The honest seams are ``infrarsi.execution.seams.HONEST``. A cheat variant (selected by
+``workload.variant``) replaces one seam; the harness counters (tokens and sequences seen by a forward pre-hook, optimizer
 steps seen by a step post-hook on the real torch optimizer, the harness's own loss from the
 logits, per-rank parameter checksums) stay honest, so the invariant checker can name the cheat.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from .data import Batch
-
-
-def _fetch(batches: list[Batch]) -> list[Batch]:
-    return batches
-
-
-def _report_loss(loss: float) -> float:
-    return loss
-
-
-def _optimizer_step(engine: Any, base_optimizer: Any, step: int, boundary: bool) -> None:
-    engine.step()
-
-
-def _configure_engine(engine: Any) -> None:
-    return None
-
-
-@dataclass(frozen=True)
-class Seams:
-    """The workload-controlled seams of one training run."""
-
-    fetch: Callable[[list[Batch]], list[Batch]] = _fetch
-    """Rank's micro-batches of one step -> what is fed to the model."""
-    report_loss: Callable[[float], float] = _report_loss
-    """The workload's reported loss of a micro-batch (the harness computes its own)."""
-    optimizer_step: Callable[[Any, Any, int, bool], None] = _optimizer_step
-    """Called after every micro-batch's backward; DeepSpeed steps at the boundary."""
-    configure_engine: Callable[[Any], None] = _configure_engine
-    """Called once on the built DeepSpeed engine."""
-
-
-HONEST = Seams()
+from infrarsi.execution.data_sources import Batch
+from infrarsi.execution.seams import HONEST, Seams
 
 
 def _skip_odd_steps(engine: Any, base_optimizer: Any, step: int, boundary: bool) -> None:

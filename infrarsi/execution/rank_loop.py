@@ -1,7 +1,9 @@
 """One trial on one rank: build, train, time and measure.
 
-One trial on one rank: build the model and DeepSpeed engine from the knob config, train the
-contract's steps with harness-owned counting and timing, measure memory, evaluate.
+One trial on one rank: get the job from its entry point (``infrarsi.job``; the built-in
+families are ``workloads.jobs:builtin_job``), build its model on the rank's device (under
+``zero.Init`` with ZeRO-3) and the DeepSpeed engine from the knob config, train the contract's
+steps with harness-owned counting and timing, measure memory, evaluate.
 
 ``run_rank(spec) -> dict`` is called by the Ray ``TrainWorker`` (or a test's spawn harness)
 after ``torch.distributed`` is initialised (gloo on CPU, nccl on GPU). The process group may
@@ -10,10 +12,11 @@ end of every trial. ``run_rank`` never raises for a trial failure: it returns a 
 dict with status ``ok`` | ``oom`` | ``failed`` | ``nan``.
 
 Spec keys: ``workload`` (``Workload.to_yaml_dict()``), ``config`` (knob -> value),
-``trial_id``, ``memory_capacity_bytes`` (int | None, per device), ``code_dir`` (directory
-holding the ``workloads`` package), ``peak_flops_per_s`` (float | None; probed when None),
-``seed`` (int; model init seed), optional ``reference_code_dir`` (the untouched ``workloads``
-used by the eval check; default ``code_dir``), optional ``loss_guard`` (``{"reference": [baseline
+``trial_id``, ``memory_capacity_bytes`` (int | None, per device), ``code_dir`` (the folder the
+job's entry point is imported from), ``peak_flops_per_s`` (float | None; probed when None),
+``seed`` (int; model init seed), optional ``reference_code_dir`` (the untouched code the eval
+check's reference model comes from; default ``code_dir``), optional ``data_path`` (``data.path``
+resolved by the driver), optional ``loss_guard`` (``{"reference": [baseline
 loss per step], "atol": a, "rtol": r}``: stop as soon as a step's loss differs from the
 baseline's by more than ``a + r*|baseline|``, the same rule as the contract's loss invariant, so
 a trial that can no longer pass stops burning device time; every rank sees the same all-reduced
@@ -41,12 +44,17 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from infrarsi.errors import JobError
 from infrarsi.execution import rank_support as rs
+from infrarsi.execution.data_sources import make_source
 from infrarsi.execution.flops import flops_per_token, peak_flops_per_s
+from infrarsi.execution.job_loader import check_job, import_entry
 from infrarsi.execution.knobs.deepspeed import build_trial
 from infrarsi.execution.memory import MemoryMonitor, is_oom
 from infrarsi.execution.rank_result import RankResult
+from infrarsi.execution.seams import HONEST, Seams
 from infrarsi.execution.telemetry import TelemetrySampler
+from infrarsi.job import JobContext, TrainingJob
 from infrarsi.workload import Workload
 
 PHASES = ("data", "forward", "backward", "optimizer", "communication")
@@ -91,23 +99,35 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
 
     rank, world = res.rank, res.world_size
     device = wl.resources.device
-    pkg = rs.import_workloads(spec["code_dir"])
-    models, data_mod = pkg["models"], pkg["data"]
-    seams = pkg["cheats"].seams_for(wl.variant)
-    family = models.MODEL_FAMILIES[wl.model.family]
-    args = models.model_args(wl.model.family, wl.model.size, wl.model.overrides)
+    entry_point, job_args = wl.model.entry()
+    make_job = import_entry(spec["code_dir"], entry_point)
+    seams = _seams(wl)
+
+    def job_for(options: dict[str, Any], *, reference: bool = False, fn: Any = make_job) -> TrainingJob:
+        ctx = JobContext(args=job_args, options=options, device=device, rank=rank, world_size=world,
+                         seq_len=wl.data.seq_len, reference=reference)
+        try:
+            return check_job(fn(ctx), entry_point)
+        except JobError:
+            raise
+        except Exception as e:
+            raise JobError(f"model.entry_point: {entry_point}(ctx) raised {type(e).__name__}: {e}") from e
+
     with torch.device("meta"):
-        num_params = sum(p.numel() for p in models.build_model(wl.model.family, wl.model.size, wl.model.overrides).parameters())
-    build = build_trial(wl, dict(spec.get("config") or {}), world, num_params, args.dim)
+        num_params = sum(p.numel() for p in job_for({}).build_model().parameters())
+    build = build_trial(wl, dict(spec.get("config") or {}), world, num_params, job_for({}).shape.dim)
+    job = job_for(dict(build.model_options))
+    shape = job.shape
     res.num_params = num_params
-    res.flops_per_token = flops_per_token(args, num_params, wl.data.seq_len)
+    res.flops_per_token = flops_per_token(shape, num_params, wl.data.seq_len)
     res.micro_batch_size = build.runtime["micro_batch_size"]
     res.grad_accum_steps = build.runtime["grad_accum_steps"]
     res.ds_config = build.ds_config
     ep = bool(build.model_options.get("expert_parallel"))
-    if ep and not family.is_moe:
+    if ep and job.expert_parallel is None:
         from infrarsi.errors import KnobError
-        raise KnobError(f"knob 'expert_parallel'=true needs an MoE model, but the workload's family is {wl.model.family!r}")
+        raise KnobError(f"knob 'expert_parallel'=true needs a job with expert parallelism (the built-in moe "
+                        f"family), but {entry_point} has none")
 
     os.environ.update(build.env)
     os.environ.setdefault("LOCAL_RANK", "0" if device == "cuda" else str(rank))
@@ -125,10 +145,14 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     seed = int(spec.get("seed", wl.data.seed))
     monitor.start()
     torch.manual_seed(seed)
-    model = models.build_model(wl.model.family, wl.model.size, wl.model.overrides, build.model_options)
+    with rs.build_context(device, build.ds_config, partitioned=not ep):
+        model = job.build_model()
+    if not isinstance(model, torch.nn.Module):
+        raise JobError(f"model.entry_point: {entry_point}: build_model() returned {type(model).__name__}, not a torch.nn.Module")
     ep_params: list[torch.nn.Parameter] = []
     if ep:
-        ep_mod = rs.import_submodule(pkg, "models.moe.expert_parallel")
+        ep_mod = job.expert_parallel
+        assert ep_mod is not None
         ep_mod.parallelize_moe(model)
         ep_params = ep_mod.expert_parameters(model)
         state["ep_mod"] = ep_mod
@@ -144,7 +168,11 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     torch.set_num_threads(build.runtime["threads_per_worker"])
     monitor.check("engine_init")
     dev = engine.device
-    source = data_mod.MarkovSource(args.vocab_size, wl.data.seq_len, wl.data.seed)
+    source = make_source(wl.data, shape.vocab_size, job=job, data_path=spec.get("data_path"))
+    total_steps = wl.steps.warmup + wl.steps.measured
+    # Every step's rows are generated before the clock starts (a data loader that keeps up):
+    # the timed steps measure training, not the harness's synthetic source.
+    planned = rs.plan_batches(source, total_steps, wl.global_batch_size, rank, world, res.micro_batch_size, dev)
     res.warmup_steps = wl.steps.warmup
     res.setup_time_s = time.perf_counter() - t_start
     telemetry.start()
@@ -152,15 +180,15 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     # ---- train ----
     sync = (lambda: torch.cuda.synchronize()) if device == "cuda" else (lambda: None)
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
-    total_steps = wl.steps.warmup + wl.steps.measured
-    vocab = args.vocab_size
+    vocab = shape.vocab_size
+    job_loss = job.loss
     for step in range(total_steps):
         dist.barrier()
         t0 = time.perf_counter()
         comm0 = comm.total_s() + (state["ep_mod"].COMM_TIME_S[0] if ep else 0.0)
         acc = dict.fromkeys(PHASES, 0.0)
-        batches = seams.fetch(source.rank_micro_batches(step, wl.global_batch_size, rank, world, res.micro_batch_size))
-        batches = [(b.inputs.to(dev), b.targets.to(dev)) for b in batches]
+        batches = [(b.inputs.to(dev, non_blocking=True), b.targets.to(dev, non_blocking=True))
+                   for b in seams.fetch(planned[step])]
         counters.begin_step()
         loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
         reported_sum = torch.zeros((), dtype=torch.float64, device=dev)
@@ -169,10 +197,12 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
         acc["data"] = t1 - t0
         for i, (inp, tgt) in enumerate(batches):
             ta = time.perf_counter()
-            logits = engine(inp)
+            logits = job.forward(engine, inp)
             loss = F.cross_entropy(logits.float().reshape(-1, vocab), tgt.reshape(-1))
             ntok = tgt.numel()
             loss_sum += loss.detach().double() * ntok
+            if job_loss is not None:  # the job's own training loss is back-propagated
+                loss = job_loss(logits, tgt)
             reported_sum += torch.as_tensor(seams.report_loss(loss.detach()), device=dev).double() * ntok
             n_tok += ntok
             sync()
@@ -228,16 +258,25 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     t_checks = time.perf_counter()
     reference = None
     if not res.stopped_early:  # the loss invariant already failed: no eval (replicas still compared)
-        ref = rs.import_workloads(spec.get("reference_code_dir") or spec["code_dir"], alias="_infrarsi_reference_workloads")
-        reference = rs.build_reference(
-            lambda: ref["models"].build_model(wl.model.family, wl.model.size, wl.model.overrides, {}), dev)
+        # the untouched code (a patched trial's reference is the unpatched code dir), imported afresh
+        ref_fn = import_entry(spec.get("reference_code_dir") or spec["code_dir"], entry_point)
+        ref_job = job_for({}, reference=True, fn=ref_fn)
+        reference = rs.build_reference(ref_job.build_model, dev)
     res.param_checksum = rs.checksum_and_load(model, state.get("ep_mod"), reference, dev)
     if reference is not None:
-        batch = data_mod.MarkovSource(args.vocab_size, wl.data.seq_len, wl.data.seed).eval_batch()
-        res.eval_loss = rs.eval_loss(reference, batch, dev, args.vocab_size)
+        res.eval_loss = rs.eval_loss(reference, source.eval_batch(), dev, vocab, forward=ref_job.forward)
         del reference
     res.end_checks_time_s = time.perf_counter() - t_checks
     res.status = "ok"
+
+
+def _seams(wl: Workload) -> Seams:
+    """The honest seams, or a built-in workload's test-only cheat variant (``workloads/cheats.py``)."""
+    if wl.variant is None:
+        return HONEST
+    import importlib
+
+    return importlib.import_module("workloads.cheats").seams_for(wl.variant)  # type: ignore[no-any-return]
 
 
 def loss_guard_trip(guard: dict[str, Any] | None, step: int, loss: float) -> str:

@@ -1,7 +1,7 @@
-"""What ``rank_loop`` leans on: workload import, harness counters, the optimizer, checksums and the eval check.
+"""What ``rank_loop`` leans on: where the model is built, the batches, harness counters, the optimizer, checksums and the eval check.
 
-Helpers of ``rank_loop``: importing the workload code, harness counters, the optimizer,
-communication timing, and the end-of-trial checks.
+Helpers of ``rank_loop``: the build context and the planned batches, harness counters, the
+optimizer, communication timing, and the end-of-trial checks.
 
 End-of-trial checks (after the last step), all on the rank's own device (the GPU on ``cuda``,
 the host on ``cpu``), in one pass over the trained parameters (``trained_parameters``):
@@ -35,14 +35,10 @@ Host-memory bound of the checks, per rank, over what training already holds:
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -50,33 +46,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from infrarsi.errors import WorkloadError
-
-_SUBMODULES = ("models", "data", "cheats")
-
-
-def import_workloads(code_dir: str, alias: str = "workloads") -> dict[str, Any]:
-    """Import the ``workloads`` package under ``code_dir`` afresh (a warm worker may see a
-    different or patched code dir per trial). ``alias`` != ``workloads`` loads an independent
-    copy under that module name (the untouched reference for the eval check)."""
-    root = Path(code_dir) / "workloads"
-    if not (root / "__init__.py").exists():
-        raise WorkloadError(f"code_dir {code_dir!r} has no workloads/__init__.py; point code_dir at the repo root.")
-    for name in [m for m in sys.modules if m == alias or m.startswith(alias + ".")]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
-    spec = importlib.util.spec_from_file_location(alias, root / "__init__.py", submodule_search_locations=[str(root)])
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[alias] = mod
-    spec.loader.exec_module(mod)
-    out: dict[str, Any] = {"__name__": alias}
-    for sub in _SUBMODULES:
-        out[sub] = importlib.import_module(f"{alias}.{sub}")
-    return out
-
-
-def import_submodule(pkg: dict[str, Any], dotted: str) -> Any:
-    return importlib.import_module(f"{pkg['__name__']}.{dotted}")
 
 
 class HarnessCounters:
@@ -353,9 +322,11 @@ def _fp32_matmuls() -> Iterator[None]:
         torch.set_float32_matmul_precision(prev)
 
 
-def eval_loss(reference: nn.Module, batch: Any, device: torch.device | str, vocab_size: int) -> float:
+def eval_loss(reference: nn.Module, batch: Any, device: torch.device | str, vocab_size: int,
+              forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None) -> float:
     """Mean cross-entropy of the fixed held-out ``batch`` (``inputs``/``targets`` ``[rows, seq]``)
-    under ``reference`` (filled by ``checksum_and_load``) on ``device``, in fp32, without
+    under ``reference`` (filled by ``checksum_and_load``; called through the job's ``forward``
+    when given) on ``device``, in fp32, without
     autograd, in chunks of rows whose fp32 logits (``seq x vocab_size``) fit
     ``EVAL_LOGITS_BUDGET_BYTES`` (the whole batch at once when it fits)."""
     rows, seq = int(batch.inputs.shape[0]), int(batch.inputs.shape[1])
@@ -366,12 +337,44 @@ def eval_loss(reference: nn.Module, batch: Any, device: torch.device | str, voca
         for lo in range(0, rows, chunk):
             inp = batch.inputs[lo: lo + chunk].to(device)
             tgt = batch.targets[lo: lo + chunk].to(device)
-            logits = reference(inp)
+            logits = forward(reference, inp) if forward is not None else reference(inp)
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt.reshape(-1))
             total += loss.double() * tgt.numel()
             n += tgt.numel()
             del logits, loss
     return float((total / max(n, 1)).item())
+
+
+def build_context(device: str, ds_config: dict[str, Any], *, partitioned: bool = True) -> contextlib.AbstractContextManager[Any]:
+    """Where the trial's model is built: on the rank's own device (``torch.device``: the GPU on
+    ``cuda``, so initialisation runs there and nothing passes through host memory), or, under
+    ZeRO-3 when ``partitioned``, inside ``deepspeed.zero.Init`` with the trial's DeepSpeed config
+    (each module's parameters are created on the device and partitioned over the ranks as soon
+    as that module is built, so no rank ever holds the whole model). The model code must draw
+    its weights inside each module's own ``__init__`` for both to start from the same values
+    (see ``workloads/models/dense/model.py``)."""
+    zero = ds_config.get("zero_optimization") or {}
+    if partitioned and int(zero.get("stage", 0)) == 3:
+        import deepspeed
+
+        return deepspeed.zero.Init(config_dict_or_path=ds_config)  # type: ignore[no-any-return]
+    if device == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def plan_batches(source: Any, steps: int, global_batch_size: int, rank: int, world: int,
+                 micro_batch_size: int, device: torch.device | str) -> list[list[Any]]:
+    """This rank's micro-batches of every training step, generated now (before the timed steps),
+    in pinned host memory on ``cuda`` so the per-step copy to the device is asynchronous."""
+    pin = torch.device(device).type == "cuda"
+    out = []
+    for step in range(steps):
+        mbs = source.rank_micro_batches(step, global_batch_size, rank, world, micro_batch_size)
+        if pin:
+            mbs = [type(b)(b.inputs.pin_memory(), b.targets.pin_memory()) for b in mbs]
+        out.append(mbs)
+    return out
 
 
 def median(values: list[float]) -> float:

@@ -64,7 +64,11 @@ def default_timeout_s(workload: Workload) -> float:
 
 
 def default_code_dir(workload: Workload) -> str:
-    """The directory holding the ``workloads`` package: next to the YAML's folder, else importable."""
+    """Where the job's code is imported from: ``model.code_dir`` for a user entry point, else the
+    directory holding the built-in ``workloads`` package (next to the YAML's folder, else importable)."""
+    job_dir = workload.job_code_dir()
+    if job_dir is not None:
+        return str(job_dir)
     if workload.path:
         folder = Path(workload.path).resolve().parent
         if folder.name == "workloads" and (folder / "__init__.py").exists():
@@ -232,6 +236,9 @@ class TrialRunner:
             "memory_capacity_bytes": self.memory_capacity_bytes, "code_dir": code_dir,
             "peak_flops_per_s": self._peak_flops, "reference_code_dir": self.code_dir,
         }
+        data_path = self.workload.data_path()
+        if data_path is not None:
+            spec["data_path"] = str(data_path)
         if self.seed is not None:
             spec["seed"] = self.seed
         if loss_guard:

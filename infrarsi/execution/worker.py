@@ -138,6 +138,8 @@ class TrainWorker:
             **kwargs,
         )
         self._pg_ready = True
+        import deepspeed  # noqa: F401  (its first import takes seconds: paid here, once per worker, not in a trial's setup_time_s)
+
         return time.perf_counter() - t0
 
     def run(self, spec: dict[str, Any], entry: str = DEFAULT_ENTRY) -> dict[str, Any]:

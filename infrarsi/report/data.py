@@ -158,7 +158,7 @@ def _baseline_config(data: StudyData) -> dict[str, Any]:
         return dict(cfg)
     if data.doctor is not None and data.doctor.baseline_config:
         return dict(data.doctor.baseline_config)
-    doc = [r for r in data.trials if r.stage == "doctor"]
+    doc = [r for r in data.trials if r.stage == "doctor" and r.extra.get("role", "baseline") == "baseline"]
     if doc:
         return dict(doc[0].config)
     return dict(data.contract.workload.get("baseline", {}))
@@ -175,7 +175,7 @@ def _side(label: str, cfg: dict[str, Any], trials: list[TrialResult], *, role: s
     if ver:
         return Side(label, cfg, ver, "verify")
     if doctor_ok:
-        doc = [r for r in ok if r.stage == "doctor"]
+        doc = [r for r in ok if r.stage == "doctor" and r.extra.get("role", "baseline") == "baseline"]
         if doc:
             return Side(label, cfg, doc, "doctor")
     run = [r for r in ok if r.stage == "run" and _matches(r.config, cfg)]

@@ -27,7 +27,9 @@ def model_sizes(contract: Contract, trials: list[TrialResult] | None = None) -> 
         from workloads.models import model_args
 
         m = contract.workload.get("model", {})
-        args = model_args(m.get("family", "dense"), m.get("size", "debug"), m.get("overrides"))
+        if not m.get("family"):  # a user's entry point: its hidden size is not known here
+            return num_params, 0
+        args = model_args(m["family"], m.get("size", "debug"), m.get("overrides"))
         hidden = int(getattr(args, "dim", 0) or getattr(args, "hidden_size", 0) or 0)
     except Exception:  # the workload code may not be importable here; buckets stay at auto
         hidden = 0

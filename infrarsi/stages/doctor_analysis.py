@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from infrarsi.result import TrialResult
+from infrarsi.search.space import SearchSpace
 from infrarsi.stats import noise_margin
 from infrarsi.study.doctor_report import DoctorReport, StepTimeNoise, Stragglers
 
@@ -17,6 +18,13 @@ reduction-order differences pass and leaves precision changes to the contract's 
 
 LOSS_TOLERANCE_FACTOR = 10.0
 """The calibrated tolerance is this factor times the largest run-to-run loss difference."""
+
+HONEST_CHANGE_FACTOR = 3.0
+"""...and at least this factor times the largest loss difference of an honest change: the
+baseline with another micro-batch split (``honest_change_config``). Identical bf16 runs on one
+GPU can agree bitwise, so run-to-run spread alone would reject every honest config; on an H200
+(dense 1.5B, bf16, 6 steps) ZeRO-3 micro-batch 1 and ZeRO-0 micro-batch 8 differed by 0.12 in
+loss (``benchmarks/results/gpu/``)."""
 
 NOISE_MARGIN_FACTOR = 1.0
 """Verify's noise margin is this factor times the step-time coefficient of variation (the larger
@@ -43,8 +51,38 @@ def device_memory_capacity_bytes(hardware: Mapping[str, Any]) -> int | None:
     return None
 
 
-def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_TOLERANCE_FLOOR) -> DoctorReport:
-    """Summarise R baseline trials. Only ``ok`` rows count; the caller decides what to do when
+def honest_change_config(baseline: Mapping[str, Any], space: SearchSpace, per_rank_batch: int) -> dict[str, Any] | None:
+    """The baseline with another micro-batch split: the same sequences, tokens and optimizer
+    steps, only summed in another order (what every honest candidate also changes). The nearest
+    smaller ``micro_batch_size`` of the space that divides ``per_rank_batch`` (less memory than
+    the baseline), else the nearest larger one; None when the space has no other valid split."""
+    if "micro_batch_size" not in space.names:
+        return None
+    mbs = baseline.get("micro_batch_size")
+    if not isinstance(mbs, int):
+        return None
+    values = [v for v in space.knob("micro_batch_size").values
+              if isinstance(v, int) and v != mbs and v > 0 and per_rank_batch % v == 0]
+    for v in sorted((v for v in values if v < mbs), reverse=True) + sorted(v for v in values if v > mbs):
+        cfg = {**baseline, "micro_batch_size": v}
+        if space.is_valid(cfg):
+            return cfg
+    return None
+
+
+def honest_change_loss_diff(variant: TrialResult | None, reference: list[float]) -> float | None:
+    """Largest per-step |loss - reference loss| of the honest-change trial (None when it did not
+    end ``ok`` or has no common steps)."""
+    if variant is None or variant.status != "ok" or not variant.loss or not reference:
+        return None
+    n = min(len(variant.loss), len(reference))
+    return max(abs(float(a) - float(b)) for a, b in zip(variant.loss[:n], reference[:n], strict=True))
+
+
+def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_TOLERANCE_FLOOR,
+                     honest_change: TrialResult | None = None) -> DoctorReport:
+    """Summarise R baseline trials (and the optional honest-change trial, see
+    ``honest_change_config``). Only ``ok`` rows count; the caller decides what to do when
     fewer than two are ok (the analysis still returns what it can, with ``ok_trials``)."""
     ok = [r for r in rows if r.status == "ok" and r.step_time_s]
     out: dict[str, Any] = {
@@ -87,7 +125,12 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
         spread = max(spread, max(vals) - min(vals))
         reference.append(statistics.median(vals))
     out["loss_run_to_run_max_abs_diff"] = spread
-    out["loss_tolerance"] = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * spread)
+    honest = honest_change_loss_diff(honest_change, reference)
+    if honest_change is not None:
+        out["honest_change_config"] = dict(honest_change.config)
+        out["honest_change_status"] = honest_change.status
+        out["loss_honest_change_max_abs_diff"] = honest
+    out["loss_tolerance"] = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * spread, HONEST_CHANGE_FACTOR * (honest or 0.0))
     out["loss_tolerance_floor"] = tolerance_floor
     out["reference_loss"] = reference
     evals = [r.eval_loss for r in ok if r.eval_loss is not None]

@@ -36,7 +36,9 @@ def init_stage(
     environment variable's value, else its default (``infrarsi.study.switches``).
 
     Everything that can be checked before a trial is checked here: the workload and the search
-    space parse, every knob has a handler, the baseline recipe is a valid config, the global
+    space parse, every knob has a handler, the job's entry point imports and returns a
+    well-formed job whose model builds and whose data has the right shape
+    (``infrarsi.execution.job_loader.preflight``), the baseline recipe is a valid config, the global
     batch divides over the ranks, and every patch the ``code_patch`` knob names stays inside the
     editable globs and applies to the workload repository's HEAD (``PatchError`` otherwise).
     """
@@ -52,6 +54,9 @@ def init_stage(
     sp = SearchSpace.from_yaml(space_path)
     if wl.backend == "deepspeed":
         check_handlers(sp.names, source=str(space_path))
+        from infrarsi.execution.job_loader import preflight
+
+        preflight(wl)
     try:
         sp.validate(dict(wl.baseline))
     except Exception as e:

@@ -104,8 +104,17 @@ class DoctorReport(_Record):
     """The first ok baseline trial's hardware dict (device kind, count, hosts, versions...)."""
     loss_run_to_run_max_abs_diff: float | None = Field(None, ge=0)
     """Largest per-step spread of the training loss across the baseline trials, loss units."""
+    honest_change_config: dict[str, Any] | None = None
+    """The honest-change trial's config: the baseline with another micro-batch split (None: not
+    run, e.g. the space has no other split)."""
+    honest_change_status: str | None = None
+    """How the honest-change trial ended (``ok``, ``oom``...; None: not run)."""
+    loss_honest_change_max_abs_diff: float | None = Field(None, ge=0)
+    """Largest per-step |loss - reference loss| of the honest-change trial, loss units (None:
+    not run or not ``ok``)."""
     loss_tolerance: float | None = Field(None, ge=0)
-    """The measured loss tolerance: max(floor, factor x run-to-run spread), loss units."""
+    """The measured loss tolerance: max(floor, 10 x run-to-run spread, 3 x honest-change
+    difference), loss units."""
     loss_tolerance_floor: float | None = Field(None, ge=0)
     """The floor the measured loss tolerance never goes under, loss units."""
     reference_loss: list[float] = Field(default_factory=list)

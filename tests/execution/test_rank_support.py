@@ -17,8 +17,8 @@ from torch import nn
 
 from infrarsi.errors import WorkloadError
 from infrarsi.execution import rank_support as rs
+from infrarsi.execution.data_sources import Batch, MarkovSource
 from infrarsi.execution.memory import MemoryCapacityExceeded, MemoryMonitor, mallinfo2_available
-from workloads.data import Batch, MarkovSource
 from workloads.models import build_model
 
 SMALL = {"dim": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "ffn_hidden": 128, "max_seq_len": 32}
@@ -189,3 +189,38 @@ def test_host_memory_of_the_checks_is_bounded_independent_of_model_size() -> Non
     finally:
         monitor.stop()
         copies.clear()
+
+
+def test_batches_are_planned_before_the_clock_with_the_same_rows_as_the_source() -> None:
+    src = MarkovSource(64, 8, seed=3)
+    planned = rs.plan_batches(src, 3, 8, rank=1, world=2, micro_batch_size=2, device="cpu")
+    assert len(planned) == 3
+    for step, mbs in enumerate(planned):
+        expect = src.rank_micro_batches(step, 8, 1, 2, 2)
+        assert [b.inputs.tolist() for b in mbs] == [b.inputs.tolist() for b in expect]
+        assert all(not b.inputs.is_pinned() for b in mbs)  # pinned only for a cuda rank
+
+
+def test_the_model_is_built_on_the_rank_device_unless_zero3_partitions_it() -> None:
+    cfg0 = {"zero_optimization": {"stage": 2}}
+    ctx = rs.build_context("cpu", cfg0)
+    assert isinstance(ctx, torch.device) and ctx.type == "cpu"
+    # ZeRO-3 but not partitionable (expert parallelism slices the built experts): on the device
+    ctx = rs.build_context("cpu", {"zero_optimization": {"stage": 3}}, partitioned=False)
+    assert isinstance(ctx, torch.device)
+
+
+def test_every_module_draws_its_weights_in_its_own_init() -> None:
+    """The same seed gives the same weights whether a model is built whole or its modules are
+    built one by one (what zero.Init sees): no init pass over the finished model."""
+    from workloads.models.dense.model import FeedForward, ModelArgs
+
+    a = ModelArgs(dim=16, n_layers=2, ffn_hidden=24)
+    torch.manual_seed(0)
+    ffn = FeedForward(a)
+    torch.manual_seed(0)
+    w1 = torch.empty(24, 16)
+    nn.init.kaiming_uniform_(w1, a=math.sqrt(5))
+    nn.init.normal_(w1, std=a.init_std)
+    assert torch.equal(ffn.w1.weight, w1)
+    assert abs(float(ffn.w2.weight.std()) - a.init_std / 2) < 0.01

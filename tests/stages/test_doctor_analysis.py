@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from infrarsi.result import TrialResult
-from infrarsi.stages.doctor_analysis import LOSS_TOLERANCE_FLOOR, analyse_baseline
+from infrarsi.search.space import SearchSpace
+from infrarsi.stages.doctor_analysis import (
+    HONEST_CHANGE_FACTOR,
+    LOSS_TOLERANCE_FLOOR,
+    analyse_baseline,
+    honest_change_config,
+)
 from infrarsi.study.doctor_report import DoctorReport
 
 
@@ -64,3 +70,45 @@ def test_failed_rows_do_not_count() -> None:
     out = analyse_baseline(rows)
     assert out.ok_trials == 1
     assert out.statuses == {"ok": 1, "oom": 1}
+
+
+def test_an_honest_change_widens_the_tolerance_when_repeats_agree_bitwise() -> None:
+    """bf16 repeats on one GPU can agree bitwise; the honest change (another micro-batch
+    split) shows what honest candidates do to the loss, and the tolerance takes 3x that."""
+    rows = [_row(i, 1.0, [12.0, 11.9, 11.8]) for i in range(2)]
+    variant = _row(9, 0.9, [12.0, 11.93, 11.76])
+    variant.config = {"micro_batch_size": 2}
+    out = analyse_baseline(rows, honest_change=variant)
+    assert out.loss_run_to_run_max_abs_diff == 0.0
+    assert out.loss_honest_change_max_abs_diff == pytest.approx(0.04)
+    assert out.loss_tolerance == pytest.approx(HONEST_CHANGE_FACTOR * 0.04)
+    assert out.honest_change_config == {"micro_batch_size": 2}
+
+
+def test_a_failed_honest_change_is_recorded_but_not_used() -> None:
+    rows = [_row(i, 1.0, [8.0, 7.0]) for i in range(2)]
+    variant = _row(9, 1.0, [8.5], status="oom")
+    out = analyse_baseline(rows, honest_change=variant)
+    assert out.honest_change_status == "oom"
+    assert out.loss_honest_change_max_abs_diff is None
+    assert out.loss_tolerance == LOSS_TOLERANCE_FLOOR
+
+
+SPACE = SearchSpace.from_dict({"name": "s", "knobs": [
+    {"name": "zero_stage", "type": "choice", "values": [0, 3]},
+    {"name": "micro_batch_size", "type": "int", "values": [1, 2, 4, 8, 16]}],
+    "constraints": ["not (zero_stage == 0 and micro_batch_size == 2)"]})
+
+
+@pytest.mark.parametrize(("base", "per_rank", "want"), [
+    ({"zero_stage": 3, "micro_batch_size": 4}, 16, 2),   # the nearest smaller split
+    ({"zero_stage": 3, "micro_batch_size": 1}, 16, 2),   # none smaller: the nearest larger
+    ({"zero_stage": 0, "micro_batch_size": 4}, 16, 1),   # 2 breaks a constraint: skipped
+    ({"zero_stage": 3, "micro_batch_size": 4}, 12, 2),   # 8 and 16 do not divide 12
+    ({"zero_stage": 3, "micro_batch_size": 1}, 1, None),  # no other split at all
+])
+def test_honest_change_is_the_baseline_with_the_nearest_other_split(base, per_rank, want) -> None:
+    cfg = honest_change_config(base, SPACE, per_rank)
+    assert (cfg or {}).get("micro_batch_size") == want
+    if cfg is not None:
+        assert cfg["zero_stage"] == base["zero_stage"]

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
+from infrarsi.execution.data_sources import MarkovSource
 from infrarsi.execution.rank_support import HarnessCounters
 from workloads.cheats import CHEATS, HONEST, seams_for
-from workloads.data import MarkovSource
 
 
 def _batches(mbs: int = 4):

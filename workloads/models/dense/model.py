@@ -4,6 +4,12 @@ Shapes: ``tokens`` is ``[batch, seq]`` (int64); ``Transformer.forward`` returns 
 ``[batch, seq, vocab]``. Activation checkpointing is a build option (``none``, ``selective``:
 the attention sub-layer of every block, ``full``: every block) applied with
 ``torch.utils.checkpoint`` (non-reentrant), so it changes memory and time, never the numbers.
+
+Every module draws its own weights inside its own ``__init__`` (``NormalLinear``,
+``NormalEmbedding``), in construction order, never in a pass over the finished model: so the
+model can be built straight on a GPU (``torch.device``) or under DeepSpeed's ``zero.Init``
+(which partitions each module's parameters as soon as that module is built) and start from the
+same values either way.
 """
 
 from __future__ import annotations
@@ -68,6 +74,27 @@ FLAVOURS: dict[str, ModelArgs] = {
 """Dense flavours by name; GPU-scale ones are only built by name on a GPU."""
 
 
+def output_std(a: ModelArgs) -> float:
+    """Std of the matrices that write into the residual stream (attention ``wo``, FFN ``w2``)."""
+    return a.init_std / math.sqrt(2 * a.n_layers)
+
+
+class NormalLinear(nn.Linear):
+    """Bias-free ``nn.Linear`` whose weight is drawn from N(0, std) when it is built."""
+
+    def __init__(self, in_features: int, out_features: int, std: float) -> None:
+        super().__init__(in_features, out_features, bias=False)
+        nn.init.normal_(self.weight, std=std)
+
+
+class NormalEmbedding(nn.Embedding):
+    """``nn.Embedding`` whose weight is drawn from N(0, std) when it is built."""
+
+    def __init__(self, num_embeddings: int, dim: int, std: float) -> None:
+        super().__init__(num_embeddings, dim)
+        nn.init.normal_(self.weight, std=std)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -101,10 +128,10 @@ class Attention(nn.Module):
         self.n_heads = a.n_heads
         self.n_kv_heads = a.n_kv_heads or a.n_heads
         self.head_dim = a.dim // a.n_heads
-        self.wq = nn.Linear(a.dim, a.dim, bias=False)
-        self.wk = nn.Linear(a.dim, self.n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(a.dim, self.n_kv_heads * self.head_dim, bias=False)
-        self.wo = nn.Linear(a.dim, a.dim, bias=False)
+        self.wq = NormalLinear(a.dim, a.dim, a.init_std)
+        self.wk = NormalLinear(a.dim, self.n_kv_heads * self.head_dim, a.init_std)
+        self.wv = NormalLinear(a.dim, self.n_kv_heads * self.head_dim, a.init_std)
+        self.wo = NormalLinear(a.dim, a.dim, output_std(a))
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
@@ -122,11 +149,11 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     """SwiGLU: ``w2(silu(w1 x) * w3 x)``."""
 
-    def __init__(self, dim: int, hidden: int) -> None:
+    def __init__(self, a: ModelArgs) -> None:
         super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w1 = NormalLinear(a.dim, a.ffn_hidden, a.init_std)
+        self.w2 = NormalLinear(a.ffn_hidden, a.dim, output_std(a))
+        self.w3 = NormalLinear(a.dim, a.ffn_hidden, a.init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
@@ -173,31 +200,20 @@ class Transformer(nn.Module):
                 f"activation_checkpointing must be one of {CHECKPOINT_MODES}, got {activation_checkpointing!r}"
             )
         self.args = args
-        make_ffn = ffn_factory or (lambda a, i: FeedForward(a.dim, a.ffn_hidden))
-        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        make_ffn = ffn_factory or (lambda a, i: FeedForward(a))
+        self.tok_embeddings = NormalEmbedding(args.vocab_size, args.dim, args.init_std)
         self.layers = nn.ModuleList(Block(args, make_ffn(args, i)) for i in range(args.n_layers))
         self.norm = RMSNorm(args.dim, args.norm_eps)
-        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.output = NormalLinear(args.dim, args.vocab_size, args.init_std)
         cos, sin = rope_tables(args.dim // args.n_heads, args.max_seq_len, args.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.set_checkpointing(activation_checkpointing)
-        self.reset_parameters()
 
     def set_checkpointing(self, mode: str) -> None:
         self.checkpointing = mode
         for blk in self.layers:
             blk.checkpoint_attention = mode == "selective"  # type: ignore[assignment]
-
-    def reset_parameters(self) -> None:
-        std = self.args.init_std
-        for name, p in self.named_parameters():
-            if name.endswith("norm.weight"):
-                nn.init.ones_(p)
-            elif "wo" in name or name.endswith("w2.weight") or name.endswith(".w2"):
-                nn.init.normal_(p, std=std / math.sqrt(2 * self.args.n_layers))
-            else:
-                nn.init.normal_(p, std=std)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens [b, s]`` -> logits ``[b, s, vocab]``."""

@@ -13,17 +13,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..dense.model import ModelArgs, Transformer
+from ..dense.model import ModelArgs, NormalLinear, Transformer, output_std
 
 
 class GroupedExperts(nn.Module):
     """``E`` SwiGLU experts held as three batched weight tensors."""
 
-    def __init__(self, num_experts: int, dim: int, hidden: int) -> None:
+    def __init__(self, num_experts: int, dim: int, hidden: int, std: float = 0.02, out_std: float = 0.02) -> None:
+        """Weights drawn from N(0, std) (``w1``, ``w3``) and N(0, out_std) (``w2``) here."""
         super().__init__()
         self.w1 = nn.Parameter(torch.empty(num_experts, hidden, dim))
         self.w2 = nn.Parameter(torch.empty(num_experts, dim, hidden))
         self.w3 = nn.Parameter(torch.empty(num_experts, hidden, dim))
+        nn.init.normal_(self.w1, std=std)
+        nn.init.normal_(self.w2, std=out_std)
+        nn.init.normal_(self.w3, std=std)
 
     @property
     def num_experts(self) -> int:
@@ -63,8 +67,8 @@ class MoELayer(nn.Module):
         super().__init__()
         self.top_k = a.top_k
         self.num_experts = a.num_experts
-        self.router = nn.Linear(a.dim, a.num_experts, bias=False)
-        self.experts = GroupedExperts(a.num_experts, a.dim, a.expert_hidden)
+        self.router = NormalLinear(a.dim, a.num_experts, a.init_std)
+        self.experts = GroupedExperts(a.num_experts, a.dim, a.expert_hidden, a.init_std, output_std(a))
         self.dispatch: Dispatcher = local_dispatch
 
     def get_experts(self) -> GroupedExperts:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workloads.data import MarkovSource
+from infrarsi.execution.data_sources import MarkovSource
 
 
 def test_global_batch_is_fixed_by_seed_and_step():
