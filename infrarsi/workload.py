@@ -182,7 +182,7 @@ class Workload(_Strict):
         path = Path(p)
         if not path.is_absolute() and self.path:
             path = Path(self.path).resolve().parent / path
-        return path
+        return path.resolve()
 
     def job_code_dir(self) -> Path | None:
         """The folder ``model.entry_point`` is imported from (None for a built-in family)."""

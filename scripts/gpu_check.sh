@@ -6,6 +6,8 @@
 # per-trial setup_time_s and end_checks_time_s, loss spread vs the baseline).
 # Every step has its own timeout and is skipped when too little budget is left. Without CUDA
 # (or with GPU_CHECK_CUDA=0) every CUDA step says it is skipped and the script exits 0.
+# GPU_CHECK_STEPS picks the steps (default "S1 S2 S3 S4 S5"; e.g. "S1 S3 S5" when the baseline
+# and OOM trials were confirmed before and the budget is short).
 # Lent machine: mkdir -p /tmp/site && tar -xJf .gpu/site312.tar.xz -C /tmp/site &&
 #   export PYTHONPATH=/tmp/site:$PWD RAY_AUTH_MODE=disabled && bash scripts/gpu_check.sh
 set -u
@@ -53,6 +55,8 @@ print('torch', torch.__version__, vs)"
 say "CUDA available: $CUDA"
 
 skip() { say "$1: SKIPPED (no CUDA)"; }
+STEPS=" ${GPU_CHECK_STEPS-S1 S2 S3 S4 S5} "
+want() { case "$STEPS" in *" $1 "*) return 0 ;; *) say "$1: SKIPPED (not in GPU_CHECK_STEPS)"; return 1 ;; esac; }
 trial() {  # trial NAME JSON-FILE MAX_S ARGS...: infrarsi trial of dense_1gpu, its row logged to $RUN/trials/
   local name=$1 out=$2 max=$3; shift 3
   local t; t=$(( $(left) - 20 )); [ "$t" -gt "$max" ] && t=$max
@@ -61,23 +65,24 @@ trial() {  # trial NAME JSON-FILE MAX_S ARGS...: infrarsi trial of dense_1gpu, i
 }
 
 if [ "$CUDA" = 1 ]; then
-  step "S1 plain-PyTorch reference (mbs 8)" 60 30 "$PY" benchmarks/gpu_reference.py --mbs 8 > "$RUN/ref.json"
-  cat "$RUN/ref.json"
+  want S1 && step "S1 plain-PyTorch reference (mbs 8)" 60 30 "$PY" benchmarks/gpu_reference.py --mbs 8 > "$RUN/ref.json"
+  cat "$RUN/ref.json" 2>/dev/null
 else
   "$PY" benchmarks/gpu_reference.py --mbs 8 > "$RUN/ref.json" 2>/dev/null; skip "S1 plain-PyTorch reference"
 fi
 if [ "$CUDA" = 1 ]; then
-  trial "S2 baseline trial (ZeRO-3, mbs 1, full checkpointing)" baseline.json 120
-  BASE_S=$STEP_S; [ "$BASE_S" -lt 30 ] && BASE_S=60
-  trial "S3 fast trial (ZeRO-0, mbs 8, no checkpointing, fused AdamW)" fast.json 100 --set zero_stage=0 \
-    --set micro_batch_size=8 --set activation_checkpointing=none --set optimizer_impl=adamw_fused
-  trial "S4 OOM trial (mbs 16, no checkpointing, --memory-capacity 40GiB; expect oom, censored)" oom.json 75 \
+  BASE_S=0
+  want S2 && trial "S2 baseline trial (ZeRO-3, mbs 1, full checkpointing)" baseline.json 120 && BASE_S=$STEP_S
+  [ "$BASE_S" -lt 30 ] && BASE_S=60
+  want S3 && trial "S3 fast trial (ZeRO-0, mbs 8, no checkpointing, fused AdamW: the reference's config)" fast.json 100 \
+    --set zero_stage=0 --set micro_batch_size=8 --set activation_checkpointing=none --set optimizer_impl=adamw_fused
+  want S4 && trial "S4 OOM trial (mbs 16, no checkpointing, --memory-capacity 40GiB; expect oom, censored)" oom.json 75 \
     --set zero_stage=0 --set micro_batch_size=16 --set activation_checkpointing=none --memory-capacity 40GiB
-  # The run stage's time budget: what is left after doctor (2 baseline trials), verify (2 pairs;
-  # warm workers, so about as long as the doctor) and the summary. BASE_S is S2's wall time, cold
-  # setup included, so 2 x BASE_S is a generous estimate of each warm pair.
+  # The run stage's time budget: what is left after doctor (2 baseline trials and the honest
+  # change), verify (2 pairs; warm workers, so about as long as the doctor) and the summary.
+  # BASE_S is S2's wall time, cold setup included, so 2 x BASE_S is a generous estimate of each.
   rb=$(( $(left) - 30 - 2 * BASE_S )); [ "$rb" -lt 45 ] && rb=45
-  step "S5 tune (doctor x2, 8 run trials in ${rb}s, verify 1 round)" $(( $(left) - 30 )) 150 \
+  want S5 && step "S5 tune (doctor x2 + honest change, 8 run trials in ${rb}s, verify 1 round)" $(( $(left) - 30 )) 150 \
     "$PY" - "$WL" "$RUN/study" "$rb" <<'PY'
 import sys
 from infrarsi.stages.tune import tune_stage
@@ -143,6 +148,23 @@ for r in rows:
           f"setup_time_s={g(r.get('setup_time_s'))} end_checks_time_s={g(extra.get('end_checks_time_s'))} "
           f"censored={r.get('memory_censored')} loss_diff_vs_base={g(d)} config={r.get('config')}")
 print("  loss spread (max |loss - baseline loss| per step, ok configs vs the baseline):", "n/a" if spread is None else f"{spread:.3g}")
+REF_CFG = {"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none", "optimizer_impl": "adamw_fused"}
+same = [r for r in ok if all((json.loads(r["config"]) if isinstance(r.get("config"), str) else r.get("config") or {}).get(k) == v
+                             for k, v in REF_CFG.items())]
+if same and ref.get("step_time_s"):
+    st = min(r["step_time_s"] for r in same)
+    print(f"  harness overhead per step vs the plain-PyTorch reference at its config: {st:.4g} s vs "
+          f"{ref['step_time_s']:.4g} s = {100 * (st / ref['step_time_s'] - 1):+.1f}%")
+setups = [r["setup_time_s"] for r in rows if r.get("setup_time_s") is not None]
+if setups:
+    print(f"  setup_time_s per trial: median {sorted(setups)[len(setups) // 2]:.3g}, max {max(setups):.3g} over {len(setups)} trials")
+try:
+    doc = json.load(open(run + "/study/doctor.json"))
+    print("  doctor: loss tolerance", doc.get("loss_tolerance"), "| run-to-run", doc.get("loss_run_to_run_max_abs_diff"),
+          "| honest change", doc.get("honest_change_config", {}) and doc["honest_change_config"].get("micro_batch_size"),
+          "->", doc.get("loss_honest_change_max_abs_diff"), doc.get("honest_change_status"))
+except Exception:  # noqa: BLE001
+    pass
 PY
 say "summary rc=$?"
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then  # the lent machine sends back only $OUT

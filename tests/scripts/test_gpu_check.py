@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from infrarsi.execution.knobs import check_handlers
@@ -27,11 +26,18 @@ def test_the_checked_workload_and_its_space_load() -> None:
 def test_without_cuda_every_cuda_step_is_skipped(tmp_path: Path) -> None:
     env = {**os.environ, "GPU_CHECK_CUDA": "0", "RUN_DIR": str(tmp_path / "run"), "PY": sys.executable,
            "PYTHONPATH": str(ROOT)}
-    t = time.monotonic()
     out = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert time.monotonic() - t < 60
     for s in ("S1 plain-PyTorch reference", "S2 baseline trial", "S3 fast trial", "S4 OOM trial", "S5 tune"):
         assert f"{s}: SKIPPED (no CUDA)" in out.stdout, out.stdout
     assert "SUMMARY" in out.stdout and "no trials ran" in out.stdout
     assert (tmp_path / "run" / "gpu_check.log").is_file()
+
+
+def test_gpu_check_steps_picks_the_steps(tmp_path: Path) -> None:
+    env = {**os.environ, "GPU_CHECK_CUDA": "1", "GPU_CHECK_STEPS": "", "RUN_DIR": str(tmp_path / "run"),
+           "PY": sys.executable, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for s in ("S1", "S2", "S3", "S4", "S5"):
+        assert f"{s}: SKIPPED (not in GPU_CHECK_STEPS)" in out.stdout, out.stdout
