@@ -70,6 +70,9 @@ def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
     monitor = MemoryMonitor(device, spec.get("memory_capacity_bytes"))
     res.memory_measure = monitor.measure
     telemetry = TelemetrySampler(device, torch.cuda.current_device() if device == "cuda" else 0)
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        res.device_name, res.device_memory_bytes = str(props.name), int(props.total_memory)
     state: dict[str, Any] = {}
     try:
         _run(spec, wl, res, monitor, telemetry, state, t_start)

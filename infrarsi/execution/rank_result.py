@@ -51,6 +51,10 @@ class RankResult:
     """GPU only: peak of the device's used memory during the trial over its value before the
     model was built, inside PyTorch's allocator or not (the ``device_used`` measure of
     ``memory.py``); None on CPU or when the device cannot be read."""
+    device_name: str = ""
+    """The rank's accelerator (``torch.cuda.get_device_name``; empty on CPU)."""
+    device_memory_bytes: int | None = None
+    """Total memory of the rank's GPU, bytes (None on CPU): the study's default capacity."""
     setup_time_s: float | None = None
     """Seconds from ``run_rank`` entry to the first step (imports, model build, engine init)."""
     param_checksum: float | None = None

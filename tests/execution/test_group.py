@@ -29,6 +29,19 @@ def _agg(ranks, timed_out=False, **kw):
     return aggregate(ranks, **args)
 
 
+def test_the_ranks_device_memory_and_name_enter_the_hardware_record():
+    """The doctor's default capacity comes from the trials' own devices (any cluster)."""
+    gib = 2**30
+    res = _agg([_rank(0, device_name="NVIDIA H200", device_memory_bytes=141 * gib),
+                _rank(1, device_name="NVIDIA H200", device_memory_bytes=140 * gib)])
+    assert res.hardware["memory_per_device_bytes"] == 140 * gib
+    assert res.hardware["device_name"] == "NVIDIA H200"
+    from infrarsi.stages.doctor_analysis import device_memory_capacity_bytes
+
+    assert device_memory_capacity_bytes(res.hardware) == 140 * gib
+    assert "memory_per_device_bytes" not in _agg([_rank(0), _rank(1)]).hardware  # CPU ranks report none
+
+
 def test_step_time_is_median_of_max_over_ranks():
     res = _agg([_rank(0, times=(9.0, 0.5, 0.9, 0.7)), _rank(1, times=(1.0, 0.8, 0.6, 0.75), peak=300)])
     assert res.status == "ok"
