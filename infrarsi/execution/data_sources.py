@@ -33,6 +33,10 @@ Batch = TokenBatch
 EVAL_STREAM = -1
 """Stream number of the held-out eval batch (no training step draws from it)."""
 
+EVAL_ROWS = 4
+"""Sequences in the held-out eval batch of the end-of-trial eval check (enough to tell a model
+whose math or weights changed; each row costs a forward pass of the trained model in fp32)."""
+
 
 def stream_seed(seed: int, stream: int) -> int:
     """63-bit generator seed of stream ``stream`` (a step) of data seed ``seed``. Hashed, because
@@ -63,7 +67,7 @@ class _Source:
     def global_batch(self, step: int, global_batch_size: int) -> Batch:
         raise NotImplementedError
 
-    def eval_batch(self, rows: int = 16) -> Batch:
+    def eval_batch(self, rows: int = EVAL_ROWS) -> Batch:
         raise NotImplementedError
 
     def rank_micro_batches(
@@ -99,7 +103,7 @@ class MarkovSource(_Source):
         toks = self._generate(global_batch_size, step)
         return Batch(toks[:, :-1], toks[:, 1:])
 
-    def eval_batch(self, rows: int = 16) -> Batch:
+    def eval_batch(self, rows: int = EVAL_ROWS) -> Batch:
         """The fixed held-out batch (a stream no training step ever draws from)."""
         toks = self._generate(rows, EVAL_STREAM)
         return Batch(toks[:, :-1], toks[:, 1:])
@@ -117,7 +121,7 @@ class TokenFileSource(_Source):
     comes from the last ``eval_rows x (seq_len + 1)`` tokens, which training never reads."""
 
     def __init__(self, path: str | Path, seq_len: int, vocab_size: int, *, dtype: str = "uint16",
-                 eval_rows: int = 16, source: str = "data.path") -> None:
+                 eval_rows: int = EVAL_ROWS, source: str = "data.path") -> None:
         p = Path(path)
         if not p.exists():
             raise WorkloadError(f"{source}: token file {str(p)!r} does not exist; give a .npy or raw "
@@ -155,7 +159,7 @@ class TokenFileSource(_Source):
         starts = [((step * global_batch_size + r) * self.seq_len) % (span + 1) for r in range(global_batch_size)]
         return self._windows(starts, 0)
 
-    def eval_batch(self, rows: int = 16) -> Batch:
+    def eval_batch(self, rows: int = EVAL_ROWS) -> Batch:
         """The held-out batch: windows from the file's last tokens."""
         n = min(rows, self.eval_rows)
         return self._windows([r * (self.seq_len + 1) for r in range(n)], self._train_len)
@@ -173,7 +177,7 @@ class JobSource(_Source):
         b = self._global(step, global_batch_size)
         return Batch(torch.as_tensor(b.inputs, dtype=torch.long), torch.as_tensor(b.targets, dtype=torch.long))
 
-    def eval_batch(self, rows: int = 16) -> Batch:
+    def eval_batch(self, rows: int = EVAL_ROWS) -> Batch:
         if self._eval is None:
             return self._fallback.eval_batch(rows)  # type: ignore[attr-defined, no-any-return]
         return self._eval()

@@ -26,12 +26,34 @@ def _drop_modules(top: str) -> None:
         del sys.modules[name]
 
 
+_LAST: dict[str, Any] = {}
+"""The last import: ``key`` (folder, entry point, the folder's modification times) -> ``fn``. A
+warm worker's next trial from the same unchanged folder reuses it (the common case: every
+trial and its eval reference come from one folder); any other folder is imported afresh."""
+
+
+def _folder_key(folder: str, entry_point: str) -> tuple[Any, ...]:
+    top = Path(folder) / entry_point.partition(":")[0].split(".")[0]
+    paths = sorted(top.rglob("*.py")) if top.is_dir() else [top.with_suffix(".py")]
+    return (folder, entry_point, tuple((str(p), p.stat().st_mtime_ns) for p in paths if p.exists()))
+
+
 def import_entry(code_dir: str | Path, entry_point: str, *, where: str = "model.entry_point") -> Callable[[JobContext], Any]:
-    """The function ``entry_point`` (``module:function``) imported afresh from ``code_dir``."""
+    """The function ``entry_point`` (``module:function``) imported afresh from ``code_dir`` (or
+    the previous import, when it came from the same folder and its files are unchanged)."""
+    folder = str(Path(code_dir).resolve())
+    key = _folder_key(folder, entry_point) if Path(folder).is_dir() else None
+    if key is not None and _LAST.get("key") == key:
+        return _LAST["fn"]  # type: ignore[no-any-return]
+    fn = _import_entry(folder, entry_point, where=where)
+    _LAST.update(key=key, fn=fn)
+    return fn
+
+
+def _import_entry(folder: str, entry_point: str, *, where: str) -> Callable[[JobContext], Any]:
     module_name, _, func_name = entry_point.partition(":")
     if not module_name or not func_name:
         raise JobError(f"{where}: {entry_point!r} is not 'module:function'; e.g. 'my_job:make_job'.")
-    folder = str(Path(code_dir).resolve())
     if not Path(folder).is_dir():
         raise JobError(f"{where}: code_dir {folder!r} is not a folder; set model.code_dir to the folder "
                        f"holding {module_name.split('.')[0]!r} (relative to the workload YAML).")

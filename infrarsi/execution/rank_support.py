@@ -101,6 +101,38 @@ def make_optimizer(impl: str, params: list[nn.Parameter], optim: Any) -> torch.o
     return torch.optim.AdamW(params, **kw)
 
 
+class PhaseClock:
+    """Marks the forward / backward / optimizer boundaries of each micro-batch without stalling
+    the device: host clock marks on CPU (where each call blocks anyway), CUDA events on GPU (no
+    host synchronisation inside a step; ``micro_batch_phases`` is read after the step's own
+    final sync). Four marks per micro-batch: before forward, before backward, before the
+    optimizer step, after it."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device == "cuda"
+        self._marks: list[Any] = []
+
+    def reset(self) -> None:
+        self._marks.clear()
+
+    def mark(self) -> None:
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            self._marks.append(e)
+        else:
+            self._marks.append(time.perf_counter())
+
+    def _seconds(self, a: Any, b: Any) -> float:
+        return float(a.elapsed_time(b)) / 1000.0 if self.cuda else float(b - a)
+
+    def micro_batch_phases(self) -> list[tuple[float, float, float]]:
+        """(forward, backward, optimizer) seconds of each micro-batch marked since ``reset``."""
+        m = self._marks
+        return [(self._seconds(m[i], m[i + 1]), self._seconds(m[i + 1], m[i + 2]), self._seconds(m[i + 2], m[i + 3]))
+                for i in range(0, len(m) - 3, 4)]
+
+
 class CommTimer:
     """Seconds spent inside DeepSpeed's collectives (wraps the methods of ``deepspeed.comm``'s
     backend once per process). CPU only: gloo collectives block, so the time is real; on GPU

@@ -34,7 +34,7 @@ def test_bad_split_and_eval_batch():
     with pytest.raises(ValueError, match="does not split"):
         s.rank_micro_batches(0, 16, 0, 2, 3)
     e = s.eval_batch()
-    assert e.inputs.shape == (16, 32)
+    assert e.inputs.shape == (4, 32)
     assert all(not torch.equal(e.inputs, s.global_batch(k, 16).inputs) for k in range(5))
 
 
@@ -84,7 +84,7 @@ def test_token_file_eval_windows_are_never_trained_on(tmp_path):
 def test_token_file_errors_name_the_problem(tmp_path):
     with pytest.raises(WorkloadError, match="does not exist"):
         TokenFileSource(tmp_path / "nope.bin", 16, 100)
-    p, _ = _token_file(tmp_path, n=100)
+    p, _ = _token_file(tmp_path, n=60)
     with pytest.raises(WorkloadError, match="needs at least"):
         TokenFileSource(p, 16, 100)
     p, _ = _token_file(tmp_path, n=4000, vocab=100)
@@ -107,4 +107,4 @@ def test_make_source_picks_the_job_loader_then_the_token_file_then_synthetic(tmp
     assert isinstance(src, JobSource)
     b = src.global_batch(3, 2)
     assert b.inputs.dtype == torch.long and int(b.inputs[0, 0]) == 3
-    assert src.eval_batch().inputs.shape == (16, 16)  # no eval loader: the synthetic held-out batch
+    assert src.eval_batch().inputs.shape == (4, 16)  # no eval loader: the synthetic held-out batch

@@ -224,3 +224,12 @@ def test_every_module_draws_its_weights_in_its_own_init() -> None:
     nn.init.normal_(w1, std=a.init_std)
     assert torch.equal(ffn.w1.weight, w1)
     assert abs(float(ffn.w2.weight.std()) - a.init_std / 2) < 0.01
+
+
+def test_phase_clock_splits_each_micro_batch_into_its_three_phases() -> None:
+    clock = rs.PhaseClock("cpu")
+    clock._marks = [0.0, 1.0, 3.0, 3.5, 10.0, 10.5, 11.5, 12.0]
+    assert clock.micro_batch_phases() == [(1.0, 2.0, 0.5), (0.5, 1.0, 0.5)]
+    clock.reset()
+    clock.mark()
+    assert clock.micro_batch_phases() == []  # an unfinished micro-batch has no phases yet
