@@ -1,0 +1,47 @@
+"""The doctor stage: its calibration reaches the contract (capacity from the device, tolerance from an honest change)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from infrarsi.study.contract import Contract
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "stages" / "surrogate_small.yaml"
+GIB = 2**30
+
+
+def test_the_capacity_defaults_to_the_memory_the_trials_devices_report(tmp_path: Path, monkeypatch) -> None:
+    """No --memory-capacity and none in the workload: the doctor records the device's own memory
+    (what the ranks report in each trial's hardware record; here a stand-in 24 GiB device) as a
+    contract amendment, never a stand-in "unlimited" number. The honest-change trial runs too."""
+    from infrarsi.stages.doctor import doctor_stage
+    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.stages.init import init_stage
+
+    raw = yaml.safe_load(FIXTURE.read_text())
+    raw.pop("memory_capacity")
+    raw["search_space"] = str((FIXTURE.parent / raw["search_space"]).resolve())
+    wl = tmp_path / "surrogate_small.yaml"
+    wl.write_text(yaml.safe_dump(raw))
+
+    real_run = StudyExecutor.run_trial
+
+    def on_a_24gib_device(self, config, stage, **kw):  # the ranks' device query, stood in
+        row = real_run(self, config, stage, **kw)
+        row["hardware"] = {**row.get("hardware", {}), "memory_per_device_bytes": 24 * GIB}
+        return row
+
+    monkeypatch.setattr(StudyExecutor, "run_trial", on_a_24gib_device)
+    study = tmp_path / "study"
+    init_stage(wl, study)
+    assert Contract.load(study).memory_capacity.source == "unlimited"
+    report = doctor_stage(study, repeats=2)
+    contract = Contract.load(study)
+    assert contract.memory_capacity.memory_capacity_bytes == 24 * GIB
+    assert contract.memory_capacity.source == "device"
+    assert report.device_memory_capacity_bytes == 24 * GIB
+    assert report.honest_change_config is not None
+    assert report.honest_change_config["micro_batch_size"] != report.baseline_config["micro_batch_size"]
+    assert "honest change" in contract.amendments[0].reason
