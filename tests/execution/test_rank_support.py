@@ -220,9 +220,15 @@ def test_every_module_draws_its_weights_in_its_own_init() -> None:
     ffn = FeedForward(a)
     torch.manual_seed(0)
     w1 = torch.empty(24, 16)
-    nn.init.kaiming_uniform_(w1, a=math.sqrt(5))
-    nn.init.normal_(w1, std=a.init_std)
+    nn.init.normal_(w1, std=a.init_std)  # one draw per weight, in construction order
     assert torch.equal(ffn.w1.weight, w1)
+    # a weight created in bf16 (as under zero.Init) gets the fp32 draw, rounded
+    from workloads.models.dense.model import normal_init_
+
+    torch.manual_seed(0)
+    b = torch.empty(24, 16, dtype=torch.bfloat16)
+    normal_init_(b, a.init_std)
+    assert torch.equal(b, w1.to(torch.bfloat16))
     assert abs(float(ffn.w2.weight.std()) - a.init_std / 2) < 0.01
 
 

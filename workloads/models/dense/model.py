@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -79,20 +80,37 @@ def output_std(a: ModelArgs) -> float:
     return a.init_std / math.sqrt(2 * a.n_layers)
 
 
+def normal_init_(t: torch.Tensor, std: float) -> None:
+    """Fill ``t`` from N(0, std) drawn in fp32 whatever ``t``'s dtype: under ZeRO-3's
+    ``zero.Init`` a bf16 job's parameters are already bf16 when built, and drawing in fp32 then
+    rounding gives the very values (and random stream) of an fp32 build cast to bf16 later."""
+    with torch.no_grad():
+        scratch = torch.empty_like(t, dtype=torch.float32)
+        nn.init.normal_(scratch, std=std)
+        t.copy_(scratch)
+
+
 class NormalLinear(nn.Linear):
-    """Bias-free ``nn.Linear`` whose weight is drawn from N(0, std) when it is built."""
+    """Bias-free ``nn.Linear`` whose weight is drawn from N(0, std) when it is built (its
+    ``reset_parameters``, which ``nn.Linear.__init__`` calls: no other draw)."""
 
     def __init__(self, in_features: int, out_features: int, std: float) -> None:
+        self.init_std = std  # read by reset_parameters during nn.Linear.__init__
         super().__init__(in_features, out_features, bias=False)
-        nn.init.normal_(self.weight, std=std)
+
+    def reset_parameters(self) -> None:
+        normal_init_(self.weight, self.init_std)
 
 
 class NormalEmbedding(nn.Embedding):
     """``nn.Embedding`` whose weight is drawn from N(0, std) when it is built."""
 
     def __init__(self, num_embeddings: int, dim: int, std: float) -> None:
+        self.init_std = std
         super().__init__(num_embeddings, dim)
-        nn.init.normal_(self.weight, std=std)
+
+    def reset_parameters(self) -> None:
+        normal_init_(self.weight, self.init_std)
 
 
 class RMSNorm(nn.Module):
@@ -108,10 +126,12 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(head_dim: int, seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables ``[seq, head_dim/2]``."""
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    ang = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv)
-    return ang.cos().float(), ang.sin().float()
+    """cos/sin tables ``[seq, head_dim/2]``, fp32. Computed in numpy: under ZeRO-3's
+    ``zero.Init`` torch's float constructors (``torch.arange``...) return the training dtype, and
+    positions past 256 are not exact in bf16."""
+    inv = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    ang = np.outer(np.arange(seq_len, dtype=np.float64), inv)
+    return torch.from_numpy(np.cos(ang).astype(np.float32)), torch.from_numpy(np.sin(ang).astype(np.float32))
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..dense.model import ModelArgs, NormalLinear, Transformer, output_std
+from ..dense.model import ModelArgs, NormalLinear, Transformer, normal_init_, output_std
 
 
 class GroupedExperts(nn.Module):
@@ -25,9 +25,9 @@ class GroupedExperts(nn.Module):
         self.w1 = nn.Parameter(torch.empty(num_experts, hidden, dim))
         self.w2 = nn.Parameter(torch.empty(num_experts, dim, hidden))
         self.w3 = nn.Parameter(torch.empty(num_experts, hidden, dim))
-        nn.init.normal_(self.w1, std=std)
-        nn.init.normal_(self.w2, std=out_std)
-        nn.init.normal_(self.w3, std=std)
+        normal_init_(self.w1, std)
+        normal_init_(self.w2, out_std)
+        normal_init_(self.w3, std)
 
     @property
     def num_experts(self) -> int:
