@@ -34,8 +34,8 @@ def test_create_and_load_roundtrip(tmp_path: Path, wl_copy: Path) -> None:
     assert loaded.contract_hash == c.contract_hash == c.compute_hash()
     assert loaded.request == "Make it 2x faster, keep the loss."
     assert loaded.invariants.tokens_per_step == 2048
-    assert loaded.invariants.optimizer_steps == 10
-    assert loaded.invariants.warmup_steps == 2
+    assert loaded.invariants.optimizer_steps == 11
+    assert loaded.invariants.warmup_steps == 1
     assert loaded.invariants.loss_atol is None and not loaded.invariants.loss_calibrated
     assert "zero_stage" in loaded.editable.knobs
     assert loaded.editable.globs == ["workloads/**"]

@@ -12,7 +12,7 @@ from infrarsi.study.contract import Contract
 from infrarsi.study.invariants import Reference, check_invariants
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = 10
+STEPS = 11  # workloads/dense_debug.yaml: 1 warm-up + 10 measured
 TOKENS = 2048
 BASE_LOSS = [8.3 - 0.05 * i for i in range(STEPS)]
 
@@ -51,7 +51,7 @@ def test_skip_optimizer_steps(contract: Contract) -> None:
     r = honest(optimizer_steps=5, loss=BASE_LOSS[:5], extra={"tokens_seen": [TOKENS] * 5})
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
-    assert "optimizer_steps: expected 10, harness counted 5 (skipped optimizer steps)" in reasons
+    assert f"optimizer_steps: expected {STEPS}, harness counted 5 (skipped optimizer steps)" in reasons
 
 
 def test_shrink_batch(contract: Contract) -> None:
