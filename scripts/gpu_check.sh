@@ -2,7 +2,8 @@
 # One prepared GPU check of infrarsi on the dense_1gpu workload (dense 1b, one GPU), for a single
 # call on a lent H100/H200 (fits BUDGET_S, default 480 s). Steps: plain-PyTorch reference; trial of
 # the baseline; trial of a fast config; one OOM trial that must land censored under 40GiB; a short
-# tune (doctor x2, 8 run trials, verify 1 round); a summary (baseline/best/reference MFU,
+# tune (doctor x2 + honest change, 8 run trials, verify 1 round, the device's own memory as the
+# capacity); a summary (baseline/best/reference MFU,
 # per-trial setup_time_s and end_checks_time_s, loss spread vs the baseline).
 # Every step has its own timeout and is skipped when too little budget is left. Without CUDA
 # (or with GPU_CHECK_CUDA=0) every CUDA step says it is skipped and the script exits 0.
@@ -88,7 +89,7 @@ import sys
 from infrarsi.stages.tune import tune_stage
 out = tune_stage(sys.argv[1], sys.argv[2], trials=8, time_budget_s=float(sys.argv[3]), doctor_repeats=2,
                  top_k=1, pairs=2, rounds=1, request="GPU check: make the 1B job faster, same learning",
-                 memory_capacity_bytes=80 * 10**9, bank="off", progress=False)
+                 bank="off", progress=False)  # no capacity given: the doctor records the device's own
 import json
 print("tune:", json.dumps(out, default=str)[:2000])
 PY
@@ -165,6 +166,12 @@ try:
           "->", doc.get("loss_honest_change_max_abs_diff"), doc.get("honest_change_status"))
 except Exception:  # noqa: BLE001
     pass
+try:
+    from infrarsi.study.contract import Contract
+    cap = Contract.load(run + "/study").memory_capacity
+    print("  study memory capacity:", cap.describe())
+except Exception as e:  # noqa: BLE001
+    print("  study memory capacity: n/a", type(e).__name__)
 PY
 say "summary rc=$?"
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then  # the lent machine sends back only $OUT
