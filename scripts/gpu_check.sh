@@ -79,19 +79,28 @@ if [ "$CUDA" = 1 ]; then
     --set zero_stage=0 --set micro_batch_size=8 --set activation_checkpointing=none --set optimizer_impl=adamw_fused
   want S4 && trial "S4 OOM trial (mbs 16, no checkpointing, --memory-capacity 40GiB; expect oom, censored)" oom.json 75 \
     --set zero_stage=0 --set micro_batch_size=16 --set activation_checkpointing=none --memory-capacity 40GiB
-  # The run stage's time budget: what is left after doctor (2 baseline trials and the honest
-  # change), verify (2 pairs; warm workers, so about as long as the doctor) and the summary.
-  # BASE_S is S2's wall time, cold setup included, so 2 x BASE_S is a generous estimate of each.
-  rb=$(( $(left) - 30 - 2 * BASE_S )); [ "$rb" -lt 45 ] && rb=45
-  want S5 && step "S5 tune (doctor x2 + honest change, 8 run trials in ${rb}s, verify 1 round)" $(( $(left) - 30 )) 150 \
-    "$PY" - "$WL" "$RUN/study" "$rb" <<'PY'
-import sys
-from infrarsi.stages.tune import tune_stage
-out = tune_stage(sys.argv[1], sys.argv[2], trials=8, time_budget_s=float(sys.argv[3]), doctor_repeats=2,
-                 top_k=1, pairs=2, rounds=1, request="GPU check: make the 1B job faster, same learning",
-                 bank="off", progress=False)  # no capacity given: the doctor records the device's own
-import json
-print("tune:", json.dumps(out, default=str)[:2000])
+  # S5 runs the stages one by one: the run stage gets what is left after the doctor, minus what
+  # verify will need (2 pairs: about 4 baseline trials, from the doctor's own baseline wall time).
+  want S5 && step "S5 tune (doctor x2 + honest change, up to 8 run trials, verify 1 round)" $(( $(left) - 30 )) 150 \
+    "$PY" - "$WL" "$RUN/study" $(( $(left) - 50 )) <<'PY'
+import json, sys, time
+from infrarsi.execution.runner import init_ray
+from infrarsi.stages.doctor import doctor_stage
+from infrarsi.stages.init import init_stage
+from infrarsi.stages.report import write_report
+from infrarsi.stages.run import run_stage
+from infrarsi.stages.verify import verify_stage
+wl, study, end = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
+init_ray(None)
+init_stage(wl, study, request="GPU check: make the 1B job faster, same learning", trials=8, bank="off")
+doc = doctor_stage(study, repeats=2)  # no capacity given: the doctor records the device's own
+verify_s = 4 * float(doc.baseline_trial_wall_s or 60.0) + 20.0
+budget = max(30.0, end - time.monotonic() - verify_s)
+print(f"S5: run stage budget {budget:.0f} s (verify reserve {verify_s:.0f} s)", flush=True)
+print("run:", json.dumps(run_stage(study, trials=8, time_budget_s=budget, progress=False), default=str)[:1500], flush=True)
+verify_stage(study, top_k=1, pairs=2, rounds=1)
+write_report(study)
+print("verify:", open(study + "/verify.json").read()[:2000])
 PY
 else
   for s in "S2 baseline trial" "S3 fast trial" "S4 OOM trial" "S5 tune"; do skip "$s"; done

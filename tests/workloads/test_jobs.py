@@ -33,3 +33,14 @@ def test_the_moe_family_brings_its_expert_parallelism() -> None:
     job = builtin_job(_ctx("moe"))
     assert job.shape.num_experts == 8 and job.shape.top_k == 2
     assert job.expert_parallel is not None and hasattr(job.expert_parallel, "parallelize_moe")
+
+
+def test_the_model_and_its_buffers_land_on_the_build_device() -> None:
+    """The harness builds inside ``torch.device(...)`` (or zero.Init) and never moves a ZeRO-3
+    model: every parameter and buffer must follow the build device (meta stands for a GPU here)."""
+    for family in ("dense", "moe"):
+        job = builtin_job(_ctx(family))
+        with torch.device("meta"):
+            model = job.build_model()
+        where = {n: t.device.type for n, t in [*model.named_parameters(), *model.named_buffers()]}
+        assert set(where.values()) == {"meta"}, {n: d for n, d in where.items() if d != "meta"}

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -126,12 +125,13 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(head_dim: int, seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables ``[seq, head_dim/2]``, fp32. Computed in numpy: under ZeRO-3's
-    ``zero.Init`` torch's float constructors (``torch.arange``...) return the training dtype, and
-    positions past 256 are not exact in bf16."""
-    inv = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
-    ang = np.outer(np.arange(seq_len, dtype=np.float64), inv)
-    return torch.from_numpy(np.cos(ang).astype(np.float32)), torch.from_numpy(np.sin(ang).astype(np.float32))
+    """cos/sin tables ``[seq, head_dim/2]``, fp32, on the device the model is built on. Positions
+    are integer ``arange``s turned float64 by ``.to``: under ZeRO-3's ``zero.Init`` torch's float
+    constructors return the training dtype (bf16 cannot hold positions past 256), integer ones do
+    not, and both land on the build device."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float64) / head_dim))
+    ang = torch.outer(torch.arange(seq_len, dtype=torch.int64).to(torch.float64), inv)
+    return ang.cos().float(), ang.sin().float()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
