@@ -171,8 +171,8 @@ if setups:
 try:
     doc = json.load(open(run + "/study/doctor.json"))
     print("  doctor: loss tolerance", doc.get("loss_tolerance"), "| run-to-run", doc.get("loss_run_to_run_max_abs_diff"),
-          "| honest change", doc.get("honest_change_config", {}) and doc["honest_change_config"].get("micro_batch_size"),
-          "->", doc.get("loss_honest_change_max_abs_diff"), doc.get("honest_change_status"))
+          "| honest changes", [(c["changed"], c["config"].get(c["changed"]), c["status"], c.get("loss_max_abs_diff"))
+                               for c in doc.get("honest_changes", [])])
 except Exception:  # noqa: BLE001
     pass
 try:

@@ -74,7 +74,7 @@ def doctor_cmd(
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     honest_change: bool = typer.Option(
         True, "--honest-change/--no-honest-change",
-        help="Also run the baseline with another micro-batch split and let its loss difference widen the loss tolerance (recorded in doctor.json)."),
+        help="Also run the baseline with another micro-batch split and with another ZeRO stage, and let their loss differences widen the loss tolerance (recorded in doctor.json)."),
 ) -> None:
     """Run the untouched baseline several times: noise, stragglers, phases, peak, loss tolerance."""
     from infrarsi.stages.doctor import doctor_stage
@@ -94,10 +94,10 @@ def doctor_cmd(
     t.add_row("device memory (as reported)", format_bytes(d.device_memory_capacity_bytes))
     t.add_row("peak FLOP/s per device (measured)", f"{d.peak_flops_per_s:.3g}" if d.peak_flops_per_s else "-")
     t.add_row("baseline MFU", f"{d.mfu:.2%}" if d.mfu is not None else "-")
-    if d.honest_change_config is not None:
-        diff = d.loss_honest_change_max_abs_diff
-        t.add_row(f"honest change (micro_batch_size {d.honest_change_config.get('micro_batch_size')})",
-                  f"max loss diff {diff:.3g}" if diff is not None else f"ended {d.honest_change_status}, not used")
+    for c in d.honest_changes:
+        t.add_row(f"honest change ({c.changed} {c.config.get(c.changed)})",
+                  f"max loss diff {c.loss_max_abs_diff:.3g}" if c.loss_max_abs_diff is not None
+                  else f"ended {c.status}, not used")
     t.add_row("loss tolerance (abs, per step)", f"{tol.atol:.3g} ({tol.source})" if tol else "-")
     console.print(t)
 

@@ -5,8 +5,8 @@ clear, stragglers, the phase breakdown, the measured peak FLOP/s and the baselin
 tolerance (from run-to-run loss differences, with a floor). Rows go to the log with
 ``stage=doctor``; the summary goes to ``doctor.json``; the calibrated tolerances are recorded in
 the contract as an amendment (the only change a frozen contract allows). The loss tolerance
-also weighs one honest change (the baseline with another micro-batch split), since identical
-runs can agree bitwise where honest candidates do not.
+also weighs honest changes (the baseline with another micro-batch split, with another ZeRO
+stage), since identical runs can agree bitwise where honest candidates do not.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from infrarsi.stages.doctor_analysis import (
     LOSS_TOLERANCE_FACTOR,
     LOSS_TOLERANCE_FLOOR,
     analyse_baseline,
-    honest_change_config,
+    honest_change_configs,
 )
 from infrarsi.study.doctor_report import DoctorReport, ToleranceInForce
 from infrarsi.study.paths import StudyPaths
@@ -40,8 +40,9 @@ HOW_MEASURED = (
 def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None = None,
                  tolerance_floor: float = LOSS_TOLERANCE_FLOOR, honest_change: bool = True) -> DoctorReport:
     """Run ``repeats`` baseline trials (separate trials, one after another), then, when
-    ``honest_change``, one trial of the baseline with another micro-batch split
-    (``honest_change_config``: what honest candidates do to the loss), and write doctor.json.
+    ``honest_change``, the honest-change trials (``honest_change_configs``: the baseline with
+    another micro-batch split and with another ZeRO stage, what honest candidates do to the
+    loss), and write doctor.json.
 
     Calibrates the contract: the loss tolerance (unless given at init) from the run-to-run
     spread and the honest change, the eval tolerance, and the memory capacity when init left it
@@ -60,15 +61,16 @@ def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None
         for i in range(repeats):
             row = ex.run_trial(base, "doctor", extra={"role": "baseline", "repeat": i})
             rows.append(TrialResult.from_dict(row))
-        variant = None
+        variants: list[tuple[str, TrialResult]] = []
         wl = ex.workload
-        honest_cfg = honest_change_config(base, ex.space, wl.global_batch_size // wl.world_size) if honest_change else None
-        if honest_cfg is not None and ex.scope_violation(honest_cfg) is None and sum(r.status == "ok" for r in rows) >= 2:
-            row = ex.run_trial(ex.full_config(honest_cfg), "doctor", extra={"role": "honest_change"})
-            variant = TrialResult.from_dict(row)
+        if honest_change and sum(r.status == "ok" for r in rows) >= 2:
+            for knob, cfg in honest_change_configs(base, ex.space, wl.global_batch_size // wl.world_size):
+                if ex.scope_violation(cfg) is None:
+                    row = ex.run_trial(ex.full_config(cfg), "doctor", extra={"role": "honest_change", "changed": knob})
+                    variants.append((knob, TrialResult.from_dict(row)))
     finally:
         ex.close()
-    report = analyse_baseline(rows, tolerance_floor=tolerance_floor, honest_change=variant).model_copy(
+    report = analyse_baseline(rows, tolerance_floor=tolerance_floor, honest_changes=variants).model_copy(
         update={"baseline_config": base, "trial_ids": [r.trial_id for r in rows]})
     if report.ok_trials < 2:
         bad = [f"{r.trial_id}: {r.status}: {r.error[:300]}" for r in rows if r.status != "ok"]
@@ -91,7 +93,7 @@ def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None
                 f"{float(report.loss_run_to_run_max_abs_diff or 0.0):.3g}; "
                 + _honest_change_text(report)
                 + f"tolerance = max(floor {tolerance_floor:g}, {LOSS_TOLERANCE_FACTOR:g} x run-to-run, "
-                f"{HONEST_CHANGE_FACTOR:g} x honest change)"),
+                f"{HONEST_CHANGE_FACTOR:g} x largest honest change)"),
     )
     if contract.memory_capacity_bytes is None and report.device_memory_capacity_bytes:
         contract = contract.with_calibration(
@@ -114,12 +116,14 @@ def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None
 
 
 def _honest_change_text(report: DoctorReport) -> str:
-    if report.honest_change_config is None:
-        return "no honest-change trial (no other micro-batch split in scope); "
-    mbs = report.honest_change_config.get("micro_batch_size")
-    if report.loss_honest_change_max_abs_diff is None:
-        return f"honest-change trial (micro_batch_size {mbs}) ended {report.honest_change_status}, not used; "
-    return f"honest change (micro_batch_size {mbs}) max loss difference {report.loss_honest_change_max_abs_diff:.3g}; "
+    if not report.honest_changes:
+        return "no honest-change trial (no other micro-batch split or ZeRO stage in scope); "
+    parts = []
+    for c in report.honest_changes:
+        what = f"{c.changed} {c.config.get(c.changed)}"
+        parts.append(f"{what}: {c.loss_max_abs_diff:.3g}" if c.loss_max_abs_diff is not None
+                     else f"{what}: ended {c.status}, not used")
+    return "honest changes (max loss difference) " + ", ".join(parts) + "; "
 
 
 def _device_memory_bytes(wl: Workload, address: str | None) -> int | None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infrarsi.result import TrialResult
 from infrarsi.search.space import SearchSpace
 from infrarsi.stats import noise_margin
-from infrarsi.study.doctor_report import DoctorReport, StepTimeNoise, Stragglers
+from infrarsi.study.doctor_report import DoctorReport, HonestChange, StepTimeNoise, Stragglers
 
 LOSS_TOLERANCE_FLOOR = 1e-4
 """Absolute per-step loss tolerance floor. Measured on CPU: fp32 configs agree to <= 1.2e-6 over
@@ -20,11 +20,13 @@ LOSS_TOLERANCE_FACTOR = 10.0
 """The calibrated tolerance is this factor times the largest run-to-run loss difference."""
 
 HONEST_CHANGE_FACTOR = 3.0
-"""...and at least this factor times the largest loss difference of an honest change: the
-baseline with another micro-batch split (``honest_change_config``). Identical bf16 runs on one
-GPU can agree bitwise, so run-to-run spread alone would reject every honest config; on an H200
-(dense 1.5B, bf16, 6 steps) ZeRO-3 micro-batch 1 and ZeRO-0 micro-batch 8 differed by 0.12 in
-loss (``benchmarks/results/gpu/``)."""
+"""...and at least this factor times the largest loss difference of an honest change
+(``honest_change_configs``: the baseline with another micro-batch split, and with another ZeRO
+stage). Identical runs can agree bitwise (bf16 on one GPU) or nearly, so run-to-run spread alone
+would reject honest configs. Measured on an H200 (dense 1.5B, bf16, 4 steps,
+``benchmarks/results/gpu/20261204T125628Z``): run-to-run 0.0020, micro-batch 1 -> 2 0.0025, but
+ZeRO-3 -> ZeRO-0 (micro-batch 8) 0.029: a micro-batch split alone would have set 0.020 and
+rejected the fastest honest config."""
 
 NOISE_MARGIN_FACTOR = 1.0
 """Verify's noise margin is this factor times the step-time coefficient of variation (the larger
@@ -51,11 +53,7 @@ def device_memory_capacity_bytes(hardware: Mapping[str, Any]) -> int | None:
     return None
 
 
-def honest_change_config(baseline: Mapping[str, Any], space: SearchSpace, per_rank_batch: int) -> dict[str, Any] | None:
-    """The baseline with another micro-batch split: the same sequences, tokens and optimizer
-    steps, only summed in another order (what every honest candidate also changes). The nearest
-    smaller ``micro_batch_size`` of the space that divides ``per_rank_batch`` (less memory than
-    the baseline), else the nearest larger one; None when the space has no other valid split."""
+def _split_change(baseline: Mapping[str, Any], space: SearchSpace, per_rank_batch: int) -> dict[str, Any] | None:
     if "micro_batch_size" not in space.names:
         return None
     mbs = baseline.get("micro_batch_size")
@@ -70,8 +68,39 @@ def honest_change_config(baseline: Mapping[str, Any], space: SearchSpace, per_ra
     return None
 
 
+def _zero_change(baseline: Mapping[str, Any], space: SearchSpace) -> dict[str, Any] | None:
+    if "zero_stage" not in space.names:
+        return None
+    stage = baseline.get("zero_stage")
+    others = [v for v in space.knob("zero_stage").values if v != stage]
+    # the far end first: ZeRO-0 runs DeepSpeed's other optimizer path (measured: the largest
+    # loss difference on GPU); a higher stage when the baseline is ZeRO-0
+    for v in sorted(others, reverse=stage == min(space.knob("zero_stage").values)):
+        cfg = {**baseline, "zero_stage": v}
+        if space.is_valid(cfg):
+            return cfg
+    return None
+
+
+def honest_change_configs(baseline: Mapping[str, Any], space: SearchSpace, per_rank_batch: int) -> list[tuple[str, dict[str, Any]]]:
+    """(knob, config) of the doctor's honest changes: configs that train the same job (same
+    sequences, tokens and optimizer steps) by another route, as honest candidates do. The
+    baseline with another micro-batch split (the nearest smaller ``micro_batch_size`` that
+    divides ``per_rank_batch``, else the nearest larger), and with another ZeRO stage (the lowest
+    the space allows, ZeRO-0 when there; the highest when the baseline is the lowest). A change
+    the space has no valid value for is left out."""
+    out = []
+    split = _split_change(baseline, space, per_rank_batch)
+    if split is not None:
+        out.append(("micro_batch_size", split))
+    zero = _zero_change(baseline, space)
+    if zero is not None:
+        out.append(("zero_stage", zero))
+    return out
+
+
 def honest_change_loss_diff(variant: TrialResult | None, reference: list[float]) -> float | None:
-    """Largest per-step |loss - reference loss| of the honest-change trial (None when it did not
+    """Largest per-step |loss - reference loss| of an honest-change trial (None when it did not
     end ``ok`` or has no common steps)."""
     if variant is None or variant.status != "ok" or not variant.loss or not reference:
         return None
@@ -80,9 +109,9 @@ def honest_change_loss_diff(variant: TrialResult | None, reference: list[float])
 
 
 def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_TOLERANCE_FLOOR,
-                     honest_change: TrialResult | None = None) -> DoctorReport:
-    """Summarise R baseline trials (and the optional honest-change trial, see
-    ``honest_change_config``). Only ``ok`` rows count; the caller decides what to do when
+                     honest_changes: Sequence[tuple[str, TrialResult]] = ()) -> DoctorReport:
+    """Summarise R baseline trials (and the honest-change trials, ``(knob changed, row)``, see
+    ``honest_change_configs``). Only ``ok`` rows count; the caller decides what to do when
     fewer than two are ok (the analysis still returns what it can, with ``ok_trials``)."""
     ok = [r for r in rows if r.status == "ok" and r.step_time_s]
     out: dict[str, Any] = {
@@ -125,11 +154,12 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
         spread = max(spread, max(vals) - min(vals))
         reference.append(statistics.median(vals))
     out["loss_run_to_run_max_abs_diff"] = spread
-    honest = honest_change_loss_diff(honest_change, reference)
-    if honest_change is not None:
-        out["honest_change_config"] = dict(honest_change.config)
-        out["honest_change_status"] = honest_change.status
-        out["loss_honest_change_max_abs_diff"] = honest
+    changes = [HonestChange(changed=k, config=dict(r.config), status=r.status,
+                            loss_max_abs_diff=honest_change_loss_diff(r, reference)) for k, r in honest_changes]
+    diffs = [c.loss_max_abs_diff for c in changes if c.loss_max_abs_diff is not None]
+    honest = max(diffs) if diffs else None
+    out["honest_changes"] = changes
+    out["loss_honest_change_max_abs_diff"] = honest
     out["loss_tolerance"] = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * spread, HONEST_CHANGE_FACTOR * (honest or 0.0))
     out["loss_tolerance_floor"] = tolerance_floor
     out["reference_loss"] = reference

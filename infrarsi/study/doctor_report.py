@@ -68,6 +68,20 @@ class ToleranceInForce(_Record):
     """Who set it: ``doctor`` (calibrated) or ``user (init)``; None for the eval tolerance."""
 
 
+class HonestChange(_Record):
+    """One honest-change trial of the doctor: a config that trains the same job (same tokens,
+    same optimizer steps) by another route, and what it did to the loss."""
+
+    changed: str
+    """The knob changed from the baseline (``micro_batch_size`` or ``zero_stage``)."""
+    config: dict[str, Any]
+    """The trial's config (the baseline with ``changed`` set otherwise)."""
+    status: str
+    """How the trial ended (``ok``, ``oom``...); only ``ok`` trials count."""
+    loss_max_abs_diff: float | None = Field(None, ge=0)
+    """Largest per-step |loss - reference loss|, loss units (None unless ``ok``)."""
+
+
 class DoctorReport(_Record):
     """What ``doctor`` measured on the untouched baseline (``DIR/doctor.json``).
 
@@ -104,17 +118,15 @@ class DoctorReport(_Record):
     """The first ok baseline trial's hardware dict (device kind, count, hosts, versions...)."""
     loss_run_to_run_max_abs_diff: float | None = Field(None, ge=0)
     """Largest per-step spread of the training loss across the baseline trials, loss units."""
-    honest_change_config: dict[str, Any] | None = None
-    """The honest-change trial's config: the baseline with another micro-batch split (None: not
-    run, e.g. the space has no other split)."""
-    honest_change_status: str | None = None
-    """How the honest-change trial ended (``ok``, ``oom``...; None: not run)."""
+    honest_changes: list[HonestChange] = Field(default_factory=list)
+    """The honest-change trials (the baseline with another micro-batch split; with another ZeRO
+    stage) and what each did to the loss (empty: none in scope)."""
     loss_honest_change_max_abs_diff: float | None = Field(None, ge=0)
-    """Largest per-step |loss - reference loss| of the honest-change trial, loss units (None:
-    not run or not ``ok``)."""
+    """Largest per-step |loss - reference loss| over the honest changes that ended ``ok``, loss
+    units (None: none did)."""
     loss_tolerance: float | None = Field(None, ge=0)
-    """The measured loss tolerance: max(floor, 10 x run-to-run spread, 3 x honest-change
-    difference), loss units."""
+    """The measured loss tolerance: max(floor, 10 x run-to-run spread, 3 x the largest
+    honest-change difference), loss units."""
     loss_tolerance_floor: float | None = Field(None, ge=0)
     """The floor the measured loss tolerance never goes under, loss units."""
     reference_loss: list[float] = Field(default_factory=list)

@@ -42,6 +42,8 @@ def test_the_capacity_defaults_to_the_memory_the_trials_devices_report(tmp_path:
     assert contract.memory_capacity.memory_capacity_bytes == 24 * GIB
     assert contract.memory_capacity.source == "device"
     assert report.device_memory_capacity_bytes == 24 * GIB
-    assert report.honest_change_config is not None
-    assert report.honest_change_config["micro_batch_size"] != report.baseline_config["micro_batch_size"]
-    assert "honest change" in contract.amendments[0].reason
+    changed = {c.changed: c.config for c in report.honest_changes}
+    assert set(changed) == {"micro_batch_size", "zero_stage"}
+    assert changed["micro_batch_size"]["micro_batch_size"] != report.baseline_config["micro_batch_size"]
+    assert changed["zero_stage"]["zero_stage"] != report.baseline_config["zero_stage"]
+    assert "honest changes" in contract.amendments[0].reason

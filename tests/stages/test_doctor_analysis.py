@@ -10,7 +10,7 @@ from infrarsi.stages.doctor_analysis import (
     HONEST_CHANGE_FACTOR,
     LOSS_TOLERANCE_FLOOR,
     analyse_baseline,
-    honest_change_config,
+    honest_change_configs,
 )
 from infrarsi.study.doctor_report import DoctorReport
 
@@ -73,29 +73,35 @@ def test_failed_rows_do_not_count() -> None:
 
 
 def test_an_honest_change_widens_the_tolerance_when_repeats_agree_bitwise() -> None:
-    """bf16 repeats on one GPU can agree bitwise; the honest change (another micro-batch
-    split) shows what honest candidates do to the loss, and the tolerance takes 3x that."""
+    """bf16 repeats on one GPU can agree bitwise; the honest changes (another micro-batch split,
+    another ZeRO stage) show what honest candidates do to the loss: the tolerance takes 3x the
+    largest."""
     rows = [_row(i, 1.0, [12.0, 11.9, 11.8]) for i in range(2)]
-    variant = _row(9, 0.9, [12.0, 11.93, 11.76])
-    variant.config = {"micro_batch_size": 2}
-    out = analyse_baseline(rows, honest_change=variant)
+    split = _row(9, 0.9, [12.0, 11.93, 11.76])
+    split.config = {"micro_batch_size": 2}
+    zero = _row(10, 0.5, [12.0, 11.95, 11.9])
+    zero.config = {"zero_stage": 0}
+    out = analyse_baseline(rows, honest_changes=[("micro_batch_size", split), ("zero_stage", zero)])
     assert out.loss_run_to_run_max_abs_diff == 0.0
-    assert out.loss_honest_change_max_abs_diff == pytest.approx(0.04)
-    assert out.loss_tolerance == pytest.approx(HONEST_CHANGE_FACTOR * 0.04)
-    assert out.honest_change_config == {"micro_batch_size": 2}
+    assert [c.changed for c in out.honest_changes] == ["micro_batch_size", "zero_stage"]
+    assert out.honest_changes[0].loss_max_abs_diff == pytest.approx(0.04)
+    assert out.honest_changes[1].loss_max_abs_diff == pytest.approx(0.1)
+    assert out.loss_honest_change_max_abs_diff == pytest.approx(0.1)
+    assert out.loss_tolerance == pytest.approx(HONEST_CHANGE_FACTOR * 0.1)
 
 
 def test_a_failed_honest_change_is_recorded_but_not_used() -> None:
     rows = [_row(i, 1.0, [8.0, 7.0]) for i in range(2)]
     variant = _row(9, 1.0, [8.5], status="oom")
-    out = analyse_baseline(rows, honest_change=variant)
-    assert out.honest_change_status == "oom"
+    out = analyse_baseline(rows, honest_changes=[("zero_stage", variant)])
+    assert out.honest_changes[0].status == "oom"
+    assert out.honest_changes[0].loss_max_abs_diff is None
     assert out.loss_honest_change_max_abs_diff is None
     assert out.loss_tolerance == LOSS_TOLERANCE_FLOOR
 
 
 SPACE = SearchSpace.from_dict({"name": "s", "knobs": [
-    {"name": "zero_stage", "type": "choice", "values": [0, 3]},
+    {"name": "zero_stage", "type": "choice", "values": [0, 1, 2, 3]},
     {"name": "micro_batch_size", "type": "int", "values": [1, 2, 4, 8, 16]}],
     "constraints": ["not (zero_stage == 0 and micro_batch_size == 2)"]})
 
@@ -107,8 +113,18 @@ SPACE = SearchSpace.from_dict({"name": "s", "knobs": [
     ({"zero_stage": 3, "micro_batch_size": 4}, 12, 2),   # 8 and 16 do not divide 12
     ({"zero_stage": 3, "micro_batch_size": 1}, 1, None),  # no other split at all
 ])
-def test_honest_change_is_the_baseline_with_the_nearest_other_split(base, per_rank, want) -> None:
-    cfg = honest_change_config(base, SPACE, per_rank)
-    assert (cfg or {}).get("micro_batch_size") == want
-    if cfg is not None:
-        assert cfg["zero_stage"] == base["zero_stage"]
+def test_the_split_change_is_the_baseline_with_the_nearest_other_split(base, per_rank, want) -> None:
+    changes = dict(honest_change_configs(base, SPACE, per_rank))
+    assert changes.get("micro_batch_size", {}).get("micro_batch_size") == want
+    if want is not None:
+        assert changes["micro_batch_size"]["zero_stage"] == base["zero_stage"]
+
+
+@pytest.mark.parametrize(("base", "want"), [
+    ({"zero_stage": 3, "micro_batch_size": 4}, 0),   # the far end: DeepSpeed's other optimizer path
+    ({"zero_stage": 0, "micro_batch_size": 4}, 3),   # from ZeRO-0, the highest
+    ({"zero_stage": 3, "micro_batch_size": 2}, 1),   # ZeRO-0 with micro-batch 2 breaks a constraint
+])
+def test_the_zero_change_goes_to_the_far_stage(base, want) -> None:
+    changes = dict(honest_change_configs(base, SPACE, 16))
+    assert changes["zero_stage"] == {**base, "zero_stage": want}
