@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent: creates and reuses .venv, installs torch first (CPU 2.13.0 unless torch already
-# imports or INFRARSI_TORCH names another spec), then the project with its dev extra.
+# imports or INFRARSI_TORCH names another spec), then the project with its dev and hf extras
+# (hf: transformers, for examples/hf_job.py and its tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -10,7 +11,7 @@ fi
 VPY=.venv/bin/python
 stamp=.venv/.infrarsi-installed
 want="$(sha1sum pyproject.toml | cut -d' ' -f1)"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VPY" -c "import infrarsi, torch, deepspeed, ray, botorch" 2>/dev/null; then
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VPY" -c "import infrarsi, torch, deepspeed, ray, botorch, transformers" 2>/dev/null; then
   exit 0
 fi
 "$VPY" -m pip install -q --upgrade pip >/dev/null
@@ -19,5 +20,5 @@ if [ -n "${INFRARSI_TORCH:-}" ]; then
 elif ! "$VPY" -c "import torch" 2>/dev/null; then
   "$VPY" -m pip install -q "torch==2.13.0"
 fi
-"$VPY" -m pip install -q -e ".[dev]"
+"$VPY" -m pip install -q -e ".[dev,hf]"
 echo "$want" > "$stamp"

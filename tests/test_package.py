@@ -14,7 +14,8 @@ TESTS = ROOT / "tests"
 
 WHOLE_PACKAGE_TESTS = {"test_package.py"}
 """Test files of the package as a whole (this file), exempt from the one-to-one rule."""
-OTHER_TREES = {"workloads": ROOT / "workloads", "benchmarks": ROOT / "benchmarks", "scripts": ROOT / "scripts"}
+OTHER_TREES = {"workloads": ROOT / "workloads", "benchmarks": ROOT / "benchmarks", "scripts": ROOT / "scripts",
+               "examples": ROOT / "examples"}
 """Test folders that mirror a source tree other than the package (``tests/X/...`` mirrors
 ``infrarsi/X/...`` for every other X). ``scripts/`` holds shell scripts: ``tests/scripts/test_X.py``
 tests ``scripts/X.sh``."""

@@ -102,3 +102,24 @@ def test_trial_over_capacity_gives_a_censored_oom_row(ray_local, tmp_path):
     assert row.peak_memory_bytes is not None and row.peak_memory_bytes >= 2**20
     assert row.step_time_s is None
     assert row.device_seconds > 0
+
+
+@pytest.mark.integration
+def test_an_entry_point_outside_the_repository_runs_a_trial(ray_local, tmp_path):
+    """A job module written into a temporary folder (plain torch, its own ``global_batch``), named
+    by a workload YAML's ``model.entry_point`` and ``model.code_dir``: one trial on 2 CPU ranks,
+    with the harness's own token and step counts."""
+    from tests.outside_job import SEQ_LEN, SEQUENCES, write_tiny_workload
+
+    path = write_tiny_workload(tmp_path / "outside", warmup=1, measured=2)
+    study = tmp_path / "study"
+    proc = _cli("trial", str(path), "--log", str(study), address=ray_local)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = rows(read_trials(study))
+    assert row.status == "ok", row.error
+    assert row.world_size == 2
+    # counted by the harness (forward pre-hook on the model), the same at every step
+    assert row.tokens_per_step == SEQ_LEN * SEQUENCES and "tokens_per_step_varied" not in row.extra
+    assert row.extra["sequences_seen"] == [SEQUENCES] * 3
+    assert row.optimizer_steps == len(row.loss) == 3
+    assert row.eval_loss is not None and row.loss[-1] < row.loss[0]  # the counting sequences are learnt
