@@ -74,3 +74,6 @@ def test_gpu_flavours_build_on_meta():
     with torch.device("meta"):
         n = sum(p.numel() for p in build_model("dense", "8b").parameters())
     assert 7.5e9 < n < 8.5e9
+    with torch.device("meta"):
+        n = sum(p.numel() for p in build_model("moe", "8x7b").parameters())
+    assert round(n / 1e8) == 467  # Mixtral-8x7B: 46.7e9

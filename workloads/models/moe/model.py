@@ -96,6 +96,11 @@ FLAVOURS: dict[str, ModelArgs] = {
     "debug": ModelArgs(num_experts=8, top_k=2, expert_hidden=256),
     "8x1b": ModelArgs(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128256, max_seq_len=4096,
                       rope_theta=500000.0, num_experts=8, top_k=2, expert_hidden=8192),
+    # Mixtral-8x7B's published architecture (46.7e9 parameters): 32 layers, hidden 4096, 32 heads
+    # (8 KV), 8 SwiGLU experts of 14336, top-2, vocab 32000, RoPE base 1e6, 32k context. The
+    # reference workloads cut it down with ``model.overrides`` and say what they cut.
+    "8x7b": ModelArgs(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=32000, max_seq_len=32768,
+                      rope_theta=1e6, num_experts=8, top_k=2, expert_hidden=14336),
 }
 """MoE flavours by name; GPU-scale ones are only built by name on a GPU."""
 
