@@ -24,6 +24,15 @@ class ExpressionError(SearchSpaceError):
     """A ``when`` or ``constraints`` expression is outside the safe grammar."""
 
 
+class ExpressionEvaluationError(ExpressionError):
+    """A ``when`` or ``constraints`` expression could not be evaluated for one config (a type
+    mismatch, a division by zero...). ``cause`` is the underlying exception's class."""
+
+    def __init__(self, message: str, cause: type[BaseException] = Exception) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class WorkloadError(UserInputError):
     """A workload YAML breaks a rule (missing field, bad value, indivisible batch...)."""
 
@@ -69,6 +78,7 @@ __all__ = [
     "ConfigError",
     "ContractError",
     "ExpressionError",
+    "ExpressionEvaluationError",
     "InfrarsiError",
     "KnobError",
     "LogError",

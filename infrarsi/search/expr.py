@@ -10,12 +10,13 @@ expression.
 from __future__ import annotations
 
 import ast
+import keyword
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infrarsi.errors import ExpressionError
+from infrarsi.errors import ExpressionError, ExpressionEvaluationError
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -36,10 +37,20 @@ _CMPOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.In: lambda a, b: a in b,
     ast.NotIn: lambda a, b: a not in b,
 }
+_SEQUENCES = (str, list, tuple)
 _LITERAL_NAMES = {"True": True, "False": False, "true": True, "false": False}
 _MAX_POW_EXPONENT = 64
+_MAX_INT_BITS = 4096
+"""An integer power whose result would exceed this many bits is refused (``(10**64)**64**...``)."""
 _MAX_TEXT = 1000
+_MAX_DEPTH = 100
 _ALLOWED = "knob names, numbers, strings, lists, + - * / // % ** == != < <= > >= and or not in, parentheses"
+
+
+def reserved_name(name: str) -> bool:
+    """True for a name no knob may take: a Python keyword (``if``, ``None``...) or a literal of
+    the grammar (``true``, ``false``), which an expression could never refer to."""
+    return keyword.iskeyword(name) or name in _LITERAL_NAMES
 
 
 def _where(file: str, knob: str, text: str) -> str:
@@ -79,26 +90,44 @@ class Expression:
                 f"{_where(file, knob, text)}: rule: must be valid expression syntax ({exc.msg}). "
                 f"Allowed: {_ALLOWED}."
             ) from None
+        if _depth(tree.body) > _MAX_DEPTH:
+            raise ExpressionError(f"{_where(file, knob, text)}: rule: at most {_MAX_DEPTH} levels of nesting "
+                                  f"(operators and parentheses). Fix: split it into several constraints.")
         names: set[str] = set()
         _check(tree.body, known, names, file, knob, text)
         return cls(text=text, tree=tree, names=frozenset(names), file=file, knob=knob)
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
-        """Evaluate against ``env`` (knob name -> value)."""
+        """Evaluate against ``env`` (knob name -> value).
+
+        Raises ``ExpressionEvaluationError`` (its ``cause`` the underlying exception's class) when
+        the expression cannot be evaluated for these values.
+        """
         try:
             return _eval(self.tree.body, env)
         except ExpressionError:
             raise
         except Exception as exc:  # e.g. a type mismatch: 'bf16' < 3, or a division by zero
-            raise ExpressionError(
+            raise ExpressionEvaluationError(
                 f"{_where(self.file, self.knob, self.text)}: rule: must evaluate without error; "
                 f"got {type(exc).__name__}: {exc} with values "
-                f"{ {k: env.get(k) for k in sorted(self.names)} }."
+                f"{ {k: env.get(k) for k in sorted(self.names)} }.",
+                cause=type(exc),
             ) from None
 
     def holds(self, env: Mapping[str, Any]) -> bool:
         """True when the expression is truthy under ``env``."""
         return bool(self.evaluate(env))
+
+
+def _depth(root: ast.AST) -> int:
+    """Nesting depth of a syntax tree (iterative: a deep tree must not exhaust the stack here)."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 def _check(node: ast.AST, known: set[str] | frozenset[str], names: set[str], file: str, knob: str, text: str) -> None:
@@ -176,10 +205,15 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
         return -operand if isinstance(node.op, ast.USub) else +operand
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, env), _eval(node.right, env)
-        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > _MAX_POW_EXPONENT:
-            raise ValueError(f"exponent {right} exceeds {_MAX_POW_EXPONENT}")
-        if isinstance(node.op, ast.Mult) and (isinstance(left, str) or isinstance(right, str)):
-            raise ValueError("string repetition is not allowed")
+        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)):
+            if abs(right) > _MAX_POW_EXPONENT:
+                raise ValueError(f"exponent {right} exceeds {_MAX_POW_EXPONENT}")
+            if isinstance(left, int) and abs(left).bit_length() * abs(right) > _MAX_INT_BITS:
+                raise ValueError(f"{left} ** {right} would exceed {_MAX_INT_BITS} bits")
+        if isinstance(node.op, ast.Mult) and (isinstance(left, _SEQUENCES) or isinstance(right, _SEQUENCES)):
+            raise ValueError("string or list repetition is not allowed")
+        if isinstance(node.op, ast.Mod) and isinstance(left, str):
+            raise ValueError("string formatting with % is not allowed")
         return _BINOPS[type(node.op)](left, right)
     if isinstance(node, ast.Compare):
         left = _eval(node.left, env)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infrarsi.errors import SearchSpaceError
-from infrarsi.search.expr import Expression
+from infrarsi.search.expr import Expression, reserved_name
 
 KNOB_TYPES = ("int", "float", "bool", "choice")
 MEMORY_TAGS = ("hungry", "saver", "neutral")
@@ -16,6 +16,8 @@ INT_GRID_MAX = 16
 """An int range with more values than this is searched on a grid of this many points."""
 FLOAT_GRID = 9
 """A float range is searched on a grid of this many points (override per knob with ``grid: N``)."""
+MAX_GRID = 1024
+"""The most points ``grid: N`` may ask for."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ def _grid(kind: str, lo: float, hi: float, log: bool, n: int) -> tuple[Any, ...]
     for i in range(n):
         t = i / (n - 1)
         x = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo))) if log else lo + t * (hi - lo)
+        x = lo if i == 0 else hi if i == n - 1 else min(max(x, lo), hi)  # exp(log(x)) may drift out of [lo, hi]
         pts.append(round(x) if kind == "int" else float(x))
     return tuple(dict.fromkeys(pts))
 
@@ -122,7 +125,11 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
         raise SearchSpaceError(f"{file}: knobs[{position}]: rule: each knob must be a mapping with name and type; got {raw!r}.")
     name = raw.get("name")
     if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
-        raise SearchSpaceError(f"{file}: knobs[{position}]: rule: 'name' must be an identifier; got {name!r}.")
+        raise SearchSpaceError(f"{file}: knobs[{position}]: rule: 'name' must be an identifier; got {name!r}. "
+                               f"Fix: letters, digits and '_', e.g. micro_batch_size.")
+    if reserved_name(name):
+        raise SearchSpaceError(f"{file}: knobs[{position}]: rule: 'name' may not be a Python keyword or a literal "
+                               f"of the expression grammar (true, false); got {name!r}. Fix: rename the knob.")
 
     def err(rule: str) -> SearchSpaceError:
         return SearchSpaceError(f"{file}: knob '{name}': rule: {rule}")
@@ -139,8 +146,12 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
     log = raw.get("log", False)
     if not isinstance(log, bool):
         raise err(f"'log' must be true or false; got {log!r}.")
+    if "grid" in raw and "range" not in raw:
+        raise err("'grid' sets the points of a 'range'; this knob has none. Fix: remove 'grid'.")
     lo = hi = None
     if kind == "bool":
+        if log:
+            raise err("'log' needs a numeric knob; a bool knob takes none.")
         if "values" in raw or "range" in raw:
             raise err("a bool knob takes no 'values' or 'range' (its values are false, true).")
         values: tuple[Any, ...] = (False, True)
@@ -151,6 +162,8 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
         if (not isinstance(rng, list) or len(rng) != 2
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)):
             raise err(f"'range' must be [lo, hi] with numbers; got {rng!r}.")
+        if not all(math.isfinite(v) for v in rng):
+            raise err(f"'range' bounds must be finite numbers; got {rng!r}.")
         lo, hi = float(rng[0]), float(rng[1])
         if kind == "int" and not (lo.is_integer() and hi.is_integer()):
             raise err(f"an int range needs integer bounds; got {rng!r}.")
@@ -159,23 +172,31 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
         if log and lo <= 0:
             raise err(f"a log range needs lo > 0; got lo={rng[0]}.")
         n = raw.get("grid", INT_GRID_MAX if kind == "int" else FLOAT_GRID)
-        if not isinstance(n, int) or isinstance(n, bool) or n < 2:
-            raise err(f"'grid' must be an int >= 2; got {n!r}.")
+        if not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= MAX_GRID:
+            raise err(f"'grid' must be an int from 2 to {MAX_GRID}; got {n!r}.")
+        if not math.isfinite(hi - lo):
+            raise err(f"'range' is too wide: hi - lo must be a finite number; got {rng!r}.")
         values = _grid(kind, lo, hi, log, n)
     else:
         vals = raw.get("values")
         if not isinstance(vals, list) or not vals:
             raise err("int/float/choice knobs need a non-empty 'values' list (or 'range: [lo, hi]' for int/float).")
         for v in vals:
-            if isinstance(v, (list, dict)) or v is None:
-                raise err(f"values must be numbers, strings or booleans; got {v!r}.")
+            if not isinstance(v, (bool, int, float, str)):
+                raise err(f"values must be numbers, strings or booleans; got {v!r} ({type(v).__name__}). "
+                          f"Fix: quote it to make it a string.")
+            if isinstance(v, float) and not math.isfinite(v):
+                raise err(f"values must be finite; got {v!r}.")
             if kind == "int" and (isinstance(v, bool) or not isinstance(v, int)):
                 raise err(f"an int knob's values must be integers; got {v!r}.")
             if kind == "float" and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise err(f"a float knob's values must be numbers; got {v!r}.")
         values = tuple(float(v) for v in vals) if kind == "float" else tuple(vals)
-        if len(set(map(repr, values))) != len(values):
-            raise err(f"values must be distinct; got {list(vals)}.")
+        for i, v in enumerate(values):
+            same = [w for w in values[i + 1:] if w == v]
+            if same:  # == as the expressions compare: 1 == 1.0 and true == 1
+                raise err(f"values must be distinct (as expressions compare them: 1 == 1.0, true == 1); "
+                          f"{v!r} and {same[0]!r} are equal in {list(vals)}.")
         if log and (kind not in ("int", "float") or min(values) <= 0):
             raise err("'log' needs a numeric knob with positive values.")
     when = None

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from infrarsi.errors import ExpressionError, SearchSpaceError
+from infrarsi.errors import ExpressionError, ExpressionEvaluationError, SearchSpaceError
 from infrarsi.search.expr import Expression
 from infrarsi.search.knob import Knob, parse_knob
 
@@ -76,6 +76,9 @@ class SearchSpace:
         unknown = sorted(set(raw) - set(TOP_KEYS))
         if unknown:
             raise SearchSpaceError(f"{file}: rule: unknown top-level key(s) {unknown}. Valid keys: {list(TOP_KEYS)}.")
+        for key in ("name", "description"):
+            if key in raw and not isinstance(raw[key], str):
+                raise SearchSpaceError(f"{file}: {key!r}: rule: must be a string; got {raw[key]!r}. Fix: quote it.")
         objective = raw.get("objective", "step_time")
         if objective not in OBJECTIVES:
             raise SearchSpaceError(f"{file}: 'objective': rule: must be one of {list(OBJECTIVES)}; got {objective!r}.")
@@ -97,12 +100,15 @@ class SearchSpace:
         space = cls(name=str(raw.get("name", "unnamed")), knobs=knobs, constraints=cons,
                     objective=objective, file=file, source=source)
         space._order = space._topological_order()
-        for knob in knobs:  # a knob's default must not break a constraint on its own
+        # A type mismatch at the defaults ('bf16' < 3) is a mistake in the YAML: refused here. An
+        # error that depends on the values (division by zero...) is not: such a constraint counts
+        # as violated, and such a ``when`` as not holding, for the configs where it happens.
+        env = {k.name: k.default for k in knobs}
+        for knob in knobs:
             if knob.when is not None:
-                env = {k.name: k.default for k in knobs}
-                knob.when.evaluate(env)  # type errors surface at load time
-        for c in cons:  # type errors surface at load time; stop at the first that fails (short-circuit)
-            if not c.holds({k.name: k.default for k in knobs}):
+                _type_checked(knob.when, env)
+        for c in cons:  # in YAML order, up to the first that does not hold (short-circuit)
+            if not _type_checked(c, env):
                 break
         return space
 
@@ -152,13 +158,14 @@ class SearchSpace:
         out = dict(config)
         for i in self._order:
             k = self.knobs[i]
-            if k.when is not None and not k.when.holds(out):
+            if not _is_active(k, out):
                 out[k.name] = k.default
         return {k.name: out[k.name] for k in self.knobs}
 
     def active(self, config: Mapping[str, Any]) -> dict[str, bool]:
-        """Knob name -> whether its ``when`` holds under the (resolved) config."""
-        return {k.name: k.when is None or k.when.holds(config) for k in self.knobs}
+        """Knob name -> whether its ``when`` holds under the (resolved) config (a ``when`` that
+        cannot be evaluated does not hold)."""
+        return {k.name: _is_active(k, config) for k in self.knobs}
 
     def violated(self, config: Mapping[str, Any]) -> list[str]:
         """The text of the first constraint ``config`` breaks, in YAML order, or ``[]``.
@@ -275,7 +282,7 @@ class SearchSpace:
                 yield dict(cfg)
                 return
             k = order[p]
-            values = k.values if k.when is None or k.when.holds(cfg) else (k.default,)
+            values = k.values if _is_active(k, cfg) else (k.default,)
             for v in values:
                 cfg[k.name] = v
                 if all(_holds(c, cfg) for c in checks.get(p, ())):
@@ -297,7 +304,7 @@ class SearchSpace:
             cfg: dict[str, Any] = {}
             for i in self._order:
                 k = self.knobs[i]
-                active = k.when is None or k.when.holds(cfg)
+                active = _is_active(k, cfg)
                 cfg[k.name] = k.values[int(rng.integers(len(k.values)))] if active else k.default
             cfg = {name: cfg[name] for name in self.names}
             if not self.violated(cfg):
@@ -330,4 +337,25 @@ def _holds(constraint: Expression, config: Mapping[str, Any]) -> bool:
     try:
         return constraint.holds(config)
     except ExpressionError:
+        return False
+
+
+def _is_active(knob: Knob, config: Mapping[str, Any]) -> bool:
+    """True when ``knob`` has no ``when`` or it holds; one that cannot be evaluated does not hold."""
+    if knob.when is None:
+        return True
+    try:
+        return knob.when.holds(config)
+    except ExpressionError:
+        return False
+
+
+def _type_checked(expr: Expression, env: Mapping[str, Any]) -> bool:
+    """Whether ``expr`` holds under ``env``; re-raises a type mismatch, and counts any other
+    evaluation error as not holding."""
+    try:
+        return expr.holds(env)
+    except ExpressionEvaluationError as exc:
+        if issubclass(exc.cause, TypeError):
+            raise
         return False

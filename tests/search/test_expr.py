@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infrarsi.errors import ExpressionError
-from infrarsi.search.expr import Expression
+from infrarsi.errors import ExpressionError, ExpressionEvaluationError
+from infrarsi.search.expr import Expression, reserved_name
 
 KNOWN = frozenset({"zero_stage", "dtype", "mbs", "offload"})
 
@@ -80,3 +80,34 @@ def test_huge_power_is_refused_at_evaluation() -> None:
 def test_non_string_expression_is_refused() -> None:
     with pytest.raises(ExpressionError, match="must be a string"):
         Expression.parse(["zero_stage"], known=KNOWN, file="f.yaml", knob="k")
+
+
+@pytest.mark.parametrize(("text", "env", "rule"), [
+    ("[mbs] * 1000000000 == []", {"mbs": 1}, "repetition"),
+    ("mbs * 'x' == ''", {"mbs": 10**9}, "repetition"),
+    ("'%999999999d' % mbs == ''", {"mbs": 1}, "formatting"),
+    ("((mbs ** 64) ** 64) ** 64 > 1", {"mbs": 10**6}, "bits"),
+])
+def test_runaway_values_are_refused_at_evaluation(text: str, env: dict, rule: str) -> None:
+    """Repetition, %-formatting and huge integer powers would take the memory or the time of
+    the machine; they cannot be evaluated, so the constraint counts as violated."""
+    with pytest.raises(ExpressionError, match=rule):
+        parse(text).holds(env)
+
+
+def test_deep_nesting_is_refused_at_parse_time() -> None:
+    with pytest.raises(ExpressionError, match="levels of nesting"):
+        parse("-" * 500 + "mbs")
+    assert parse("zero_stage >= 1 and (mbs == 2 or mbs in [1, 2, 4])").names == {"zero_stage", "mbs"}
+
+
+def test_an_evaluation_error_carries_its_cause() -> None:
+    with pytest.raises(ExpressionEvaluationError) as e:
+        parse("4 // mbs > 1").holds({"mbs": 0})
+    assert e.value.cause is ZeroDivisionError
+
+
+@pytest.mark.parametrize("name", ["if", "None", "True", "true", "false", "lambda"])
+def test_reserved_names(name: str) -> None:
+    assert reserved_name(name)
+    assert not reserved_name("zero_stage")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from infrarsi.errors import ExpressionError, SearchSpaceError
 from infrarsi.search import SearchSpace
@@ -249,3 +252,117 @@ def test_restrict_pins_the_other_knobs_at_the_baseline_and_keeps_constraints() -
         scoped.validate({"tp": 2, "pp": 4, "micro_batch_size": 1})
     with pytest.raises(SearchSpaceError, match="'nope'"):
         space.restrict(["nope"], {"tp": 1, "pp": 1, "micro_batch_size": 1})
+
+
+# ------------------------------------------------------------------ property-based: bad YAML
+JUNK = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**6), 10**20), st.floats(), st.text(max_size=12),
+    st.lists(st.one_of(st.integers(-3, 9), st.text(max_size=3), st.none(), st.floats()), max_size=4),
+    st.dictionaries(st.one_of(st.text(max_size=4), st.integers(0, 3)), st.integers(), max_size=2),
+    st.dates(), st.binary(max_size=3),
+    st.sampled_from(["", "1/0 > 0", "stage.real", "stage >", "__import__('os')", "stage ** 99 ** 99 > 1",
+                     "[stage] * 10**9 == []", "'%999999999d' % 1 == ''", "stage < 'x'", "nope == 1",
+                     "lambda: 1", "mbs % 0 == 0", "stage", "if", "true", "-" * 300 + "stage", "stage in 3"]),
+)
+KNOB_FIELDS = ["name", "type", "values", "range", "log", "memory", "when", "default", "grid", "bogus", 3]
+WHERE = ("knob '", "knobs[", "'knobs'", "constraints", "'name'", "'objective'", "'description'",
+         "top-level", "valid YAML", "a search space must be a mapping")
+"""Every error names one of these places (with the file)."""
+
+
+@st.composite
+def malformed_space(draw: st.DrawFn) -> dict:
+    """SMALL with one part replaced by junk, a knob duplicated, or the whole document junk."""
+    raw = yaml.safe_load(SMALL)
+    kind = draw(st.sampled_from(["top", "knob_field", "knob", "constraint", "duplicate", "document"]))
+    if kind == "top":
+        raw[draw(st.sampled_from(["name", "objective", "knobs", "constraints", "description", "extra", 7]))] = draw(JUNK)
+    elif kind == "knob_field":
+        knob = raw["knobs"][draw(st.integers(0, len(raw["knobs"]) - 1))]
+        knob[draw(st.sampled_from(KNOB_FIELDS))] = draw(JUNK)
+    elif kind == "knob":
+        raw["knobs"][draw(st.integers(0, len(raw["knobs"]) - 1))] = draw(JUNK)
+    elif kind == "constraint":
+        raw["constraints"].append(draw(JUNK))
+    elif kind == "duplicate":
+        raw["knobs"].append(dict(raw["knobs"][draw(st.integers(0, len(raw["knobs"]) - 1))]))
+    else:
+        return {"document": draw(JUNK)}
+    return raw
+
+
+PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@PROPERTY
+@given(raw=malformed_space())
+def test_malformed_space_yaml_is_refused_naming_file_and_field_or_loads_usable(raw: dict, tmp_path: Path) -> None:
+    """Any malformed space either is refused with a ``SearchSpaceError`` that names the file, the
+    place and the rule, or (when the junk happens to be valid) loads into a usable space."""
+    path = tmp_path / "mutated_space.yaml"
+    path.write_text(yaml.safe_dump(raw.get("document", raw), sort_keys=False))
+    try:
+        space = SearchSpace.from_yaml(path)
+    except SearchSpaceError as e:
+        msg = str(e)
+        assert str(path) in msg and "rule:" in msg, msg
+        assert any(w in msg for w in WHERE), msg
+        return
+    rng = np.random.default_rng(0)
+    configs = (space.enumerate() or []) + space.sample(rng, 3)
+    for c in configs[:20]:
+        assert space.validate(c) == c
+        assert all(not space.violated(n) for n in space.neighbours(c))
+
+
+def test_unevaluable_when_means_inactive_everywhere() -> None:
+    """A ``when`` that cannot be evaluated for a config (here 8 // a with a = 0) does not hold:
+    the knob is inactive, in enumeration, sampling, neighbours and validation alike."""
+    space = SearchSpace.from_yaml(
+        "name: w\nknobs:\n  - {name: a, type: int, values: [1, 0, 2]}\n"
+        "  - {name: b, type: bool, when: '8 // a > 2'}\n"
+    )
+    rows = space.enumerate() or []
+    assert sorted((r["a"], r["b"]) for r in rows) == [(0, False), (1, False), (1, True), (2, False), (2, True)]
+    assert space.validate({"a": 0, "b": True}) == {"a": 0, "b": False}
+    assert space.active({"a": 0, "b": False}) == {"a": True, "b": False}
+    assert all(c["b"] is False for c in space.sample(np.random.default_rng(0), 30) if c["a"] == 0)
+    assert {"a": 0, "b": False} in space.neighbours({"a": 1, "b": True})
+
+
+def test_value_dependent_errors_at_the_defaults_do_not_refuse_the_space() -> None:
+    """Only a type mismatch at the defaults is refused at load; a division by zero there makes the
+    default config invalid (the constraint counts as violated), not the space."""
+    space = SearchSpace.from_yaml("name: z\nknobs:\n  - {name: a, type: int, values: [0, 1]}\n"
+                                  "constraints:\n  - '1 / a > 0'\n")
+    assert space.violated({"a": 0}) == ["1 / a > 0"] and space.enumerate() == [{"a": 1}]
+    with pytest.raises(ExpressionError, match="TypeError"):
+        SearchSpace.from_yaml("name: z\nknobs:\n  - {name: a, type: choice, values: [x, 1]}\n"
+                              "constraints:\n  - 'a < 3'\n")
+
+
+@pytest.mark.parametrize(("entry", "rule"), [
+    ("{name: if, type: bool}", "Python keyword"),
+    ("{name: 'true', type: bool}", "Python keyword"),
+    ("{name: a, type: choice, values: [1, 1.0]}", "distinct"),
+    ("{name: a, type: choice, values: [true, 1]}", "distinct"),
+    ("{name: a, type: float, values: [.nan, 1.0]}", "finite"),
+    ("{name: a, type: float, range: [0, .inf]}", "finite"),
+    ("{name: a, type: float, range: [-1.0e+308, 1.0e+308]}", "too wide"),
+    ("{name: a, type: float, range: [0, 1], grid: 100000000}", "from 2 to 1024"),
+    ("{name: a, type: int, values: [1, 2], grid: 4}", "'grid' sets the points of a 'range'"),
+    ("{name: a, type: bool, log: true}", "'log' needs a numeric knob"),
+    ("{name: a, type: choice, values: [2020-01-01, x]}", "numbers, strings or booleans"),
+])
+def test_knob_entry_rules(entry: str, rule: str) -> None:
+    with pytest.raises(SearchSpaceError, match=re.escape(rule)) as e:
+        SearchSpace.from_dict(yaml.safe_load(f"name: s\nknobs:\n  - {entry}\n"), file="s.yaml")
+    assert "s.yaml" in str(e.value)
+
+
+def test_name_and_description_must_be_strings() -> None:
+    with pytest.raises(SearchSpaceError, match="'name': rule: must be a string"):
+        SearchSpace.from_dict({"name": [1], "knobs": [{"name": "a", "type": "bool"}]}, file="s.yaml")
+    with pytest.raises(SearchSpaceError, match="'description': rule: must be a string"):
+        SearchSpace.from_dict({"description": {"x": 1}, "knobs": [{"name": "a", "type": "bool"}]}, file="s.yaml")
