@@ -86,8 +86,9 @@ def make_config(args: Mapping[str, Any], seq_len: int) -> Any:
     if int(fields["max_position_embeddings"]) < seq_len:
         raise ValueError(f"model.args.max_position_embeddings ({fields['max_position_embeddings']}) is shorter "
                          f"than data.seq_len ({seq_len})")
-    config = config_cls(**fields, use_cache=False, dtype="float32",
-                        attn_implementation=str(args.get("attn_implementation", "sdpa")))
+    fields.update(use_cache=False, dtype="float32",  # fp32 at build: the harness and DeepSpeed cast for bf16
+                  attn_implementation=str(args.get("attn_implementation", "sdpa")))
+    config = config_cls(**fields)
     if args.get("experts_implementation") is not None:
         config._experts_implementation = str(args["experts_implementation"])
     return config

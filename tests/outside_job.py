@@ -1,6 +1,8 @@
-"""The tiny plain-torch job of ``tests/fixtures/jobs/tiny_job.py`` copied into a folder outside the
-repository, with a workload YAML naming it as ``model.entry_point`` (shared by the job-loader and
-``infrarsi trial`` tests)."""
+"""Writes a tiny job and its workload YAML into a folder outside the repository.
+
+The plain-torch job of ``tests/fixtures/jobs/tiny_job.py`` is copied there and named by the YAML's
+``model.entry_point`` (shared by the job-loader and ``infrarsi trial`` tests).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The job loader's checks before any trial: an entry point outside the repository imports and
-passes ``preflight``; each broken one is a ``JobError`` naming the workload file, the field and
-the fix, and ``infrarsi init`` exits 2 with it."""
+"""Tests of the job loader's checks before any trial.
+
+An entry point outside the repository imports and passes ``preflight``; each broken one is a
+``JobError`` naming the workload file, the field and the fix, and ``infrarsi init`` exits 2 with it.
+"""
 
 from __future__ import annotations
 
