@@ -59,12 +59,15 @@ class HarnessCounters:
         self._handles: list[Any] = []
 
     def attach(self, model: nn.Module) -> HarnessCounters:
-        def pre(mod: nn.Module, args: tuple[Any, ...]) -> None:
-            if torch.is_grad_enabled() and args and isinstance(args[0], torch.Tensor):
-                self.step_tokens += int(args[0].numel())
-                self.step_rows += int(args[0].shape[0])
+        """Count the token ids the model is called with: its first positional argument, or
+        ``input_ids=`` (a Hugging Face model called by keyword)."""
+        def pre(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            ids = args[0] if args else kwargs.get("input_ids")
+            if torch.is_grad_enabled() and isinstance(ids, torch.Tensor):
+                self.step_tokens += int(ids.numel())
+                self.step_rows += int(ids.shape[0])
 
-        self._handles.append(model.register_forward_pre_hook(pre))
+        self._handles.append(model.register_forward_pre_hook(pre, with_kwargs=True))
         return self
 
     def watch_optimizer(self, opt: torch.optim.Optimizer) -> None:

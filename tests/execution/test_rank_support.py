@@ -239,3 +239,21 @@ def test_phase_clock_splits_each_micro_batch_into_its_three_phases() -> None:
     clock.reset()
     clock.mark()
     assert clock.micro_batch_phases() == []  # an unfinished micro-batch has no phases yet
+
+
+def test_harness_counters_see_token_ids_passed_by_keyword_too() -> None:
+    class ByKeyword(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.emb(input_ids)
+
+    model = ByKeyword()
+    counters = rs.HarnessCounters().attach(model)
+    counters.begin_step()
+    model(torch.zeros(2, 5, dtype=torch.long))             # positional
+    model(input_ids=torch.zeros(3, 5, dtype=torch.long))   # keyword (a Hugging Face call)
+    assert (counters.step_tokens, counters.step_rows) == (25, 5)
+    counters.detach()
