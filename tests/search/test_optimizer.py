@@ -7,9 +7,13 @@ import math
 import subprocess
 import sys
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
+import yaml
+from hypothesis import Phase, assume, event, given, settings
+from hypothesis import strategies as st
 from search_synthetic import (
     BASELINE,
     CAPACITY,
@@ -22,7 +26,7 @@ from search_synthetic import (
     tiny_run,
 )
 
-from infrarsi.errors import UserInputError
+from infrarsi.errors import SearchSpaceError, UserInputError
 from infrarsi.search import (
     AskInfo,
     Optimizer,
@@ -449,3 +453,132 @@ def test_optimizer_leaves_a_straggler_out_and_may_measure_it_again(tmp_path) -> 
     opt.tell({"a": 1, "b": 2}, Outcome("ok", step_time=_straggler_truth({"a": 1, "b": 2}) * 1.5, peak_memory=50.0))
     opt.best()
     assert opt.time_outliers == set()
+
+
+CHEAP = OptimizerSettings(time_gp_iters=(15, 6, 3), memory_gp_iters=(15, 6, 3), prior_fit_iters=10,
+                          design_pool=64, batch_choices=16, pair_source_scan=16, n_init=3)
+"""Few L-BFGS iterations and small pools: the fuzz exercises the code paths, not the fit."""
+
+
+def test_a_replicate_that_failed_is_never_asked_again() -> None:
+    """Intensification re-measures an incumbent with one ok measurement; when that replicate
+    fails, the incumbent still has one ok measurement, but it must not be asked a third time."""
+    space = SearchSpace.from_yaml("name: r\nknobs:\n  - {name: a, type: int, values: [0, 1, 2]}\n"
+                                  "  - {name: b, type: int, values: [0, 1]}\n")
+    opt = Optimizer(space, memory_capacity=1e9, seed=0, settings=CHEAP)
+    failed: set[str] = set()
+    replicated = False
+    for _ in range(11):
+        cfg = opt.ask()
+        assert space.key(cfg) not in failed, (cfg, opt.last_ask_info.phase)
+        if opt.last_ask_info.phase == "replicate":
+            replicated = True
+            opt.tell(cfg, Outcome(status="failed"))
+            failed.add(space.key(cfg))
+        else:
+            opt.tell(cfg, Outcome(status="ok", step_time=1.0 + 0.1 * cfg["a"] + 0.05 * cfg["b"]))
+    assert replicated
+
+
+# ------------------------------------------------------------------------ fuzz: ask never raises
+
+
+@st.composite
+def fuzz_space(draw: st.DrawFn) -> str:
+    """A random search space YAML: every knob kind, memory tags, defaults, ``when`` conditions on
+    earlier knobs and constraints that may divide by zero or compare a number with a string."""
+    n = draw(st.integers(1, 5))
+    knobs: list[dict[str, Any]] = []
+    for i in range(n):
+        name = f"k{i}"
+        kind = draw(st.sampled_from(["int", "int_range", "float", "float_range", "bool", "choice", "mixed"]))
+        entry: dict[str, Any] = {"name": name}
+        if kind == "int":
+            entry.update(type="int", values=draw(st.lists(st.integers(-2, 16), min_size=1, max_size=5, unique=True)))
+        elif kind == "int_range":
+            lo = draw(st.integers(0, 4))
+            entry.update(type="int", range=[lo, lo + draw(st.integers(1, 40))], log=lo > 0 and draw(st.booleans()))
+        elif kind == "float":
+            entry.update(type="float", values=draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, -1.0]), min_size=1,
+                                                            max_size=4, unique=True)))
+        elif kind == "float_range":
+            entry.update(type="float", range=[1e-4, draw(st.sampled_from([1e-3, 1.0, 50.0]))], log=draw(st.booleans()),
+                         grid=draw(st.integers(2, 6)))
+        elif kind == "bool":
+            entry.update(type="bool")
+        elif kind == "choice":
+            entry.update(type="choice", values=draw(st.lists(st.sampled_from(["a", "b", "auto", "none"]), min_size=1,
+                                                             max_size=4, unique=True)))
+        else:  # numbers and strings in one knob, as reduce_bucket_size: [auto, 500000]
+            entry.update(type="choice", values=draw(st.lists(st.sampled_from(["auto", 0, 1, 5, 50]), min_size=2,
+                                                             max_size=4, unique=True)))
+        entry["memory"] = draw(st.sampled_from(["neutral", "hungry", "saver"]))
+        if i and draw(st.booleans()):
+            entry["when"] = _fuzz_expr(draw, knobs[: i])
+        if draw(st.integers(0, 3)) == 0 and "values" in entry:
+            entry["default"] = draw(st.sampled_from(entry["values"]))
+        knobs.append(entry)
+    cons = [_fuzz_expr(draw, knobs) for _ in range(draw(st.integers(0, 3)))]
+    return yaml.safe_dump({"name": "fuzz", "knobs": knobs, "constraints": cons}, sort_keys=False)
+
+
+def _fuzz_expr(draw: st.DrawFn, knobs: list[dict[str, Any]]) -> str:
+    x = draw(st.sampled_from(knobs))["name"]
+    y = draw(st.sampled_from(knobs))["name"]
+    c = draw(st.integers(-1, 8))
+    return draw(st.sampled_from([
+        f"{x} >= {c}", f"{x} != {c}", f"not ({x} == {c} and {y} == {c})", f"{c + 8} // {x} >= 1",
+        f"{x} % 2 == 0", f"{x} in [{c}, 'auto', 'a']", f"{x} or {y}", f"{x} * {y} <= {c}", f"{x} == 'auto'",
+        f"{x} < 'b'", f"16 % ({x} * {y}) == 0", "true",
+    ]))
+
+
+def _fuzz_outcome(draw: st.DrawFn, capacity: float) -> Outcome:
+    status = draw(st.sampled_from(["ok", "ok", "ok", "oom", "failed", "timeout", "nan", "invariant_violation"]))
+    if status == "ok":
+        return Outcome(status="ok", step_time=draw(st.floats(1e-3, 1e3)),
+                       peak_memory=draw(st.one_of(st.none(), st.floats(1e-2 * capacity, 3 * capacity))))
+    if status == "oom":
+        return Outcome(status="oom", peak_memory=draw(st.one_of(st.none(), st.floats(capacity, 4 * capacity))))
+    return Outcome(status=status)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          phases=[Phase.explicit, Phase.generate])  # no shrinking: a failing example is printed as drawn
+@given(text=fuzz_space(), data=st.data())
+def test_fuzz_ask_never_raises_on_valid_spaces(text: str, data: st.DataObject) -> None:
+    """Random valid spaces, random outcomes told back: ``ask`` hands out valid configs and raises
+    only ``SearchExhausted``, and only when every valid config has been told a failure."""
+    try:
+        space = SearchSpace.from_yaml(text)
+    except SearchSpaceError:  # e.g. a type mismatch at the defaults: refused at load, by design
+        assume(False)
+    capacity = 1e9
+    rows = space.enumerate()
+    baseline = data.draw(st.sampled_from(rows)) if rows and data.draw(st.booleans()) else None
+    few = data.draw(st.booleans())  # a small cap: the sampled-pool path with its anchors and pairing
+    cheap = replace(CHEAP, candidate_cap=8, enumeration_limit=16) if few else CHEAP
+    warm = data.draw(st.lists(st.sampled_from(rows), max_size=3)) if rows else []
+    opt = Optimizer(space, memory_capacity=capacity, seed=data.draw(st.integers(0, 3)), baseline=baseline,
+                    settings=cheap, initial_configs=[*warm, {"no_such_knob": 1}])
+    failed: set[str] = set()
+    for step in range(data.draw(st.integers(4, 9))):
+        if step == 3:  # saved and restored mid-search: it goes on as if nothing happened
+            opt = Optimizer.from_state(json.loads(json.dumps(opt.state_dict())))
+        n = data.draw(st.sampled_from([None, None, None, 2]))
+        try:
+            asked = opt.ask(n)
+        except SearchExhausted:
+            assert rows is not None and {space.key(r) for r in rows} <= failed | set(opt.pending)
+            event("exhausted")
+            return
+        event(f"phase {opt.last_ask_info.phase if n is None else opt.last_ask_info[0].phase}")
+        for cfg in [asked] if n is None else asked:
+            assert space.validate(cfg) == cfg, cfg
+            assert space.key(cfg) not in failed
+            outcome = _fuzz_outcome(data.draw, capacity)
+            opt.tell(cfg, outcome)
+            if outcome.status != "ok":
+                failed.add(space.key(cfg))
+    best = opt.best()
+    assert best is None or space.validate(best) == best
