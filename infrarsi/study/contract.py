@@ -235,8 +235,8 @@ class Contract(_Strict):
             unknown = [k for k in editable_knobs if k not in knobs]
             if unknown:
                 raise ContractError(
-                    f"editable knobs {unknown} are not in the search space {space_path} "
-                    f"(valid: {knobs})."
+                    f"--knob (editable.knobs): rule: must be knobs of the search space {space_path}; "
+                    f"{unknown} are not (valid: {knobs}). Fix: pick knobs from that list."
                 )
         capacity = resolve_memory_capacity(flag_bytes=memory_capacity_bytes, workload=wl, device_bytes=None)
         git_sha, dirty = _git_head(wl_path.parent) if wl_path else (None, False)

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from malformed import JUNK, PROPERTY
 
 from infrarsi.errors import ExpressionError, SearchSpaceError
 from infrarsi.search import SearchSpace
@@ -255,15 +256,6 @@ def test_restrict_pins_the_other_knobs_at_the_baseline_and_keeps_constraints() -
 
 
 # ------------------------------------------------------------------ property-based: bad YAML
-JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**6), 10**20), st.floats(), st.text(max_size=12),
-    st.lists(st.one_of(st.integers(-3, 9), st.text(max_size=3), st.none(), st.floats()), max_size=4),
-    st.dictionaries(st.one_of(st.text(max_size=4), st.integers(0, 3)), st.integers(), max_size=2),
-    st.dates(), st.binary(max_size=3),
-    st.sampled_from(["", "1/0 > 0", "stage.real", "stage >", "__import__('os')", "stage ** 99 ** 99 > 1",
-                     "[stage] * 10**9 == []", "'%999999999d' % 1 == ''", "stage < 'x'", "nope == 1",
-                     "lambda: 1", "mbs % 0 == 0", "stage", "if", "true", "-" * 300 + "stage", "stage in 3"]),
-)
 KNOB_FIELDS = ["name", "type", "values", "range", "log", "memory", "when", "default", "grid", "bogus", 3]
 WHERE = ("knob '", "knobs[", "'knobs'", "constraints", "'name'", "'objective'", "'description'",
          "top-level", "valid YAML", "a search space must be a mapping")
@@ -289,10 +281,6 @@ def malformed_space(draw: st.DrawFn) -> dict:
     else:
         return {"document": draw(JUNK)}
     return raw
-
-
-PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @PROPERTY
