@@ -20,6 +20,7 @@ from infrarsi.errors import ContractError
 from infrarsi.report.build import build_sections
 from infrarsi.report.data import load_study
 from infrarsi.report.document import Figure, to_html, to_markdown
+from infrarsi.study.paths import make_private_dir
 
 FILES_DIR = "report_files"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
@@ -71,7 +72,7 @@ def write_report(study_dir: str | Path, pdf: bool = False) -> ReportPaths:
     if data.simulated:
         title += " (SIMULATED)"
     files = d / FILES_DIR
-    files.mkdir(exist_ok=True)
+    make_private_dir(files)
     figs = []
     for s in sections:
         for b in s.blocks:

@@ -37,6 +37,7 @@ from infrarsi.study.contract_diff import describe_diff as _describe_diff
 from infrarsi.study.contract_diff import describe_sections
 from infrarsi.study.contract_diff import field_diff as _diff
 from infrarsi.study.contract_diff import sha256 as _sha256
+from infrarsi.study.paths import make_private_dir
 from infrarsi.study.switches import StudySwitches
 from infrarsi.workload import Workload
 
@@ -436,7 +437,7 @@ class Contract(_Strict):
         return frozen
 
     def _write(self, d: Path) -> None:
-        d.mkdir(parents=True, exist_ok=True)
+        make_private_dir(d)
         data = self.content()
         data["contract_hash"] = self.contract_hash
         data["section_hashes"] = dict(self.section_hashes)

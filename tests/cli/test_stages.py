@@ -3,6 +3,7 @@ contract (the environment is only the default), bad values exit 2 naming the opt
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ def test_init_records_the_switches_given(tmp_path: Path) -> None:
     data = yaml.safe_load((study / "contract.yaml").read_text())
     assert data["switches"] == {"analytic_prior": False, "loss_guard": False, "bank": None}
     assert data["memory_capacity_bytes"] == 160 << 20
+    assert stat.S_IMODE(study.stat().st_mode) == 0o700  # the study directory is the owner's alone
 
 
 def test_init_takes_the_environment_as_default(tmp_path: Path) -> None:
