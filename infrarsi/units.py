@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from infrarsi.errors import ConfigError
@@ -35,7 +36,11 @@ def parse_size(text: str | int | float, *, what: str = "size") -> int:
                 f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 512MiB or 80GB."
             )
         value, unit = float(m.group(1)), m.group(2).lower()
-    nbytes = int(value * _SIZE_UNITS[unit])
+    scaled = value * _SIZE_UNITS[unit]
+    if not math.isfinite(scaled):
+        raise ConfigError(f"{what}: a size must be a finite number of bytes, but got {text!r}. "
+                          f"Fix: e.g. 512MiB or 80GB.")
+    nbytes = int(scaled)
     if nbytes <= 0:
         raise ConfigError(f"{what}: a size must be positive, but got {text!r}.")
     return nbytes
@@ -55,6 +60,9 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
                 f"(s, m, h, d), e.g. 90s or 10m."
             )
         seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2).lower()]
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{what}: a duration must be a finite number of seconds, but got {text!r}. "
+                          f"Fix: e.g. 90s or 10m.")
     if seconds <= 0:
         raise ConfigError(f"{what}: a duration must be positive, but got {text!r}.")
     return seconds

@@ -213,8 +213,12 @@ class Workload(_Strict):
         p = Path(path)
         if not p.exists():
             raise WorkloadError(f"workload file {str(p)!r} does not exist. Pass a YAML from workloads/, e.g. workloads/dense_debug.yaml.")
+        if not p.is_file():
+            raise WorkloadError(f"workload file {str(p)!r} is not a file. Pass a YAML from workloads/, e.g. workloads/dense_debug.yaml.")
         try:
             data = yaml.safe_load(p.read_text())
+        except (OSError, UnicodeDecodeError) as e:
+            raise WorkloadError(f"{p}: cannot be read as UTF-8 text ({e}). Pass a workload YAML.") from None
         except yaml.YAMLError as e:
             raise WorkloadError(f"{p}: not valid YAML: {e}") from e
         return cls.from_dict(data, source=str(p))
@@ -223,6 +227,10 @@ class Workload(_Strict):
     def from_dict(cls, data: Any, *, source: str = "<workload>") -> Workload:
         if not isinstance(data, dict):
             raise WorkloadError(f"{source}: a workload must be a mapping, but got {type(data).__name__}.")
+        odd = [k for k in data if not isinstance(k, str)]
+        if odd:
+            raise WorkloadError(f"{source}: field {odd[0]!r}: field names must be strings, like 'name' or "
+                                f"'tokens_per_step'; got {type(odd[0]).__name__} {odd[0]!r}.")
         try:
             wl = cls(**data)
         except ValidationError as e:

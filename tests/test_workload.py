@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given
+from malformed import PROPERTY, mutated
 
-from infrarsi.errors import WorkloadError
+from infrarsi.errors import UserInputError, WorkloadError
 from infrarsi.workload import BUILTIN_ENTRY_POINT, Workload
 
+ROOT = Path(__file__).resolve().parents[1]
 BASE = {"name": "w", "tokens_per_step": 256, "data": {"seq_len": 32}, "search_space": "s.yaml"}
 
 
@@ -51,3 +55,43 @@ def test_token_data_needs_a_path_resolved_against_the_yaml(tmp_path: Path) -> No
 def test_a_cheat_variant_is_only_for_the_builtin_families() -> None:
     with pytest.raises(WorkloadError, match="variant"):
         Workload.from_dict({**BASE, "model": {"entry_point": "m:f"}, "variant": "fake_loss"})
+
+
+# ------------------------------------------------------------------ property-based: bad YAML
+DENSE_DEBUG = yaml.safe_load((ROOT / "workloads" / "dense_debug.yaml").read_text())
+DENSE_DEBUG["search_space"] = str(ROOT / "search_spaces" / "deepspeed_dense.yaml")  # the copy lives elsewhere
+SECTIONS = {"model": ["family", "size", "overrides", "entry_point", "code_dir", "args"],
+            "data": ["kind", "seed", "seq_len", "path", "dtype"], "steps": ["warmup", "measured"],
+            "resources": ["workers", "nodes", "devices_per_worker", "cpus_per_worker", "device"],
+            "optimizer": ["lr", "weight_decay", "betas"], "baseline": ["zero_stage", "micro_batch_size"]}
+NAMED = ("field ", "a workload must be a mapping", "not valid YAML", "memory_capacity")
+
+
+@PROPERTY
+@given(raw=mutated(DENSE_DEBUG, SECTIONS))
+def test_malformed_workload_yaml_is_refused_naming_file_and_field(raw: object, tmp_path: Path) -> None:
+    """A workload YAML with any one part broken is refused with a ``UserInputError`` naming the
+    file and the field, or loads (the junk happened to be valid)."""
+    path = tmp_path / "mutated_workload.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    try:
+        wl = Workload.from_yaml(path)
+        _ = wl.memory_capacity_bytes
+    except UserInputError as e:
+        msg = str(e)
+        assert str(path) in msg and any(n in msg for n in NAMED), msg
+
+
+@pytest.mark.parametrize(("content", "match"), [
+    (b"\xff\xfe\x00binary", "cannot be read as UTF-8"),
+    (b"1: 2\nname: x\n", "field 1: field names must be strings"),
+    (b"- a list\n", "must be a mapping"),
+])
+def test_unreadable_or_odd_workload_files(tmp_path: Path, content: bytes, match: str) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_bytes(content)
+    with pytest.raises(WorkloadError, match=match) as e:
+        Workload.from_yaml(path)
+    assert str(path) in str(e.value)
+    with pytest.raises(WorkloadError, match="is not a file"):
+        Workload.from_yaml(tmp_path)

@@ -42,7 +42,7 @@ def init_cmd(
     memory_capacity: str | None = typer.Option(None, "--memory-capacity", help="Per-device memory capacity with units, e.g. 4GiB or 80GB."),
     editable: list[str] = typer.Option([], "--editable", help="File glob a code patch may touch (repeatable; default workloads/**)."),
     knob: list[str] = typer.Option([], "--knob", help="Knob a candidate may change (repeatable; default: every knob of the space)."),
-    trials: int | None = typer.Option(None, "--trials", help="Trial budget of the run stage."),
+    trials: int | None = typer.Option(None, "--trials", min=1, help="Trial budget of the run stage."),
     time_budget: str | None = typer.Option(None, "--time-budget", help="Wall-time budget of the run stage, e.g. 10m."),
     device_hours: float | None = typer.Option(None, "--device-hours", help="Device-hours budget (devices x hours, failed trials included)."),
     loss_tolerance: float | None = typer.Option(None, "--loss-tolerance", help="Absolute per-step loss tolerance vs the baseline (default: calibrated by doctor)."),
@@ -70,7 +70,7 @@ def init_cmd(
 @command("doctor")
 def doctor_cmd(
     study: Path = typer.Argument(..., help=STUDY_HELP),
-    repeats: int = typer.Option(3, "--repeats", help="Baseline trials to run (>= 2)."),
+    repeats: int = typer.Option(3, "--repeats", min=2, help="Baseline trials to run (>= 2)."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     honest_change: bool = typer.Option(
         True, "--honest-change/--no-honest-change",
@@ -105,11 +105,11 @@ def doctor_cmd(
 @command("run")
 def run_cmd(
     study: Path = typer.Argument(..., help=STUDY_HELP),
-    trials: int | None = typer.Option(None, "--trials", help="Trial budget (default: the contract's)."),
+    trials: int | None = typer.Option(None, "--trials", min=1, help="Trial budget (default: the contract's)."),
     resume: bool = typer.Option(False, "--resume", help="Continue a study whose harness was killed; rebuilds the optimizer from the log."),
     time_budget: str | None = typer.Option(None, "--time-budget", help="Wall-time budget, e.g. 10m (default: the contract's)."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
-    seed: int = typer.Option(0, "--seed", help="Seed of the optimizer."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the optimizer."),
 ) -> None:
     """Search: Ray Tune trials proposed by the censored-memory BoTorch optimizer."""
     from infrarsi.stages.run import run_stage
@@ -122,9 +122,9 @@ def run_cmd(
 @command("verify")
 def verify_cmd(
     study: Path = typer.Argument(..., help=STUDY_HELP),
-    top_k: int = typer.Option(3, "--top-k", help="Candidates to re-run."),
-    pairs: int = typer.Option(3, "--pairs", help="Interleaved baseline/candidate pairs per round."),
-    rounds: int = typer.Option(2, "--rounds", help="Rounds a candidate must pass."),
+    top_k: int = typer.Option(3, "--top-k", min=1, help="Candidates to re-run."),
+    pairs: int = typer.Option(3, "--pairs", min=2, help="Interleaved baseline/candidate pairs per round (>= 2)."),
+    rounds: int = typer.Option(2, "--rounds", min=1, help="Rounds a candidate must pass."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
 ) -> None:
     """Re-run the top candidates against the baseline, interleaved; keep wins that clear the noise."""
@@ -181,14 +181,14 @@ def apply_cmd(
 def tune_cmd(
     workload: Path = typer.Argument(..., help="Workload YAML, e.g. workloads/dense_debug.yaml."),
     study: Path = typer.Option(..., "--study", help=STUDY_HELP),
-    trials: int | None = typer.Option(None, "--trials", help="Trial budget of the run stage (default 24)."),
+    trials: int | None = typer.Option(None, "--trials", min=1, help="Trial budget of the run stage (default 24)."),
     time_budget: str | None = typer.Option(None, "--time-budget", help="Wall-time budget of the run stage, e.g. 10m."),
     memory_capacity: str | None = typer.Option(None, "--memory-capacity", help="Per-device memory capacity with units, e.g. 4GiB."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     request: str = typer.Option("", "--request", help="The human request, kept verbatim in the contract."),
     loss_tolerance: float | None = typer.Option(None, "--loss-tolerance", help="Absolute per-step loss tolerance (default: calibrated by doctor)."),
-    top_k: int = typer.Option(3, "--top-k", help="Candidates verify re-runs."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the optimizer."),
+    top_k: int = typer.Option(3, "--top-k", min=1, help="Candidates verify re-runs."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the optimizer."),
     analytic_prior: bool | None = typer.Option(None, "--analytic-prior/--no-analytic-prior", help=PRIOR_HELP),
     loss_guard: bool | None = typer.Option(None, "--loss-guard/--no-loss-guard", help=LOSS_GUARD_HELP),
     bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),

@@ -95,12 +95,14 @@ def trial(
     2 on bad input.
     """
     from infrarsi.execution.runner import TrialRunner
+    from infrarsi.stages.init import workload_space_path
     from infrarsi.study.trial_log import TrialLogWriter
     from infrarsi.workload import Workload
 
     if log_format is not None:
         configure_logging(log_format)
     wl = Workload.from_yaml(workload)
+    workload_space_path(wl, workload)
     capacity = parse_size(memory_capacity, what="--memory-capacity") if memory_capacity else None
     timeout_s = parse_duration(timeout, what="--timeout") if timeout else None
     config = {**wl.baseline, **parse_sets(set_)}

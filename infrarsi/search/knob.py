@@ -134,7 +134,7 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
     def err(rule: str) -> SearchSpaceError:
         return SearchSpaceError(f"{file}: knob '{name}': rule: {rule}")
 
-    unknown = sorted(set(raw) - set(KNOB_KEYS))
+    unknown = sorted(set(raw) - set(KNOB_KEYS), key=repr)
     if unknown:
         raise err(f"unknown key(s) {unknown}. Valid keys: {list(KNOB_KEYS)}.")
     kind = raw.get("type")

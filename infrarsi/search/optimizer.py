@@ -365,7 +365,8 @@ class Optimizer:
                     configs, X = self._candidates(failed | taken)
             if k == 1 and not taken and n_seen >= self.n_init + 2 and self._local_turn():
                 inc = self._unconfirmed_incumbent()
-                if inc is not None:  # provenance with the model's predictions, as for any ask
+                if inc is not None and self.space.key(inc) not in failed:  # a failed replicate is never asked again
+                    # provenance with the model's predictions, as for any ask
                     infos.append(self._ask_info(inc, "replicate", self._scores([inc]), 0))
                     break
             for info in self._bo_picks(configs, X, k - len(infos), taken, failed):

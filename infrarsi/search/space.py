@@ -60,8 +60,12 @@ class SearchSpace:
         if isinstance(source, Path) or ("\n" not in text and (text.endswith((".yaml", ".yml")) or Path(text).is_file())):
             path = Path(source)
             if not path.is_file():
-                raise SearchSpaceError(f"{path}: rule: the search-space file must exist. Fix: check the path.")
-            file, text = str(path), path.read_text()
+                raise SearchSpaceError(f"{path}: rule: the search-space file must exist (and be a file). "
+                                       f"Fix: check the path.")
+            try:
+                file, text = str(path), path.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SearchSpaceError(f"{path}: rule: must be readable UTF-8 YAML text ({exc}).") from None
         try:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -73,7 +77,7 @@ class SearchSpace:
         """Build from a parsed YAML mapping."""
         if not isinstance(raw, dict):
             raise SearchSpaceError(f"{file}: rule: a search space must be a mapping with 'name' and 'knobs'.")
-        unknown = sorted(set(raw) - set(TOP_KEYS))
+        unknown = sorted(set(raw) - set(TOP_KEYS), key=repr)
         if unknown:
             raise SearchSpaceError(f"{file}: rule: unknown top-level key(s) {unknown}. Valid keys: {list(TOP_KEYS)}.")
         for key in ("name", "description"):
@@ -190,7 +194,7 @@ class SearchSpace:
         """Return the full valid config (every knob; inactive ones at default) or raise ``SearchSpaceError``."""
         if not isinstance(config, Mapping):
             raise SearchSpaceError(f"{where}: rule: a config must be a mapping knob -> value; got {type(config).__name__}.")
-        unknown = sorted(set(config) - set(self.names))
+        unknown = sorted(set(config) - set(self.names), key=repr)
         if unknown:
             raise SearchSpaceError(
                 f"{where}: knob {unknown[0]!r}: rule: must be a knob of space '{self.name}' ({self.file}). "
@@ -219,7 +223,7 @@ class SearchSpace:
         """This space with every knob outside ``editable`` pinned to its ``baseline`` value
         (constraints and ``when`` guards kept; the source is the pinned YAML, so saves rebuild it)."""
         base = self.validate(baseline, where="baseline")
-        unknown = sorted(set(editable) - set(self.names))
+        unknown = sorted(set(editable) - set(self.names), key=repr)
         if unknown:
             raise SearchSpaceError(f"editable knobs: knob {unknown[0]!r}: rule: must be a knob of space "
                                    f"'{self.name}' ({self.file}). Known knobs: {self.names}.")

@@ -167,7 +167,7 @@ def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = Non
     # Patches: scope-checked against the contract, applied in the new branch's tree.
     rows = _trial_rows(d)
     patch_files = [_resolve_patch(p, contract, d) for p in _best_patches(best, rows)]
-    from infrarsi.patches import Patch, check_scope
+    from infrarsi.patches import Patch, check_scope, check_tree
 
     patches = []
     for pf in patch_files:
@@ -183,14 +183,21 @@ def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = Non
     files: list[str] = []
     wt = Path(tempfile.mkdtemp(prefix="infrarsi-apply-"))
     wt.rmdir()
+    old_sha = repo.heads[short].commit.hexsha if exists else None
+    made = done = False
     try:
         try:
             repo.git.worktree("add", "-B" if exists else "-b", short, str(wt), base.hexsha)
+            made = True
         except git.GitCommandError as e:
             raise ApplyError(f"cannot create branch {short!r} in {repo_path}: "
                              f"{str(e.stderr).strip()[:300]}") from None
         g = git.Git(str(wt))
         for patch in patches:
+            try:
+                check_tree(wt, patch)  # no writing through a symbolic link of the base commit
+            except PatchError as e:
+                raise ApplyError(f"cannot apply the winner's patch: {e}") from None
             try:
                 g.apply("--index", str(Path(patch.path).resolve()))
             except git.GitCommandError as e:
@@ -217,12 +224,19 @@ def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = Non
         with g.custom_environment(**env):
             g.commit("-m", msg, "--no-verify")
         sha = g.rev_parse("HEAD").strip()
+        done = True
     finally:
         with contextlib.suppress(git.GitCommandError):
             repo.git.worktree("remove", "--force", str(wt))
         shutil.rmtree(wt, ignore_errors=True)
         with contextlib.suppress(git.GitCommandError):
             repo.git.worktree("prune")
+        if made and not done:  # a failed apply leaves no branch behind (or the old one as it was)
+            with contextlib.suppress(git.GitCommandError):
+                if old_sha is None:
+                    repo.git.branch("-D", short)
+                else:
+                    repo.git.branch("-f", short, old_sha)
     if tag_created:
         repo.create_tag(tag, ref=base.hexsha, message=f"infrarsi golden baseline of study {contract.study}")
     return ApplyResult(branch=short, commit_sha=sha, base_sha=base.hexsha, tag=tag,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import math
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from infrarsi.errors import ContractError
+from infrarsi.errors import ConfigError, ContractError, WorkloadError
 from infrarsi.execution.knobs.registry import check_handlers
 from infrarsi.workload import Workload
 
@@ -48,10 +49,17 @@ def init_stage(
     from infrarsi.study.switches import StudySwitches
 
     d = Path(study_dir)
+    check_init_options(study_dir=d, trials=trials, wall_time_s=wall_time_s, device_hours=device_hours,
+                       loss_tolerance=loss_tolerance, eval_tolerance=eval_tolerance,
+                       editable_globs=editable_globs)
     switches = StudySwitches.resolve(analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
     wl = Workload.from_yaml(workload_path)
-    space_path = Path(space) if space else wl.search_space_path()
+    space_path = Path(space) if space else workload_space_path(wl, workload_path)
     sp = SearchSpace.from_yaml(space_path)
+    unknown = [k for k in editable_knobs or [] if k not in sp.names]
+    if unknown:  # before the preflight builds the model
+        raise ConfigError(f"--knob {unknown[0]!r}: rule: must be a knob of the search space {space_path}. "
+                          f"Fix: pick from {sp.names}.")
     if wl.backend == "deepspeed":
         check_handlers(sp.names, source=str(space_path))
         from infrarsi.execution.job_loader import preflight
@@ -86,6 +94,53 @@ def init_stage(
     )
     copy_space(contract, d)
     return contract
+
+
+def workload_space_path(wl: Workload, workload_path: str | Path) -> Path:
+    """The workload's ``search_space`` file; ``WorkloadError`` naming the workload file and the
+    field when it is not a file."""
+    path = wl.search_space_path()
+    if not path.is_file():
+        raise WorkloadError(
+            f"{workload_path}: field 'search_space': rule: must name a search-space YAML file, relative "
+            f"to the workload file or absolute; {wl.search_space!r} is {path}, which is not a file. "
+            f"Fix: e.g. search_space: ../search_spaces/deepspeed_dense.yaml."
+        )
+    return path
+
+
+def check_init_options(
+    *,
+    study_dir: str | Path | None = None,
+    trials: int | None = None,
+    wall_time_s: float | None = None,
+    device_hours: float | None = None,
+    loss_tolerance: float | None = None,
+    eval_tolerance: float | None = None,
+    editable_globs: list[str] | None = None,
+) -> None:
+    """Refuse (``ConfigError``, exit code 2) an init option no study could use, naming the
+    flag, the rule and the value: budgets must be positive and finite, tolerances finite and
+    >= 0, editable globs relative paths inside the repository; the study must be a directory."""
+    if study_dir is not None and Path(study_dir).exists() and not Path(study_dir).is_dir():
+        raise ConfigError(f"--study {str(study_dir)!r}: rule: must be a directory (new or existing); it is a "
+                          f"file. Fix: pick another path.")
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
+        raise ConfigError(f"--trials: rule: must be an integer >= 1; got {trials!r}.")
+    for flag, value, low in (("--time-budget", wall_time_s, "> 0"), ("--device-hours", device_hours, "> 0"),
+                             ("--loss-tolerance", loss_tolerance, ">= 0"), ("eval tolerance", eval_tolerance, ">= 0")):
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not number or (value <= 0 if low == "> 0" else value < 0):
+            raise ConfigError(f"{flag}: rule: must be a finite number {low}; got {value!r}.")
+    for g in editable_globs or []:
+        parts = PurePosixPath(g).parts if isinstance(g, str) else ()
+        if not isinstance(g, str) or not g.strip() or g.startswith(("/", "\\")) or ".." in parts or "\\" in g:
+            raise ConfigError(
+                f"--editable {g!r}: rule: a glob relative to the repository root, inside it (no absolute "
+                f"path, no '..', '/' as separator). Fix: e.g. --editable 'workloads/**'."
+            )
 
 
 def _check_patches(space: Any, wl: Workload, editable_globs: list[str] | None) -> list[str]:

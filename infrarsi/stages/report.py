@@ -16,10 +16,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from infrarsi.errors import StudyError
+from infrarsi.errors import ContractError
 from infrarsi.report.build import build_sections
 from infrarsi.report.data import load_study
 from infrarsi.report.document import Figure, to_html, to_markdown
+from infrarsi.study.paths import make_private_dir
 
 FILES_DIR = "report_files"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
@@ -64,14 +65,14 @@ def write_report(study_dir: str | Path, pdf: bool = False) -> ReportPaths:
     """Render the study's report; returns the paths written."""
     d = Path(study_dir)
     if not d.is_dir():
-        raise StudyError(f"study directory {d} does not exist; run `infrarsi init` first.")
+        raise ContractError(f"study directory {d} does not exist; run `infrarsi init WORKLOAD --study {d}` first.")
     data = load_study(d)
     sections = build_sections(data)
     title = f"infrarsi report: {data.contract.study}"
     if data.simulated:
         title += " (SIMULATED)"
     files = d / FILES_DIR
-    files.mkdir(exist_ok=True)
+    make_private_dir(files)
     figs = []
     for s in sections:
         for b in s.blocks:

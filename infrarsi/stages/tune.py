@@ -44,13 +44,16 @@ def tune_stage(
     yet (see ``init_stage``)."""
     from infrarsi.execution.runner import init_ray as ensure_ray
     from infrarsi.stages.doctor import doctor_stage
-    from infrarsi.stages.init import init_stage
+    from infrarsi.stages.init import check_init_options, init_stage
     from infrarsi.stages.report import write_report
     from infrarsi.stages.run import run_stage
     from infrarsi.stages.verify import verify_stage
     from infrarsi.study.trial_log import read_trials, rows
 
     paths = StudyPaths(Path(study_dir).resolve())
+    if not paths.contract.exists():  # bad input fails before Ray starts
+        check_init_options(study_dir=paths.root, trials=trials, wall_time_s=time_budget_s,
+                           loss_tolerance=loss_tolerance)
     ensure_ray(address)
     if not paths.contract.exists():
         init_stage(workload_path, paths.root, request=request, memory_capacity_bytes=memory_capacity_bytes,

@@ -37,6 +37,7 @@ from infrarsi.study.contract_diff import describe_diff as _describe_diff
 from infrarsi.study.contract_diff import describe_sections
 from infrarsi.study.contract_diff import field_diff as _diff
 from infrarsi.study.contract_diff import sha256 as _sha256
+from infrarsi.study.paths import make_private_dir
 from infrarsi.study.switches import StudySwitches
 from infrarsi.workload import Workload
 
@@ -235,8 +236,8 @@ class Contract(_Strict):
             unknown = [k for k in editable_knobs if k not in knobs]
             if unknown:
                 raise ContractError(
-                    f"editable knobs {unknown} are not in the search space {space_path} "
-                    f"(valid: {knobs})."
+                    f"--knob (editable.knobs): rule: must be knobs of the search space {space_path}; "
+                    f"{unknown} are not (valid: {knobs}). Fix: pick knobs from that list."
                 )
         capacity = resolve_memory_capacity(flag_bytes=memory_capacity_bytes, workload=wl, device_bytes=None)
         git_sha, dirty = _git_head(wl_path.parent) if wl_path else (None, False)
@@ -436,7 +437,7 @@ class Contract(_Strict):
         return frozen
 
     def _write(self, d: Path) -> None:
-        d.mkdir(parents=True, exist_ok=True)
+        make_private_dir(d)
         data = self.content()
         data["contract_hash"] = self.contract_hash
         data["section_hashes"] = dict(self.section_hashes)
@@ -462,14 +463,29 @@ class Contract(_Strict):
             raise ContractError(f"{path} does not exist; run `infrarsi init WORKLOAD --study {d}` first.")
         try:
             data = yaml.safe_load(path.read_text())
+        except (OSError, UnicodeDecodeError) as e:
+            raise ContractError(f"{path}: cannot be read as UTF-8 text ({e}); the contract was edited or "
+                                f"damaged. Restore it, or re-run init in a new study directory.") from None
         except yaml.YAMLError as e:
             raise ContractError(f"{path}: not valid YAML ({e}); the contract was edited. "
                                 f"Re-run init in a new study directory.") from e
         if not isinstance(data, dict):
             raise ContractError(f"{path}: a contract must be a mapping; got {type(data).__name__}.")
+        odd = [k for k in data if not isinstance(k, str)]
+        if odd:
+            raise ContractError(f"{path}: field {odd[0]!r}: field names must be strings; the contract was "
+                                f"edited. Restore it, or re-run init in a new study directory.")
         frozen = None
         if (d / FROZEN_FILE).exists():
-            frozen = json.loads((d / FROZEN_FILE).read_text())
+            try:
+                frozen = json.loads((d / FROZEN_FILE).read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ContractError(f"{d / FROZEN_FILE}: the frozen copy of the contract cannot be read ({e}); "
+                                    f"it was edited or damaged. Restore it, or re-run init in a new study "
+                                    f"directory.") from None
+            if not isinstance(frozen, dict):
+                raise ContractError(f"{d / FROZEN_FILE}: the frozen copy of the contract must be a JSON object; "
+                                    f"got {type(frozen).__name__}. Restore it, or re-run init.")
         stored_hash = data.get("contract_hash", "")
         try:
             c = cls(**data)

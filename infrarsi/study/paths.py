@@ -12,6 +12,9 @@ Layout::
     DIR/verify.json        verified candidates (verify)
     DIR/report.md, DIR/report.html
 
+A study directory, and every folder infrarsi makes in it, is created with mode 0700
+(``make_private_dir``).
+
 ``optimizer.json`` is ``Optimizer.save`` output (JSON: observations, pending configs, RNG,
 options), written for inspection only: nothing reads it back. ``run --resume``, ``verify`` and the
 report rebuild the optimizer from the trial log, which stays the one source of truth. Study
@@ -32,6 +35,24 @@ from typing import Any
 from infrarsi.errors import StudyError
 
 _ID = re.compile(r"^(?P<stage>[a-z]+)-(?P<n>\d+)$")
+
+STUDY_DIR_MODE = 0o700
+"""Mode of a study directory and of the folders infrarsi makes in it: the owner's alone (the
+contract, the log and the report hold the workload, its code paths and its measurements)."""
+
+
+def make_private_dir(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` (and missing parents) with mode ``STUDY_DIR_MODE``; parents infrarsi makes
+    on the way keep the umask's mode, and an existing directory is left as it is."""
+    d = Path(path)
+    if not d.is_dir():
+        d.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            d.mkdir(mode=STUDY_DIR_MODE)
+        except FileExistsError:  # made meanwhile by another process: leave it
+            return d
+        os.chmod(d, STUDY_DIR_MODE)  # the umask narrows mkdir's mode; never widens it: set it exactly
+    return d
 
 
 @dataclass(frozen=True)
@@ -122,7 +143,7 @@ class InflightMarkers:
         self.dir = paths.inflight
 
     def start(self, trial_id: str, stage: str, config: dict[str, Any], world_size: int) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.dir)
         write_json_atomic(
             self.dir / f"{trial_id}.json",
             {"trial_id": trial_id, "stage": stage, "config": config,

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from infrarsi.errors import LogError
 from infrarsi.result import TrialResult
+from infrarsi.study.paths import make_private_dir
 
 TRIALS_DIRNAME = "trials"
 """Name of the trial-log folder inside a study directory."""
@@ -114,7 +115,8 @@ class TrialLogWriter:
     def _open(self) -> None:
         folder = trials_dir(self.study_dir)
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            make_private_dir(self.study_dir)  # `infrarsi trial --log DIR` may make the study directory
+            make_private_dir(folder)
         except OSError as e:
             raise LogError(f"cannot create the trial log folder {str(folder)!r}: {e}") from e
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

@@ -3,14 +3,22 @@ contract (the environment is only the default), bad values exit 2 naming the opt
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from malformed import PROPERTY, mutated
 from typer.testing import CliRunner
 
 from infrarsi.cli import app
+from infrarsi.errors import ConfigError, SearchSpaceError, UserInputError
+from infrarsi.search import SearchSpace
 from infrarsi.study.contract import Contract
+from infrarsi.units import parse_duration, parse_size
+from infrarsi.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 DENSE = str(ROOT / "workloads" / "dense_debug.yaml")
@@ -30,6 +38,7 @@ def test_init_records_the_switches_given(tmp_path: Path) -> None:
     data = yaml.safe_load((study / "contract.yaml").read_text())
     assert data["switches"] == {"analytic_prior": False, "loss_guard": False, "bank": None}
     assert data["memory_capacity_bytes"] == 160 << 20
+    assert stat.S_IMODE(study.stat().st_mode) == 0o700  # the study directory is the owner's alone
 
 
 def test_init_takes_the_environment_as_default(tmp_path: Path) -> None:
@@ -53,3 +62,100 @@ def test_bad_switch_values_exit_2_and_name_them(tmp_path: Path, args: list[str],
     assert res.exit_code == 2, res.output
     assert needle in res.output
     assert not (tmp_path / "s" / "contract.yaml").exists()
+
+
+# ------------------------------------------------------------ property-based: bad input exits 2
+DENSE_SPACE = ROOT / "search_spaces" / "deepspeed_dense.yaml"
+SPACE_RAW = yaml.safe_load(DENSE_SPACE.read_text())
+KNOB_FIELDS = ["name", "type", "values", "range", "log", "memory", "when", "default", "grid"]
+WORKLOAD_RAW = {**yaml.safe_load(Path(DENSE).read_text()), "search_space": str(DENSE_SPACE)}
+WORKLOAD_SECTIONS = {"model": ["family", "size", "overrides", "entry_point"], "data": ["kind", "seq_len", "dtype"],
+                     "steps": ["warmup", "measured"], "resources": ["workers", "nodes", "device"],
+                     "baseline": ["zero_stage", "micro_batch_size"]}
+
+
+def _refused(res, *needles: str) -> None:
+    """Exit code 2, each needle in the output, and no traceback (the error was handled)."""
+    out = res.output.replace("\n", "")
+    assert res.exit_code == 2, res.output
+    assert isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in out
+    for n in needles:
+        assert n in out, (n, res.output)
+
+
+@PROPERTY
+@given(raw=mutated(SPACE_RAW, {"knobs": KNOB_FIELDS}, list_key="knobs"))
+def test_init_refuses_a_malformed_search_space_with_exit_2(raw: object, tmp_path: Path) -> None:
+    space = tmp_path / "mutated_space.yaml"
+    space.write_text(yaml.safe_dump(raw, sort_keys=False))
+    try:
+        SearchSpace.from_yaml(space)
+    except SearchSpaceError:
+        pass
+    else:
+        assume(False)  # the junk happened to be valid: init would run the whole preflight
+    res = _invoke("init", DENSE, "--study", str(tmp_path / "s"), "--space", str(space))
+    _refused(res, str(space))
+    assert not (tmp_path / "s" / "contract.yaml").exists()
+
+
+@PROPERTY
+@given(raw=mutated(WORKLOAD_RAW, WORKLOAD_SECTIONS))
+def test_init_refuses_a_malformed_workload_with_exit_2(raw: object, tmp_path: Path) -> None:
+    wl = tmp_path / "mutated_workload.yaml"
+    wl.write_text(yaml.safe_dump(raw, sort_keys=False))
+    try:
+        Workload.from_yaml(wl).memory_capacity_bytes  # noqa: B018
+    except UserInputError:
+        pass
+    else:
+        assume(False)
+    res = _invoke("init", str(wl), "--study", str(tmp_path / "s"))
+    _refused(res, str(wl))
+
+
+def _not(parse, text: str) -> bool:
+    try:
+        parse(text)
+    except (ConfigError, ValueError):
+        return True
+    return False
+
+
+BAD_OPTIONS = st.one_of(
+    st.tuples(st.just("--trials"), st.one_of(st.integers(max_value=0).map(str), st.sampled_from(["many", "1.5", ""]))),
+    st.tuples(st.just("--device-hours"), st.one_of(st.floats(max_value=0).map(str), st.sampled_from(["nan", "inf", "x"]))),
+    st.tuples(st.just("--loss-tolerance"), st.one_of(st.floats(max_value=-1e-300).map(str),
+                                                     st.sampled_from(["nan", "inf", "-inf", "tight"]))),
+    st.tuples(st.just("--memory-capacity"), st.text(max_size=10).filter(lambda t: t != "" and _not(parse_size, t))),
+    st.tuples(st.just("--time-budget"), st.text(max_size=10).filter(lambda t: t != "" and _not(parse_duration, t))),
+    st.tuples(st.just("--editable"), st.one_of(st.sampled_from(["", " ", "/etc/**", "../**", "a/../../b", "C:\\x"]),
+                                               st.text(max_size=8).map(lambda t: "/" + t))),
+    st.tuples(st.just("--knob"), st.from_regex(r"\A[a-z_]{1,12}\Z").filter(lambda k: k not in SPACE_RAW_NAMES)),
+)
+SPACE_RAW_NAMES = {k["name"] for k in SPACE_RAW["knobs"]}
+
+
+@PROPERTY
+@given(option=BAD_OPTIONS)
+def test_bad_init_options_exit_2_naming_the_option(option: tuple[str, str], tmp_path: Path) -> None:
+    flag, value = option
+    study = tmp_path / "s"
+    res = _invoke("init", DENSE, "--study", str(study), f"{flag}={value}")
+    _refused(res, flag)
+    assert not (study / "contract.yaml").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["doctor", "STUDY", "--repeats", "1"], ["verify", "STUDY", "--top-k", "0"], ["verify", "STUDY", "--pairs", "1"],
+    ["verify", "STUDY", "--rounds", "0"], ["run", "STUDY", "--trials", "0"], ["run", "STUDY", "--seed", "-1"],
+    ["tune", DENSE, "--study", "STUDY", "--trials", "-3"], ["tune", DENSE, "--study", "STUDY", "--top-k", "0"],
+    ["tune", DENSE, "--study", "STUDY", "--loss-tolerance", "nan"], ["report", "STUDY"],
+    ["init", DENSE, "--study", "FILE"],
+])
+def test_stage_options_out_of_range_exit_2_naming_them(args: list[str], tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    args = [{"STUDY": str(tmp_path / "none"), "FILE": str(tmp_path / "file")}.get(a, a) for a in args]
+    res = _invoke(*args)
+    _refused(res, next((a for a in args if a.startswith("--") and a != "--study"), str(tmp_path)))

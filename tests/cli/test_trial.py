@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from malformed import PROPERTY, mutated
 from typer.testing import CliRunner
 
 from infrarsi.cli import app
 from infrarsi.cli.trial import parse_sets
-from infrarsi.errors import ConfigError
+from infrarsi.errors import ConfigError, UserInputError
+from infrarsi.search import SearchSpace
 from infrarsi.study.trial_log import read_trials, rows
+from infrarsi.units import parse_duration, parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
 DENSE = str(ROOT / "workloads" / "dense_debug.yaml")
@@ -52,6 +57,71 @@ def test_parse_sets_reads_yaml_scalars():
         parse_sets(["=3"])
     with pytest.raises(ConfigError):
         parse_sets(["a=[1, 2]"])
+
+
+WORKLOAD_RAW = {**yaml.safe_load(Path(DENSE).read_text()),
+                "search_space": str(ROOT / "search_spaces" / "deepspeed_dense.yaml")}
+SECTIONS = {"model": ["family", "size", "overrides", "entry_point", "code_dir", "args"],
+            "data": ["kind", "seed", "seq_len", "path", "dtype"], "steps": ["warmup", "measured"],
+            "resources": ["workers", "nodes", "devices_per_worker", "cpus_per_worker", "device"],
+            "optimizer": ["lr", "betas"], "baseline": ["zero_stage", "micro_batch_size", "dtype"]}
+
+
+def _refused(res, *needles: str) -> None:
+    out = res.output.replace("\n", "")
+    assert res.exit_code == 2, res.output
+    assert isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in out
+    for n in needles:
+        assert n in out, (n, res.output)
+
+
+@PROPERTY
+@given(raw=mutated(WORKLOAD_RAW, SECTIONS))
+def test_a_malformed_workload_exits_2_before_any_trial(raw: object, tmp_path: Path) -> None:
+    """Any broken workload YAML exits 2 naming the file (or, when the junk happened to be valid,
+    the unknown knob): never a traceback, never a trial (``--set no_such_knob`` stops a valid one)."""
+    wl = tmp_path / "mutated_workload.yaml"
+    wl.write_text(yaml.safe_dump(raw, sort_keys=False))
+    res = _invoke("trial", str(wl), "--set", "no_such_knob=1")
+    out = res.output.replace("\n", "")
+    _refused(res)
+    assert str(wl) in out or "no_such_knob" in out, res.output
+
+
+SPACE = SearchSpace.from_yaml(WORKLOAD_RAW["search_space"])
+SET_VALUES = st.one_of(st.text(max_size=12), st.sampled_from(
+    ["{a: 1}", "[1, 2]", "null", "2020-01-01", "!!binary aGk=", ".nan", "*a", "&a 1", "!!python/object:os.system",
+     "1e400", "-1", "3.0", "'2'", "|\n x", "? a"]))
+
+
+@PROPERTY
+@given(knob=st.sampled_from(["zero_stage", "micro_batch_size", "dtype", "offload_optimizer", "no_such_knob"]),
+       value=SET_VALUES)
+def test_any_bad_set_value_exits_2_naming_the_knob(knob: str, value: str) -> None:
+    """``--set knob=<anything>`` that is not a valid value of the knob (with the baseline's other
+    values) exits 2 naming the knob, before any trial."""
+    try:
+        SPACE.validate({**WORKLOAD_RAW["baseline"], **parse_sets([f"{knob}={value}"])})
+    except UserInputError:
+        pass
+    else:
+        assume(False)  # a valid value would start a trial
+    _refused(_invoke("trial", DENSE, "--set", f"{knob}={value}"), knob)
+
+
+@PROPERTY
+@given(flag=st.sampled_from(["--timeout", "--memory-capacity"]), value=st.text(max_size=10))
+def test_bad_trial_sizes_and_durations_exit_2(flag: str, value: str) -> None:
+    parse = parse_duration if flag == "--timeout" else parse_size
+    try:
+        parse(value)
+    except ConfigError:
+        pass
+    else:
+        assume(False)  # a valid value would start a trial
+    assume(value != "")
+    _refused(_invoke("trial", DENSE, f"{flag}={value}"), flag)
 
 
 # ----------------------------------------------------------------------------- integration

@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import Phase, assume, event, given, settings
+from hypothesis import strategies as st
 from search_synthetic import (
     BASELINE,
     CAPACITY,
@@ -21,8 +23,9 @@ from search_synthetic import (
     step_time_s,
     tiny_run,
 )
+from space_strategies import fuzz_space
 
-from infrarsi.errors import UserInputError
+from infrarsi.errors import SearchSpaceError, UserInputError
 from infrarsi.search import (
     AskInfo,
     Optimizer,
@@ -449,3 +452,82 @@ def test_optimizer_leaves_a_straggler_out_and_may_measure_it_again(tmp_path) -> 
     opt.tell({"a": 1, "b": 2}, Outcome("ok", step_time=_straggler_truth({"a": 1, "b": 2}) * 1.5, peak_memory=50.0))
     opt.best()
     assert opt.time_outliers == set()
+
+
+CHEAP = OptimizerSettings(time_gp_iters=(15, 6, 3), memory_gp_iters=(15, 6, 3), prior_fit_iters=10,
+                          design_pool=64, batch_choices=16, pair_source_scan=16, n_init=3)
+"""Few L-BFGS iterations and small pools: the fuzz exercises the code paths, not the fit."""
+
+
+def test_a_replicate_that_failed_is_never_asked_again() -> None:
+    """Intensification re-measures an incumbent with one ok measurement; when that replicate
+    fails, the incumbent still has one ok measurement, but it must not be asked a third time."""
+    space = SearchSpace.from_yaml("name: r\nknobs:\n  - {name: a, type: int, values: [0, 1, 2]}\n"
+                                  "  - {name: b, type: int, values: [0, 1]}\n")
+    opt = Optimizer(space, memory_capacity=1e9, seed=0, settings=CHEAP)
+    failed: set[str] = set()
+    replicated = False
+    for _ in range(11):
+        cfg = opt.ask()
+        assert space.key(cfg) not in failed, (cfg, opt.last_ask_info.phase)
+        if opt.last_ask_info.phase == "replicate":
+            replicated = True
+            opt.tell(cfg, Outcome(status="failed"))
+            failed.add(space.key(cfg))
+        else:
+            opt.tell(cfg, Outcome(status="ok", step_time=1.0 + 0.1 * cfg["a"] + 0.05 * cfg["b"]))
+    assert replicated
+
+
+# ------------------------------------------------------------------------ fuzz: ask never raises
+
+
+def _fuzz_outcome(draw: st.DrawFn, capacity: float) -> Outcome:
+    status = draw(st.sampled_from(["ok", "ok", "ok", "oom", "failed", "timeout", "nan", "invariant_violation"]))
+    if status == "ok":
+        return Outcome(status="ok", step_time=draw(st.floats(1e-3, 1e3)),
+                       peak_memory=draw(st.one_of(st.none(), st.floats(1e-2 * capacity, 3 * capacity))))
+    if status == "oom":
+        return Outcome(status="oom", peak_memory=draw(st.one_of(st.none(), st.floats(capacity, 4 * capacity))))
+    return Outcome(status=status)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          phases=[Phase.explicit, Phase.generate])  # no shrinking: a failing example is printed as drawn
+@given(text=fuzz_space(), data=st.data())
+def test_fuzz_ask_never_raises_on_valid_spaces(text: str, data: st.DataObject) -> None:
+    """Random valid spaces, random outcomes told back: ``ask`` hands out valid configs and raises
+    only ``SearchExhausted``, and only when every valid config has been told a failure."""
+    try:
+        space = SearchSpace.from_yaml(text)
+    except SearchSpaceError:  # e.g. a type mismatch at the defaults: refused at load, by design
+        assume(False)
+    capacity = 1e9
+    rows = space.enumerate()
+    baseline = data.draw(st.sampled_from(rows)) if rows and data.draw(st.booleans()) else None
+    few = data.draw(st.booleans())  # a small cap: the sampled-pool path with its anchors and pairing
+    cheap = replace(CHEAP, candidate_cap=8, enumeration_limit=16) if few else CHEAP
+    warm = data.draw(st.lists(st.sampled_from(rows), max_size=3)) if rows else []
+    opt = Optimizer(space, memory_capacity=capacity, seed=data.draw(st.integers(0, 3)), baseline=baseline,
+                    settings=cheap, initial_configs=[*warm, {"no_such_knob": 1}])
+    failed: set[str] = set()
+    for step in range(data.draw(st.integers(4, 9))):
+        if step == 3:  # saved and restored mid-search: it goes on as if nothing happened
+            opt = Optimizer.from_state(json.loads(json.dumps(opt.state_dict())))
+        n = data.draw(st.sampled_from([None, None, None, 2]))
+        try:
+            asked = opt.ask(n)
+        except SearchExhausted:
+            assert rows is not None and {space.key(r) for r in rows} <= failed | set(opt.pending)
+            event("exhausted")
+            return
+        event(f"phase {opt.last_ask_info.phase if n is None else opt.last_ask_info[0].phase}")
+        for cfg in [asked] if n is None else asked:
+            assert space.validate(cfg) == cfg, cfg
+            assert space.key(cfg) not in failed
+            outcome = _fuzz_outcome(data.draw, capacity)
+            opt.tell(cfg, outcome)
+            if outcome.status != "ok":
+                failed.add(space.key(cfg))
+    best = opt.best()
+    assert best is None or space.validate(best) == best

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from malformed import JUNK, PROPERTY
+from space_strategies import fuzz_space
 
 from infrarsi.errors import ExpressionError, SearchSpaceError
 from infrarsi.search import SearchSpace
@@ -255,15 +257,6 @@ def test_restrict_pins_the_other_knobs_at_the_baseline_and_keeps_constraints() -
 
 
 # ------------------------------------------------------------------ property-based: bad YAML
-JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**6), 10**20), st.floats(), st.text(max_size=12),
-    st.lists(st.one_of(st.integers(-3, 9), st.text(max_size=3), st.none(), st.floats()), max_size=4),
-    st.dictionaries(st.one_of(st.text(max_size=4), st.integers(0, 3)), st.integers(), max_size=2),
-    st.dates(), st.binary(max_size=3),
-    st.sampled_from(["", "1/0 > 0", "stage.real", "stage >", "__import__('os')", "stage ** 99 ** 99 > 1",
-                     "[stage] * 10**9 == []", "'%999999999d' % 1 == ''", "stage < 'x'", "nope == 1",
-                     "lambda: 1", "mbs % 0 == 0", "stage", "if", "true", "-" * 300 + "stage", "stage in 3"]),
-)
 KNOB_FIELDS = ["name", "type", "values", "range", "log", "memory", "when", "default", "grid", "bogus", 3]
 WHERE = ("knob '", "knobs[", "'knobs'", "constraints", "'name'", "'objective'", "'description'",
          "top-level", "valid YAML", "a search space must be a mapping")
@@ -289,10 +282,6 @@ def malformed_space(draw: st.DrawFn) -> dict:
     else:
         return {"document": draw(JUNK)}
     return raw
-
-
-PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @PROPERTY
@@ -366,3 +355,30 @@ def test_name_and_description_must_be_strings() -> None:
         SearchSpace.from_dict({"name": [1], "knobs": [{"name": "a", "type": "bool"}]}, file="s.yaml")
     with pytest.raises(SearchSpaceError, match="'description': rule: must be a string"):
         SearchSpace.from_dict({"description": {"x": 1}, "knobs": [{"name": "a", "type": "bool"}]}, file="s.yaml")
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None)
+@given(text=fuzz_space(), seed=st.integers(0, 3))
+def test_one_rule_for_constraints_everywhere(text: str, seed: int) -> None:
+    """On random spaces whose constraints and ``when`` conditions may divide by zero or compare a
+    number with a string: enumeration, validation, sampling, neighbours and pairing's repairs all
+    agree on which configs are valid (constraints in YAML order, short-circuit, an unevaluable
+    one violated; an unevaluable ``when`` does not hold)."""
+    from infrarsi.search.pairing import repairs
+
+    try:
+        space = SearchSpace.from_yaml(text)
+    except SearchSpaceError:
+        assume(False)
+    valid = {space.key(r) for r in space.enumerate() or []}
+    assert valid == brute_force(space)
+    for values in itertools.islice(itertools.product(*(k.values for k in space.knobs)), 300):
+        cfg = space.resolve(space.as_config(values))
+        assert space.is_valid(cfg) == (space.key(cfg) in valid)
+        if space.violated(cfg):
+            with pytest.raises(SearchSpaceError, match="breaks constraint"):
+                space.validate(cfg)
+    for c in space.sample(np.random.default_rng(seed), 10):
+        assert space.key(c) in valid
+        assert all(space.key(n) in valid for n in space.neighbours(c))
+        assert all(space.key(r.config) in valid for r in repairs(space, c, max_steps=2))

@@ -115,3 +115,63 @@ def test_apply_refuses_a_patch_outside_the_editable_scope(tmp_path: Path) -> Non
         apply(study, repo.working_tree_dir)
     assert "setup.cfg" in str(e.value) and "workloads/**" in str(e.value)
     assert [h.name for h in repo.heads] == ["main"]
+
+
+def test_apply_refuses_a_patch_writing_through_a_symlink(tmp_path: Path) -> None:
+    """A committed link inside the editable scope, to a file outside it: a winner's patch that
+    edits the file under the link's name is refused, and no branch is made."""
+    repo = make_repo(tmp_path / "repo")
+    root = Path(repo.working_tree_dir)
+    (root / "setup.cfg").write_text("[x]\n")
+    (root / "workloads" / "cfg").symlink_to("../setup.cfg")
+    repo.git.add("setup.cfg", "workloads/cfg")
+    repo.index.commit("a link")
+    patch = tmp_path / "through.patch"
+    patch.write_text("diff --git a/workloads/cfg b/workloads/cfg\nindex 1111111..2222222 100644\n"
+                     "--- a/workloads/cfg\n+++ b/workloads/cfg\n@@ -1 +1 @@\n-[x]\n+[y]\n")
+    study = make_study(tmp_path, patches=[str(patch)])
+    with pytest.raises(ApplyError, match="through a symbolic link") as e:
+        apply(study, repo.working_tree_dir)
+    assert "workloads/cfg" in str(e.value) and str(patch) in str(e.value)
+    assert [h.name for h in repo.heads] == ["main"] and (root / "setup.cfg").read_text() == "[x]\n"
+
+
+def test_apply_never_pushes_and_never_moves_main(tmp_path: Path) -> None:
+    """With a remote configured, apply (forced, twice) leaves the remote as it was: no branch, no
+    tag, main where it was; locally main and master keep their commits."""
+    repo = make_repo(tmp_path / "repo")
+    remote = git.Repo.init(tmp_path / "remote.git", bare=True, initial_branch="main")
+    repo.create_remote("origin", str(tmp_path / "remote.git"))
+    repo.git.push("origin", "main")
+    repo.git.branch("master")
+    before_remote = {r.path: r.commit.hexsha for r in remote.refs}
+    main_sha = repo.heads.main.commit.hexsha
+    study = make_study(tmp_path)
+    res = apply(study, repo.working_tree_dir, branch="tuned", force=True)
+    apply(study, repo.working_tree_dir, branch="tuned", force=True)
+    assert {r.path: r.commit.hexsha for r in remote.refs} == before_remote
+    assert repo.heads.main.commit.hexsha == main_sha == repo.heads.master.commit.hexsha
+    assert res.commit_sha != main_sha and repo.heads.tuned.commit.parents[0].hexsha == main_sha
+    for name in ("master", "refs/heads/master", "main"):
+        with pytest.raises(ApplyError, match="never commits to main"):
+            apply(study, repo.working_tree_dir, branch=name, force=True)
+    assert repo.heads.master.commit.hexsha == main_sha
+
+
+def test_a_failed_apply_leaves_no_branch_and_restores_a_forced_one(tmp_path: Path) -> None:
+    """A winner's patch that does not apply: the new branch is removed again, and a branch that
+    --force was recreating keeps its old commit."""
+    repo = make_repo(tmp_path / "repo")
+    patch = make_patch(repo, tmp_path / "stale.patch")
+    (Path(repo.working_tree_dir) / "workloads/model.py").write_text("def act(x):\n    return -x\n")
+    repo.index.add(["workloads/model.py"])
+    repo.index.commit("moved on")
+    study = make_study(tmp_path, patches=[str(patch)])
+    with pytest.raises(ApplyError, match="does not apply"):
+        apply(study, repo.working_tree_dir, branch="tuned")
+    assert [h.name for h in repo.heads] == ["main"]
+    repo.git.branch("tuned", "HEAD~1")
+    old = repo.heads.tuned.commit.hexsha
+    with pytest.raises(ApplyError, match="does not apply"):
+        apply(study, repo.working_tree_dir, branch="tuned", force=True)
+    assert repo.heads.tuned.commit.hexsha == old

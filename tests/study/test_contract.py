@@ -229,3 +229,21 @@ def test_git_head_and_dirty_flag_of_the_workload_repository(tmp_path: Path, wl_c
     wl_copy.write_text(wl_copy.read_text() + "# an uncommitted edit\n")
     dirty = Contract.create(wl_copy)
     assert (dirty.workload_git_sha, dirty.workload_git_dirty) == (head, True)
+
+
+@pytest.mark.parametrize(("name", "content", "match"), [
+    (CONTRACT_FILE, b"\xff\xfe\x00", "cannot be read as UTF-8"),
+    (CONTRACT_FILE, b"1: 2\nstudy: s\n", "field 1: field names must be strings"),
+    (".contract.frozen.json", b"\xff{", "frozen copy of the contract cannot be read"),
+    (".contract.frozen.json", b"[1, 2]", "must be a JSON object"),
+])
+def test_a_damaged_contract_file_is_a_contract_error(tmp_path: Path, wl_copy: Path, name: str, content: bytes,
+                                                     match: str) -> None:
+    """A contract file edited into something unreadable is refused naming the file (exit code 2),
+    never a decoding traceback."""
+    study = tmp_path / "s"
+    Contract.create(wl_copy, study_dir=study)
+    (study / name).write_bytes(content)
+    with pytest.raises(ContractError, match=match) as e:
+        Contract.load(study)
+    assert str(study / name) in str(e.value)

@@ -147,3 +147,14 @@ def test_unserialisable_extra_is_stringified(tmp_path, bad):
     with TrialLogWriter(tmp_path) as w:
         w.write(_result(0, extra=bad))
     assert "object" in rows(read_trials(tmp_path))[0].extra["x"]
+
+
+def test_the_trial_log_makes_its_study_directory_0700(tmp_path: Path) -> None:
+    """``infrarsi trial --log DIR`` writes through ``TrialLogWriter``, which makes DIR."""
+    import stat
+
+    study = tmp_path / "new_study"
+    with TrialLogWriter(study) as w:
+        w.write(TrialResult(trial_id="t0", stage="trial", config={}, status="failed", error="x"))
+    assert stat.S_IMODE(study.stat().st_mode) == 0o700
+    assert stat.S_IMODE((study / "trials").stat().st_mode) == 0o700
