@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import cpu_model  # noqa: E402
 from benchmarks.peers import Observation  # noqa: E402
 from benchmarks.problems import PROBLEMS  # noqa: E402
 from benchmarks.search_efficiency import InfrarsiPeer, search_core_sha  # noqa: E402
@@ -51,17 +52,6 @@ def run(problem_name: str, seed: int, trials: int) -> list[tuple[int, float, str
         d = problem.trial(cfg, seed, i)
         peer.tell(cfg, Observation(d.status, d.step_time_s, d.peak_memory_bytes))
     return out
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` where there is none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def speed_probe_s(repeats: int = 5) -> float:

@@ -33,7 +33,6 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -46,6 +45,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks.machine import cpu_model  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 """Where ``reproduce.md`` and ``reproduce.jsonl`` are written by default."""
@@ -195,16 +196,6 @@ def _git() -> tuple[str, bool]:
     except (OSError, subprocess.CalledProcessError):
         return "unknown", False
     return sha, dirty
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def study_row(study_dir: str | Path) -> dict[str, Any]:
@@ -402,7 +393,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "date_utc": f"{stamp:%Y-%m-%d %H:%M}", "workload_file": str(path), "wall_s": wall, "quick": bool(args.quick),
         "trials_requested": settings["trials"], "settings": settings, "commit": commit, "dirty": dirty,
         "command": "python -m benchmarks.reproduce " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-        "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "loadavg_1m_start": load.start,
+        "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "loadavg_1m_start": load.start,
         "loadavg_1m_peak": load.peak, "local_cluster_raylets": len(plan) if plan else None,
     })
     notes = row_notes(row, quick=args.quick, load_start=load.start, load_peak=load.peak)

@@ -54,3 +54,14 @@ def mutated(draw: st.DrawFn, base: dict[str, Any], nested: dict[str, list[str]],
     else:
         return draw(JUNK)
     return raw
+
+
+def refused(res: Any, *needles: str) -> None:
+    """A CLI result (typer's ``CliRunner``) that exited 2 with each needle in its output and no
+    traceback: the bad input was handled and explained."""
+    out = res.output.replace("\n", "")
+    assert res.exit_code == 2, res.output
+    assert isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in out
+    for n in needles:
+        assert n in out, (n, res.output)

@@ -105,10 +105,13 @@ def trial(
     workload_space_path(wl, workload)
     capacity = parse_size(memory_capacity, what="--memory-capacity") if memory_capacity else None
     timeout_s = parse_duration(timeout, what="--timeout") if timeout else None
-    config = {**wl.baseline, **parse_sets(set_)}
+    overrides = parse_sets(set_)
     tid = trial_id or f"trial-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
     with TrialRunner(wl, memory_capacity_bytes=capacity, address=address) as runner:
-        full = runner.validate(config, where="--set")  # bad input fails here, before Ray starts
+        # bad input fails here, before Ray starts: the workload's own baseline first (named by its
+        # file and field), then the baseline with the --set overrides
+        runner.validate(dict(wl.baseline), where=f"{workload}: field `baseline`")
+        full = runner.validate({**wl.baseline, **overrides}, where="--set")
         res = runner.run(full, trial_id=tid, stage="trial", timeout_s=timeout_s)
     if log is not None:
         with TrialLogWriter(log) as writer:

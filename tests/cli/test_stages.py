@@ -10,7 +10,7 @@ import pytest
 import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from malformed import PROPERTY, mutated
+from malformed import PROPERTY, mutated, refused
 from typer.testing import CliRunner
 
 from infrarsi.cli import app
@@ -74,16 +74,6 @@ WORKLOAD_SECTIONS = {"model": ["family", "size", "overrides", "entry_point"], "d
                      "baseline": ["zero_stage", "micro_batch_size"]}
 
 
-def _refused(res, *needles: str) -> None:
-    """Exit code 2, each needle in the output, and no traceback (the error was handled)."""
-    out = res.output.replace("\n", "")
-    assert res.exit_code == 2, res.output
-    assert isinstance(res.exception, SystemExit), repr(res.exception)
-    assert "Traceback" not in out
-    for n in needles:
-        assert n in out, (n, res.output)
-
-
 @PROPERTY
 @given(raw=mutated(SPACE_RAW, {"knobs": KNOB_FIELDS}, list_key="knobs"))
 def test_init_refuses_a_malformed_search_space_with_exit_2(raw: object, tmp_path: Path) -> None:
@@ -96,7 +86,7 @@ def test_init_refuses_a_malformed_search_space_with_exit_2(raw: object, tmp_path
     else:
         assume(False)  # the junk happened to be valid: init would run the whole preflight
     res = _invoke("init", DENSE, "--study", str(tmp_path / "s"), "--space", str(space))
-    _refused(res, str(space))
+    refused(res, str(space))
     assert not (tmp_path / "s" / "contract.yaml").exists()
 
 
@@ -112,7 +102,7 @@ def test_init_refuses_a_malformed_workload_with_exit_2(raw: object, tmp_path: Pa
     else:
         assume(False)
     res = _invoke("init", str(wl), "--study", str(tmp_path / "s"))
-    _refused(res, str(wl))
+    refused(res, str(wl))
 
 
 def _not(parse, text: str) -> bool:
@@ -143,7 +133,7 @@ def test_bad_init_options_exit_2_naming_the_option(option: tuple[str, str], tmp_
     flag, value = option
     study = tmp_path / "s"
     res = _invoke("init", DENSE, "--study", str(study), f"{flag}={value}")
-    _refused(res, flag)
+    refused(res, flag)
     assert not (study / "contract.yaml").exists()
 
 
@@ -158,4 +148,4 @@ def test_stage_options_out_of_range_exit_2_naming_them(args: list[str], tmp_path
     (tmp_path / "file").write_text("x")
     args = [{"STUDY": str(tmp_path / "none"), "FILE": str(tmp_path / "file")}.get(a, a) for a in args]
     res = _invoke(*args)
-    _refused(res, next((a for a in args if a.startswith("--") and a != "--study"), str(tmp_path)))
+    refused(res, next((a for a in args if a.startswith("--") and a != "--study"), str(tmp_path)))

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from malformed import PROPERTY, mutated
+from malformed import PROPERTY, mutated, refused
 from typer.testing import CliRunner
 
 from infrarsi.cli import app
@@ -67,15 +67,6 @@ SECTIONS = {"model": ["family", "size", "overrides", "entry_point", "code_dir", 
             "optimizer": ["lr", "betas"], "baseline": ["zero_stage", "micro_batch_size", "dtype"]}
 
 
-def _refused(res, *needles: str) -> None:
-    out = res.output.replace("\n", "")
-    assert res.exit_code == 2, res.output
-    assert isinstance(res.exception, SystemExit), repr(res.exception)
-    assert "Traceback" not in out
-    for n in needles:
-        assert n in out, (n, res.output)
-
-
 @PROPERTY
 @given(raw=mutated(WORKLOAD_RAW, SECTIONS))
 def test_a_malformed_workload_exits_2_before_any_trial(raw: object, tmp_path: Path) -> None:
@@ -85,7 +76,7 @@ def test_a_malformed_workload_exits_2_before_any_trial(raw: object, tmp_path: Pa
     wl.write_text(yaml.safe_dump(raw, sort_keys=False))
     res = _invoke("trial", str(wl), "--set", "no_such_knob=1")
     out = res.output.replace("\n", "")
-    _refused(res)
+    refused(res)
     assert str(wl) in out or "no_such_knob" in out, res.output
 
 
@@ -107,7 +98,7 @@ def test_any_bad_set_value_exits_2_naming_the_knob(knob: str, value: str) -> Non
         pass
     else:
         assume(False)  # a valid value would start a trial
-    _refused(_invoke("trial", DENSE, "--set", f"{knob}={value}"), knob)
+    refused(_invoke("trial", DENSE, "--set", f"{knob}={value}"), knob)
 
 
 @PROPERTY
@@ -121,7 +112,7 @@ def test_bad_trial_sizes_and_durations_exit_2(flag: str, value: str) -> None:
     else:
         assume(False)  # a valid value would start a trial
     assume(value != "")
-    _refused(_invoke("trial", DENSE, f"{flag}={value}"), flag)
+    refused(_invoke("trial", DENSE, f"{flag}={value}"), flag)
 
 
 # ----------------------------------------------------------------------------- integration
@@ -193,3 +184,14 @@ def test_an_entry_point_outside_the_repository_runs_a_trial(ray_local, tmp_path)
     assert row.extra["sequences_seen"] == [SEQUENCES] * 3
     assert row.optimizer_steps == len(row.loss) == 3
     assert row.eval_loss is not None and row.loss[-1] < row.loss[0]  # the counting sequences are learnt
+
+
+def test_an_unknown_knob_in_the_workloads_baseline_names_the_file_and_field(tmp_path: Path) -> None:
+    raw = yaml.safe_load(Path(DENSE).read_text())
+    raw["baseline"] = {**raw.get("baseline", {}), "bogus": 1}
+    raw["search_space"] = str(ROOT / "search_spaces" / "deepspeed_dense.yaml")
+    wl = tmp_path / "bad_baseline.yaml"
+    wl.write_text(yaml.safe_dump(raw, sort_keys=False))
+    res = _invoke("trial", str(wl))
+    refused(res, str(wl), "baseline", "bogus")
+    assert "--set" not in res.output.replace("\n", "")
