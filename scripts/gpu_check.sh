@@ -19,6 +19,7 @@ export PYTHONPATH=${PYTHONPATH:-$ROOT}
 case ":$PYTHONPATH:" in *":$ROOT:"*) ;; *) export PYTHONPATH="$PYTHONPATH:$ROOT" ;; esac
 if [ -x "$ROOT/.venv/bin/python" ]; then PY=${PY:-$ROOT/.venv/bin/python}; else PY=${PY:-python3}; fi
 BUDGET_S=${BUDGET_S:-480}
+export GPU_CHECK_TRIALS=${GPU_CHECK_TRIALS:-8}
 T0=$SECONDS
 DEAD=$((T0 + BUDGET_S))
 RUN=${RUN_DIR:-$ROOT/benchmarks/results/gpu/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -81,9 +82,9 @@ if [ "$CUDA" = 1 ]; then
     --set zero_stage=0 --set micro_batch_size=16 --set activation_checkpointing=none --memory-capacity 40GiB
   # S5 runs the stages one by one: the run stage gets what is left after the doctor, minus what
   # verify will need (2 pairs: about 4 baseline trials, from the doctor's own baseline wall time).
-  want S5 && step "S5 tune (doctor x2 + honest change, up to 8 run trials, verify 1 round)" $(( $(left) - 30 )) 150 \
+  want S5 && step "S5 tune (doctor x2 + honest change, up to $GPU_CHECK_TRIALS run trials, verify 1 round)" $(( $(left) - 30 )) 150 \
     "$PY" - "$WL" "$RUN/study" $(( $(left) - 50 )) <<'PY'
-import json, sys, time
+import json, os, sys, time
 from infrarsi.execution.runner import init_ray
 from infrarsi.stages.doctor import doctor_stage
 from infrarsi.stages.init import init_stage
@@ -92,12 +93,13 @@ from infrarsi.stages.run import run_stage
 from infrarsi.stages.verify import verify_stage
 wl, study, end = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
 init_ray(None)
-init_stage(wl, study, request="GPU check: make the 1B job faster, same learning", trials=8, bank="off")
+trials = int(os.environ.get("GPU_CHECK_TRIALS", "8"))
+init_stage(wl, study, request="GPU check: make the 1B job faster, same learning", trials=trials, bank="off")
 doc = doctor_stage(study, repeats=2)  # no capacity given: the doctor records the device's own
 verify_s = 4 * float(doc.baseline_trial_wall_s or 60.0) + 20.0
 budget = max(30.0, end - time.monotonic() - verify_s)
 print(f"S5: run stage budget {budget:.0f} s (verify reserve {verify_s:.0f} s)", flush=True)
-print("run:", json.dumps(run_stage(study, trials=8, time_budget_s=budget, progress=False), default=str)[:1500], flush=True)
+print("run:", json.dumps(run_stage(study, trials=trials, time_budget_s=budget, progress=False), default=str)[:1500], flush=True)
 verify_stage(study, top_k=1, pairs=2, rounds=1)
 write_report(study)
 print("verify:", open(study + "/verify.json").read()[:2000])
