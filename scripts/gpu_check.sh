@@ -7,6 +7,8 @@
 # per-trial setup_time_s and end_checks_time_s, loss spread vs the baseline).
 # Every step has its own timeout and is skipped when too little budget is left. Without CUDA
 # (or with GPU_CHECK_CUDA=0) every CUDA step says it is skipped and the script exits 0.
+# GPU_CHECK_TRIALS sets S5's run-trial budget (default 8); GPU_CHECK_VERIFY=0 skips S5's verify
+# stage and gives its time to the run stage.
 # GPU_CHECK_STEPS picks the steps (default "S1 S2 S3 S4 S5"; e.g. "S1 S3 S5" when the baseline
 # and OOM trials were confirmed before and the budget is short).
 # Lent machine: mkdir -p /tmp/site && tar -xJf .gpu/site312.tar.xz -C /tmp/site &&
@@ -96,13 +98,16 @@ init_ray(None)
 trials = int(os.environ.get("GPU_CHECK_TRIALS", "8"))
 init_stage(wl, study, request="GPU check: make the 1B job faster, same learning", trials=trials, bank="off")
 doc = doctor_stage(study, repeats=2)  # no capacity given: the doctor records the device's own
-verify_s = 4 * float(doc.baseline_trial_wall_s or 60.0) + 20.0
+verify = os.environ.get("GPU_CHECK_VERIFY", "1") != "0"  # 0: the run stage gets verify's time too
+verify_s = 4 * float(doc.baseline_trial_wall_s or 60.0) + 20.0 if verify else 0.0
 budget = max(30.0, end - time.monotonic() - verify_s)
 print(f"S5: run stage budget {budget:.0f} s (verify reserve {verify_s:.0f} s)", flush=True)
 print("run:", json.dumps(run_stage(study, trials=trials, time_budget_s=budget, progress=False), default=str)[:1500], flush=True)
-verify_stage(study, top_k=1, pairs=2, rounds=1)
+if verify:
+    verify_stage(study, top_k=1, pairs=2, rounds=1)
 write_report(study)
-print("verify:", open(study + "/verify.json").read()[:2000])
+if verify:
+    print("verify:", open(study + "/verify.json").read()[:2000])
 PY
 else
   for s in "S2 baseline trial" "S3 fast trial" "S4 OOM trial" "S5 tune"; do skip "$s"; done

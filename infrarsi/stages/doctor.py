@@ -85,7 +85,7 @@ def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None
     contract = Contract.load(paths.root)
     inv = contract.invariants
     loss_atol = None if inv.loss_calibrated else float(report.loss_tolerance or tolerance_floor)
-    eval_tol = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * float(report.eval_run_to_run_abs_diff or 0.0))
+    eval_tol = float(report.eval_tolerance if report.eval_tolerance is not None else tolerance_floor)
     eval_atol = None if inv.eval_calibrated else eval_tol
     contract = contract.with_calibration(
         loss_atol=loss_atol, eval_atol=eval_atol, by="doctor",
@@ -93,7 +93,8 @@ def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None
                 f"{float(report.loss_run_to_run_max_abs_diff or 0.0):.3g}; "
                 + _honest_change_text(report)
                 + f"tolerance = max(floor {tolerance_floor:g}, {LOSS_TOLERANCE_FACTOR:g} x run-to-run, "
-                f"{HONEST_CHANGE_FACTOR:g} x largest honest change)"),
+                f"{HONEST_CHANGE_FACTOR:g} x largest honest change), for the training loss and the "
+                f"eval loss alike"),
     )
     if contract.memory_capacity_bytes is None and report.device_memory_capacity_bytes:
         contract = contract.with_calibration(
@@ -121,9 +122,12 @@ def _honest_change_text(report: DoctorReport) -> str:
     parts = []
     for c in report.honest_changes:
         what = f"{c.changed} {c.config.get(c.changed)}"
-        parts.append(f"{what}: {c.loss_max_abs_diff:.3g}" if c.loss_max_abs_diff is not None
-                     else f"{what}: ended {c.status}, not used")
-    return "honest changes (max loss difference) " + ", ".join(parts) + "; "
+        if c.loss_max_abs_diff is None:
+            parts.append(f"{what}: ended {c.status}, not used")
+        else:
+            ev = "" if c.eval_loss_abs_diff is None else f", eval {c.eval_loss_abs_diff:.3g}"
+            parts.append(f"{what}: {c.loss_max_abs_diff:.3g}{ev}")
+    return "honest changes (max loss difference, eval loss difference) " + ", ".join(parts) + "; "
 
 
 def _device_memory_bytes(wl: Workload, address: str | None) -> int | None:

@@ -72,23 +72,34 @@ def _zero_change(baseline: Mapping[str, Any], space: SearchSpace) -> dict[str, A
     if "zero_stage" not in space.names:
         return None
     stage = baseline.get("zero_stage")
-    others = [v for v in space.knob("zero_stage").values if v != stage]
-    # the far end first: ZeRO-0 runs DeepSpeed's other optimizer path (measured: the largest
-    # loss difference on GPU); a higher stage when the baseline is ZeRO-0
-    for v in sorted(others, reverse=stage == min(space.knob("zero_stage").values)):
+    others = [v for v in space.knob("zero_stage").values if v != stage and _same_numerics(baseline, v)]
+    # the far end first (the largest honest difference), the lower stage on a tie
+    for v in sorted(others, key=lambda v: (-abs(int(v) - int(stage or 0)), int(v))):
         cfg = {**baseline, "zero_stage": v}
         if space.is_valid(cfg):
             return cfg
     return None
 
 
+def _same_numerics(baseline: Mapping[str, Any], stage: Any) -> bool:
+    """Whether ZeRO stage ``stage`` trains the baseline with the same arithmetic. Under bf16/fp16,
+    DeepSpeed without ZeRO (stage 0) keeps no fp32 master weights (its ``DDP_BFLOAT16`` path: the
+    optimizer updates 16-bit weights), while stages 1-3 keep fp32 masters; so 0 and >= 1 are not
+    the same training (measured on an H200 at 1.5B: ZeRO-0 moved the eval loss 0.050 after 4
+    steps, ZeRO-2 0.003), and the doctor never uses one as the other's honest change."""
+    if str(baseline.get("dtype", "fp32")) not in ("bf16", "fp16"):
+        return True
+    return (int(stage) == 0) == (int(baseline.get("zero_stage", 0)) == 0)
+
+
 def honest_change_configs(baseline: Mapping[str, Any], space: SearchSpace, per_rank_batch: int) -> list[tuple[str, dict[str, Any]]]:
     """(knob, config) of the doctor's honest changes: configs that train the same job (same
     sequences, tokens and optimizer steps) by another route, as honest candidates do. The
     baseline with another micro-batch split (the nearest smaller ``micro_batch_size`` that
-    divides ``per_rank_batch``, else the nearest larger), and with another ZeRO stage (the lowest
-    the space allows, ZeRO-0 when there; the highest when the baseline is the lowest). A change
-    the space has no valid value for is left out."""
+    divides ``per_rank_batch``, else the nearest larger), and with another ZeRO stage of the same
+    arithmetic (the farthest stage the space allows, the lower one on a tie; never
+    across ZeRO-0 and ZeRO >= 1 in 16-bit, see ``_same_numerics``). A change the space has no
+    valid value for is left out."""
     out = []
     split = _split_change(baseline, space, per_rank_batch)
     if split is not None:
@@ -106,6 +117,14 @@ def honest_change_loss_diff(variant: TrialResult | None, reference: list[float])
         return None
     n = min(len(variant.loss), len(reference))
     return max(abs(float(a) - float(b)) for a, b in zip(variant.loss[:n], reference[:n], strict=True))
+
+
+def honest_change_eval_diff(variant: TrialResult | None, reference_eval: float | None) -> float | None:
+    """|eval loss - the baseline's median eval loss| of an honest-change trial (None when it did
+    not end ``ok`` or either has no eval loss)."""
+    if variant is None or variant.status != "ok" or variant.eval_loss is None or reference_eval is None:
+        return None
+    return abs(float(variant.eval_loss) - float(reference_eval))
 
 
 def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_TOLERANCE_FLOOR,
@@ -154,8 +173,11 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
         spread = max(spread, max(vals) - min(vals))
         reference.append(statistics.median(vals))
     out["loss_run_to_run_max_abs_diff"] = spread
+    evals = [r.eval_loss for r in ok if r.eval_loss is not None]
+    ref_eval = statistics.median(evals) if evals else None
     changes = [HonestChange(changed=k, config=dict(r.config), status=r.status,
-                            loss_max_abs_diff=honest_change_loss_diff(r, reference)) for k, r in honest_changes]
+                            loss_max_abs_diff=honest_change_loss_diff(r, reference),
+                            eval_loss_abs_diff=honest_change_eval_diff(r, ref_eval)) for k, r in honest_changes]
     diffs = [c.loss_max_abs_diff for c in changes if c.loss_max_abs_diff is not None]
     honest = max(diffs) if diffs else None
     out["honest_changes"] = changes
@@ -163,9 +185,12 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
     out["loss_tolerance"] = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * spread, HONEST_CHANGE_FACTOR * (honest or 0.0))
     out["loss_tolerance_floor"] = tolerance_floor
     out["reference_loss"] = reference
-    evals = [r.eval_loss for r in ok if r.eval_loss is not None]
-    out["reference_eval_loss"] = statistics.median(evals) if evals else None
-    out["eval_run_to_run_abs_diff"] = (max(evals) - min(evals)) if len(evals) > 1 else 0.0
+    out["reference_eval_loss"] = ref_eval
+    eval_spread = (max(evals) - min(evals)) if len(evals) > 1 else 0.0
+    out["eval_run_to_run_abs_diff"] = eval_spread
+    eval_diffs = [c.eval_loss_abs_diff for c in changes if c.eval_loss_abs_diff is not None]
+    out["eval_tolerance"] = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * eval_spread,
+                                HONEST_CHANGE_FACTOR * max(eval_diffs, default=0.0))
     out["tokens_per_step"] = ok[0].tokens_per_step
     out["optimizer_steps"] = ok[0].optimizer_steps
     walls = [float(r.ended_at - r.started_at) for r in ok if r.ended_at > r.started_at]

@@ -80,6 +80,9 @@ class HonestChange(_Record):
     """How the trial ended (``ok``, ``oom``...); only ``ok`` trials count."""
     loss_max_abs_diff: float | None = Field(None, ge=0)
     """Largest per-step |loss - reference loss|, loss units (None unless ``ok``)."""
+    eval_loss_abs_diff: float | None = Field(None, ge=0)
+    """|held-out eval loss - the baseline's median eval loss|, loss units (None unless ``ok``
+    with an eval loss)."""
 
 
 class DoctorReport(_Record):
@@ -136,6 +139,9 @@ class DoctorReport(_Record):
     """Median held-out eval loss of the baseline trials (None: no eval)."""
     eval_run_to_run_abs_diff: float | None = Field(None, ge=0)
     """Spread of the eval loss across the baseline trials, loss units."""
+    eval_tolerance: float | None = Field(None, ge=0)
+    """The measured eval-loss tolerance: max(floor, 10 x run-to-run spread, 3 x the largest
+    honest-change eval difference), loss units."""
     tokens_per_step: int | None = Field(None, ge=0)
     """Tokens per optimizer step the harness counted in the baseline."""
     optimizer_steps: int | None = Field(None, ge=0)

@@ -128,3 +128,31 @@ def test_the_split_change_is_the_baseline_with_the_nearest_other_split(base, per
 def test_the_zero_change_goes_to_the_far_stage(base, want) -> None:
     changes = dict(honest_change_configs(base, SPACE, 16))
     assert changes["zero_stage"] == {**base, "zero_stage": want}
+
+
+SPACE_16BIT = SearchSpace.from_dict({"name": "s", "knobs": [
+    {"name": "zero_stage", "type": "choice", "values": [0, 1, 2, 3]},
+    {"name": "micro_batch_size", "type": "int", "values": [1, 2, 4]},
+    {"name": "dtype", "type": "choice", "values": ["bf16", "fp32"]}]})
+
+
+@pytest.mark.parametrize(("base", "want"), [
+    ({"zero_stage": 3, "micro_batch_size": 1, "dtype": "bf16"}, 1),     # ZeRO-0 in bf16 has no fp32 masters
+    ({"zero_stage": 1, "micro_batch_size": 1, "dtype": "bf16"}, 3),     # from the lowest of 1-3, the highest
+    ({"zero_stage": 0, "micro_batch_size": 1, "dtype": "bf16"}, None),  # nothing else trains pure bf16
+    ({"zero_stage": 3, "micro_batch_size": 1, "dtype": "fp32"}, 0),     # fp32: every stage is one arithmetic
+])
+def test_the_zero_change_never_crosses_zero0_and_zero1_in_16_bit(base, want) -> None:
+    changes = dict(honest_change_configs(base, SPACE_16BIT, 4))
+    assert changes.get("zero_stage", {}).get("zero_stage") == want
+
+
+def test_the_eval_tolerance_counts_the_honest_changes_eval_difference() -> None:
+    rows = [_row(0, 2.0, [8.0, 7.5]), _row(1, 2.1, [8.0, 7.5])]
+    change = _row(2, 1.0, [8.0, 7.5 + 2e-3])
+    out = analyse_baseline(rows, honest_changes=[("zero_stage", change)])
+    (c,) = out.honest_changes
+    assert c.eval_loss_abs_diff == pytest.approx(2e-3)
+    assert out.eval_tolerance == pytest.approx(max(LOSS_TOLERANCE_FLOOR, HONEST_CHANGE_FACTOR * 2e-3))
+    alone = analyse_baseline(rows)
+    assert alone.eval_tolerance == pytest.approx(LOSS_TOLERANCE_FLOOR)

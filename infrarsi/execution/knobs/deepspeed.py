@@ -119,8 +119,10 @@ def activation_checkpointing(value: Any, build: TrialBuild, ctx: KnobContext) ->
 
 @register_knob("dtype")
 def dtype(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
-    """``fp32`` | ``bf16``. bf16 sets ``bf16.enabled: true`` (DeepSpeed's bf16 engine: bf16
-    weights and activations, fp32 master weights in the optimizer). Sets runtime ``dtype``."""
+    """``fp32`` | ``bf16``. bf16 sets ``bf16.enabled: true``: bf16 weights and activations, with
+    fp32 master weights in the optimizer under ZeRO 1-3. Under ZeRO-0 DeepSpeed keeps no fp32
+    masters (its ``DDP_BFLOAT16`` path updates the bf16 weights), a different arithmetic that the
+    loss and eval invariants judge like any other. Sets runtime ``dtype``."""
     if value not in ("fp32", "bf16"):
         raise KnobError(f"knob 'dtype': must be fp32 or bf16, got {value!r}")
     build.runtime["dtype"] = value
