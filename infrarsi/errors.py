@@ -61,6 +61,10 @@ class ApplyError(UserInputError):
     """``apply`` refused: protected branch, dirty tree, existing branch..."""
 
 
+class ClusterError(UserInputError):
+    """The Ray cluster cannot hold one trial of the contract's workload (devices, CPUs, nodes)."""
+
+
 class StudyError(InfrarsiError):
     """A study directory is missing something a stage needs (run the earlier stage first)."""
 
@@ -75,6 +79,7 @@ class LogError(InfrarsiError):
 
 __all__ = [
     "ApplyError",
+    "ClusterError",
     "ConfigError",
     "ContractError",
     "ExpressionError",

@@ -112,6 +112,20 @@ class ResourcesSpec(_Strict):
     device: Literal["cpu", "cuda"] = "cpu"
     """``cpu`` (gloo) or ``cuda`` (nccl)."""
 
+    @model_validator(mode="after")
+    def _ranks_fill_the_nodes(self) -> ResourcesSpec:
+        if self.workers % self.nodes:
+            raise ValueError(
+                f"nodes: rule: the {self.workers} workers must split evenly over the nodes (the same "
+                f"number of ranks on each), but nodes is {self.nodes}. Fix: make workers a multiple of nodes."
+            )
+        return self
+
+    @property
+    def workers_per_node(self) -> int:
+        """Ranks on each node."""
+        return self.workers // self.nodes
+
 
 class OptimSpec(_Strict):
     lr: float = Field(1e-3, gt=0)

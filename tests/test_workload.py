@@ -95,3 +95,10 @@ def test_unreadable_or_odd_workload_files(tmp_path: Path, content: bytes, match:
     assert str(path) in str(e.value)
     with pytest.raises(WorkloadError, match="is not a file"):
         Workload.from_yaml(tmp_path)
+
+
+def test_workers_must_split_evenly_over_the_nodes(tmp_path: Path) -> None:
+    raw = yaml.safe_load((ROOT / "workloads" / "dense_debug.yaml").read_text())
+    raw["resources"] = {**raw["resources"], "workers": 3, "nodes": 2}
+    with pytest.raises(WorkloadError, match="multiple of nodes"):
+        Workload.from_dict(raw, source=str(tmp_path / "w.yaml"))

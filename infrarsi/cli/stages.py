@@ -16,6 +16,8 @@ from infrarsi.cli.app import command, console
 from infrarsi.units import format_bytes, parse_duration, parse_size
 
 STUDY_HELP = "Study directory (everything a later stage needs is kept in it)."
+CONCURRENCY_HELP = ("Run-stage trials at once, at most (default: as many as the cluster holds; each trial "
+                    "reserves its own devices and cores).")
 ADDRESS_HELP = "Existing Ray cluster address (also RAY_ADDRESS); default: start a local Ray."
 PRIOR_HELP = ("Give the optimizer the workload's analytic prior (recorded in the contract; "
               "default: INFRARSI_PRIOR, else on).")
@@ -110,12 +112,15 @@ def run_cmd(
     time_budget: str | None = typer.Option(None, "--time-budget", help="Wall-time budget, e.g. 10m (default: the contract's)."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the optimizer."),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", min=1,
+        help=CONCURRENCY_HELP),
 ) -> None:
     """Search: Ray Tune trials proposed by the censored-memory BoTorch optimizer."""
     from infrarsi.stages.run import run_stage
 
     s = run_stage(study, trials=trials, resume=resume, time_budget_s=_duration(time_budget, "--time-budget"),
-                  address=address, seed=seed)
+                  address=address, seed=seed, concurrency=concurrency)
     console.print(json.dumps(s, indent=2, default=str))
 
 
@@ -192,6 +197,7 @@ def tune_cmd(
     analytic_prior: bool | None = typer.Option(None, "--analytic-prior/--no-analytic-prior", help=PRIOR_HELP),
     loss_guard: bool | None = typer.Option(None, "--loss-guard/--no-loss-guard", help=LOSS_GUARD_HELP),
     bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1, help=CONCURRENCY_HELP),
 ) -> None:
     """Every stage: init, doctor, run, verify, report (resumes a study directory where it stopped;
     the init options apply only to a new study)."""
@@ -200,6 +206,6 @@ def tune_cmd(
     out = tune_stage(workload, study, trials=trials, time_budget_s=_duration(time_budget, "--time-budget"),
                      memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"), address=address,
                      request=request, loss_tolerance=loss_tolerance, top_k=top_k, seed=seed,
-                     analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
+                     analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank, concurrency=concurrency)
     _print_verify(out["verify"])
     console.print(f"report: {out['report_html']}")

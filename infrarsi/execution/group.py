@@ -3,8 +3,11 @@
 ``TrialGroup`` rendezvouses its actors into a ``torch.distributed`` process group and runs
 trials on them with a deadline.
 
-- One bundle per worker: ``{"CPU": cpus_per_worker}``, plus ``{"GPU": devices_per_worker}`` on
-  cuda. Strategy ``PACK`` on one node, ``SPREAD`` across nodes.
+- On one node: one bundle per rank, ``{"CPU": cpus_per_worker}`` plus ``{"GPU":
+  devices_per_worker}`` on cuda, ``STRICT_PACK``. Across ``nodes``: one bundle per node holding its
+  ranks' share, ``STRICT_SPREAD``, so the group spans exactly ``nodes`` nodes.
+- The placement group is the group's own, or one reserved for it by Ray Tune (a trial's
+  ``PlacementGroupFactory``: ``placement_group=``), which the group uses and never removes.
 - Rendezvous at rank 0's node IP on a port rank 0 found free.
 - ``run`` waits with ``ray.wait`` until every rank answered or the deadline passed. Once one rank
   reported a failure, the others get a short grace period (they should exit cleanly on their own;
@@ -76,11 +79,35 @@ class GroupSpec:
         """Devices the group holds (for ``device_seconds``)."""
         return self.workers * (self.devices_per_worker if self.device == "cuda" else 1)
 
-    def bundles(self) -> list[dict[str, float]]:
-        bundle: dict[str, float] = {"CPU": self.cpus_per_worker}
+    @property
+    def workers_per_node(self) -> int:
+        """Ranks on each node (``workers`` splits evenly over ``nodes``)."""
+        return max(1, self.workers // max(1, self.nodes))
+
+    def rank_resources(self) -> dict[str, float]:
+        """What one rank reserves: its CPU cores, and its GPUs on cuda."""
+        res: dict[str, float] = {"CPU": float(self.cpus_per_worker)}
         if self.device == "cuda":
-            bundle["GPU"] = float(self.devices_per_worker)
-        return [dict(bundle) for _ in range(self.workers)]
+            res["GPU"] = float(self.devices_per_worker)
+        return res
+
+    def bundles(self) -> list[dict[str, float]]:
+        """The placement group's bundles: one per rank on one node; one per node (its ranks'
+        resources together) when the group spans nodes."""
+        per_rank = self.rank_resources()
+        if self.nodes <= 1:
+            return [dict(per_rank) for _ in range(self.workers)]
+        return [{k: v * self.workers_per_node for k, v in per_rank.items()} for _ in range(self.nodes)]
+
+    @property
+    def strategy(self) -> str:
+        """``STRICT_PACK`` (every rank on one node) or ``STRICT_SPREAD`` (each node bundle on its
+        own node): the workload's ``nodes`` is what the group gets, never fewer or more."""
+        return "STRICT_PACK" if self.nodes <= 1 else "STRICT_SPREAD"
+
+    def bundle_of(self, rank: int) -> int:
+        """The bundle index rank ``rank`` is scheduled in."""
+        return rank if self.nodes <= 1 else rank // self.workers_per_node
 
 
 @dataclass
@@ -98,9 +125,13 @@ class GroupRun:
 class TrialGroup:
     """A started set of rank actors; create with ``TrialGroup(spec).start()``."""
 
-    def __init__(self, spec: GroupSpec, *, start_timeout_s: float = 180.0) -> None:
+    def __init__(self, spec: GroupSpec, *, start_timeout_s: float = 180.0, placement_group: Any = None) -> None:
         self.spec = spec
         """The group's shape."""
+        self.external_pg = placement_group
+        """A placement group reserved by someone else (a Ray Tune trial's, with ``spec.bundles()``
+        as its bundles); the group schedules its ranks there and never removes it. None: the
+        group reserves its own and removes it on ``kill``."""
         self.start_timeout_s = start_timeout_s
         """How long the placement group, the actors and the rendezvous may take."""
         self.actors: list[Any] = []
@@ -133,16 +164,19 @@ class TrialGroup:
 
     def _start(self) -> None:
         spec = self.spec
-        strategy = "PACK" if spec.nodes <= 1 else "SPREAD"
-        self._pg = placement_group(spec.bundles(), strategy=strategy)
-        self._pg_id = self._pg.id.hex()
+        strategy = spec.strategy
+        if self.external_pg is not None:
+            pg = self.external_pg
+        else:
+            pg = self._pg = placement_group(spec.bundles(), strategy=strategy)
+        self._pg_id = pg.id.hex()
         try:
-            ray.get(self._pg.ready(), timeout=self.start_timeout_s)
+            ray.get(pg.ready(), timeout=self.start_timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise TrialError(
-                f"the placement group of {spec.workers} bundles {spec.bundles()[0]} ({strategy}) was "
-                f"not scheduled within {self.start_timeout_s:.0f}s; cluster resources available: "
-                f"{ray.available_resources()}. Free resources or lower resources.workers/cpus_per_worker."
+                f"the placement group of {len(spec.bundles())} bundles {spec.bundles()[0]} ({strategy}) "
+                f"was not scheduled within {self.start_timeout_s:.0f}s; cluster resources available: "
+                f"{ray.available_resources()}. Free resources or lower resources.workers/nodes/cpus_per_worker."
             ) from None
         cls = ray.remote(TrainWorker)
         for rank in range(spec.workers):
@@ -151,7 +185,7 @@ class TrialGroup:
                     num_cpus=spec.cpus_per_worker,
                     num_gpus=spec.devices_per_worker if spec.device == "cuda" else 0,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        placement_group=self._pg, placement_group_bundle_index=rank
+                        placement_group=pg, placement_group_bundle_index=spec.bundle_of(rank)
                     ),
                     max_restarts=0,
                 ).remote(rank, spec.workers, spec.device, spec.env, spec.threads)

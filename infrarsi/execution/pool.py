@@ -46,9 +46,13 @@ class PoolStats:
 class WorkerPool:
     """Hands out a started ``TrialGroup`` for each trial, reusing the last one when it is healthy."""
 
-    def __init__(self, base: GroupSpec, *, start_timeout_s: float = 180.0, warm: bool = True) -> None:
+    def __init__(self, base: GroupSpec, *, start_timeout_s: float = 180.0, warm: bool = True,
+                 placement_group: Any = None) -> None:
         self.base = base
         """Shape of the groups (workers, bundles, device); env/threads come per acquire."""
+        self.placement_group = placement_group
+        """Where the groups run: a placement group reserved for this pool (a Ray Tune trial's),
+        or None for a group that reserves its own."""
         self.start_timeout_s = start_timeout_s
         """Passed to ``TrialGroup``."""
         self.warm = warm
@@ -78,7 +82,7 @@ class WorkerPool:
             self.stats.recycles += 1
             self._retire()
         spec = GroupSpec(**{**self.base.__dict__, "env": env, "threads": int(threads)})
-        group = TrialGroup(spec, start_timeout_s=self.start_timeout_s).start()
+        group = TrialGroup(spec, start_timeout_s=self.start_timeout_s, placement_group=self.placement_group).start()
         self.stats.groups_started += 1
         self.stats.start_times_s.append(group.start_time_s or 0.0)
         self._group, self._key = group, key

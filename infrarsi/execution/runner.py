@@ -13,9 +13,9 @@ bad value, broken constraint -> ``SearchSpaceError``, exit code 2 in the CLI). T
 warm ``WorkerPool``; the peak FLOP/s of a device is probed once per runner. A ``backend:
 surrogate`` workload is answered by ``infrarsi.execution.surrogate.backend`` without Ray.
 
-Ray Tune trainables share one runner (and so one warm pool) through a named actor
-(``infrarsi.execution.remote``): ``get_or_create_remote_runner(name, workload, ...)`` in the driver, ``ray.get_actor(name)`` or the
-same call in the trainable, then ``ray.get(handle.run.remote(config, trial_id=...))``.
+Trials can run at once in different placement groups (``run(..., placement_group=pg)``, one
+warm pool per placement group): the ``run`` stage's Ray Tune trials each reserve one and pass it
+to the study executor, which runs them on its one runner.
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from infrarsi.errors import TrialError
+from infrarsi.errors import KnobError, TrialError
 from infrarsi.execution.aggregate import aggregate
-from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialBuild, check_handlers
+from infrarsi.execution.knobs.registry import check_handlers, process_env
 from infrarsi.execution.worker import DEFAULT_ENTRY
 from infrarsi.result import TrialResult
 from infrarsi.search.space import SearchSpace
@@ -80,26 +81,10 @@ def default_code_dir(workload: Workload) -> str:
 
 
 def knob_env(config: dict[str, Any], workload: Workload) -> dict[str, str]:
-    """Environment variables the knob handlers set for ``config`` (they need a fresh process).
-
-    Handlers are run with an approximate context; one that fails here is skipped (the worker runs
-    it for real and reports its error).
-    """
-    build = TrialBuild()
-    ctx = KnobContext(
-        world_size=workload.world_size, num_params=0, hidden_size=0,
-        global_batch_size=workload.global_batch_size, seq_len=workload.data.seq_len,
-        device=workload.resources.device, config=dict(config),
-    )
-    for name, value in config.items():
-        handler = KNOB_HANDLERS.get(name)
-        if handler is None:
-            continue
-        try:
-            handler(value, build, ctx)
-        except Exception:
-            continue
-    return {k: str(v) for k, v in build.env.items()}
+    """Environment variables the rank processes of ``config`` need at start (see
+    ``infrarsi.execution.knobs.registry.process_env``): a pure function of the knob values; the
+    knob handlers themselves run once, on the ranks."""
+    return process_env(config)
 
 
 def _version(dist: str) -> str | None:
@@ -149,7 +134,11 @@ class TrialRunner:
         self._peak_flops = peak_flops_per_s
         self._peak_probed = peak_flops_per_s is not None
         self._owns_ray = False
-        self._pool: Any = None
+        self._pools: dict[str, Any] = {}
+        """Placement-group id ("" for the runner's own groups) -> its ``WorkerPool``."""
+        self._lock = threading.Lock()
+        """Guards ``_pools`` and the peak probe: trials in different placement groups may run at
+        once from several threads (the study executor's concurrent Tune trials)."""
         self.space: SearchSpace = space if space is not None else SearchSpace.from_yaml(workload.search_space_path())
         """The ``SearchSpace`` configs are validated against: ``space`` if given (a study's frozen
         copy), else the workload's."""
@@ -165,15 +154,33 @@ class TrialRunner:
 
     @property
     def pool(self) -> Any:
-        """The warm ``WorkerPool`` (created, and Ray started, on first use)."""
-        if self._pool is None:
-            from infrarsi.execution.group import GroupSpec
-            from infrarsi.execution.pool import WorkerPool
+        """The warm ``WorkerPool`` of the runner's own groups (created, and Ray started, on first use)."""
+        return self.pool_for(None)
 
-            self._owns_ray = init_ray(self.address) or self._owns_ray
-            base = GroupSpec.from_resources(self.workload.resources)
-            self._pool = WorkerPool(base, start_timeout_s=self.start_timeout_s, warm=self.warm)
-        return self._pool
+    def pool_for(self, placement_group: Any) -> Any:
+        """The warm ``WorkerPool`` whose groups run in ``placement_group`` (None: groups that
+        reserve their own). Pools of placement groups Ray has removed (a finished Tune trial's)
+        are closed on the way."""
+        from infrarsi.execution.group import GroupSpec
+        from infrarsi.execution.pool import WorkerPool
+
+        key = "" if placement_group is None else placement_group.id.hex()
+        with self._lock:
+            if key not in self._pools:
+                self._owns_ray = init_ray(self.address) or self._owns_ray
+                self._close_removed()
+                base = GroupSpec.from_resources(self.workload.resources)
+                self._pools[key] = WorkerPool(base, start_timeout_s=self.start_timeout_s, warm=self.warm,
+                                              placement_group=placement_group)
+            return self._pools[key]
+
+    def _close_removed(self) -> None:
+        from ray.util import placement_group_table
+
+        for key, pool in list(self._pools.items()):
+            if key and placement_group_table(pool.placement_group).get("state") == "REMOVED":
+                pool.close()
+                del self._pools[key]
 
     @property
     def peak_flops_per_s(self) -> float | None:
@@ -190,8 +197,13 @@ class TrialRunner:
         timeout_s: float | None = None,
         code_dir: str | None = None,
         loss_guard: dict[str, Any] | None = None,
+        placement_group: Any = None,
     ) -> TrialResult:
         """Run one trial; always returns a classified ``TrialResult`` (bad input raises).
+
+        ``placement_group``: run the ranks in this reserved placement group (a Ray Tune trial's;
+        its bundles are the workload's ``GroupSpec.bundles()``), keeping a warm group there for
+        the next trial in it; None: the runner's own groups.
 
         ``loss_guard`` (``{"reference": [loss per step], "atol": a, "rtol": r}``) stops training
         at the first step whose loss leaves the baseline's tolerance (``rank_loop``); the row
@@ -207,30 +219,32 @@ class TrialRunner:
             return res
         return self._run_real(full, trial_id=trial_id, stage=stage, patches=list(patches),
                               timeout_s=timeout_s or default_timeout_s(self.workload),
-                              code_dir=code_dir or self.code_dir, loss_guard=loss_guard)
+                              code_dir=code_dir or self.code_dir, loss_guard=loss_guard,
+                              placement_group=placement_group)
 
     def _run_real(self, config: dict[str, Any], *, trial_id: str, stage: str, patches: list[str],
-                  timeout_s: float, code_dir: str, loss_guard: dict[str, Any] | None = None) -> TrialResult:
-        pool = self.pool
-        env = knob_env(config, self.workload)
+                  timeout_s: float, code_dir: str, loss_guard: dict[str, Any] | None = None,
+                  placement_group: Any = None) -> TrialResult:
+        pool = self.pool_for(placement_group)
         started = time.time()
         t0 = time.perf_counter()
         try:
-            group, warm = pool.acquire(env=env, code_dir=code_dir)
-        except TrialError as e:
+            group, warm = pool.acquire(env=knob_env(config, self.workload), code_dir=code_dir)
+        except (TrialError, KnobError) as e:
             ended = time.time()
             return TrialResult(trial_id=trial_id, stage=stage, config=config, status="failed",
                                error=str(e), patches=patches, world_size=self.workload.world_size,
                                started_at=started, ended_at=ended)
         acquire_s = time.perf_counter() - t0
-        if not self._peak_probed:
-            self._peak_probed = True
-            t_probe = time.time()
-            try:
-                self._peak_flops = group.probe_peak_flops()
-            except Exception as e:
-                log.warning("peak FLOP/s probe failed; mfu will be empty", error=str(e))
-            started += time.time() - t_probe  # the one-off probe is not the trial's cost
+        with self._lock:  # one probe per runner, even when the first trials start together
+            if not self._peak_probed:
+                self._peak_probed = True
+                t_probe = time.time()
+                try:
+                    self._peak_flops = group.probe_peak_flops()
+                except Exception as e:
+                    log.warning("peak FLOP/s probe failed; mfu will be empty", error=str(e))
+                started += time.time() - t_probe  # the one-off probe is not the trial's cost
         spec = {
             "workload": self.workload.to_yaml_dict(), "config": config, "trial_id": trial_id,
             "memory_capacity_bytes": self.memory_capacity_bytes, "code_dir": code_dir,
@@ -289,9 +303,10 @@ class TrialRunner:
 
     def close(self) -> None:
         """Release every actor and placement group; stop Ray if this runner started it."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
         if self._owns_ray:
             import ray
 

@@ -15,12 +15,15 @@ Every stage that runs trials (doctor, run, verify) goes through ``StudyExecutor.
    trials ran 10 s steps), unless the contract's ``switches.loss_guard`` is off,
 5. append the row to the Arrow log (flushed and fsynced) and remove the marker.
 
-During ``run`` the executor lives in a Ray actor (``num_cpus=0``) so that Ray Tune's trainables
-share one warm worker pool across trials.
+During ``run`` the executor lives in a threaded Ray actor (``num_cpus=0``, pinned to the driver's
+node, so the log is written where the study directory is): each Ray Tune trial reserves its
+placement group and asks the executor to run its config there; trials in different placement
+groups run at once, each on its own warm group.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -73,6 +76,8 @@ class StudyExecutor:
         """Patch name -> ``PatchedTree`` (one git worktree per patch per study)."""
         self._repo_dir = ""
         """The workload's git repository (set when the first worktree is made)."""
+        self._lock = threading.Lock()
+        """Guards trial ids, markers, worktrees and the log writer across concurrent trials."""
 
     def _load_reference(self) -> DoctorReport | None:
         """The doctor's report (None before the doctor ran; a malformed one raises)."""
@@ -94,41 +99,53 @@ class StudyExecutor:
         return scope_violation(self.contract, self.space, baseline_config(self.contract, self.paths.root), config)
 
     def run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
-                  extra: dict[str, Any] | None = None, timeout_s: float | None = None) -> dict[str, Any]:
-        """Run one trial and return its logged row as a dict (TrialResult fields)."""
+                  extra: dict[str, Any] | None = None, timeout_s: float | None = None,
+                  placement_group: Any = None) -> dict[str, Any]:
+        """Run one trial and return its logged row as a dict (TrialResult fields).
+
+        Safe to call from several threads at once (the ``run`` stage's concurrent Tune trials,
+        each with its own ``placement_group``): ids, markers, worktrees and the log are taken
+        under a lock; the trials themselves run in parallel."""
         from infrarsi.errors import PatchError
 
-        trial_id = self.ids.new(stage)
-        scope = self.scope_violation(config)
-        if scope is not None:  # refused before running: no source may widen the contract's scope
-            log.warning("trial.out_of_scope", trial_id=trial_id, stage=stage, reason=scope)
-            refused = self._failed(trial_id, stage, config, list(patches or []), f"out of scope: {scope}")
-            refused.extra["out_of_scope"] = True
-            if extra:
-                refused.extra.update(extra)
-            self.writer.write(refused)
-            return refused.to_dict()
-        self.markers.start(trial_id, stage, config, self.workload.world_size)
-        log.info("trial.start", trial_id=trial_id, stage=stage, config=config)
-        patch_list = list(patches or [])
-        try:
-            code_dir, patch_extra = self._code_dir_for(config, patch_list)
-        except PatchError as e:
-            result = self._failed(trial_id, stage, config, patch_list, f"code patch: {e}")
+        with self._lock:
+            trial_id = self.ids.new(stage)
+            scope = self.scope_violation(config)
+            if scope is not None:  # refused before running: no source may widen the contract's scope
+                log.warning("trial.out_of_scope", trial_id=trial_id, stage=stage, reason=scope)
+                refused = self._failed(trial_id, stage, config, list(patches or []), f"out of scope: {scope}")
+                refused.extra["out_of_scope"] = True
+                if extra:
+                    refused.extra.update(extra)
+                self.writer.write(refused)
+                return refused.to_dict()
+            self.markers.start(trial_id, stage, config, self.workload.world_size)
+            log.info("trial.start", trial_id=trial_id, stage=stage, config=config)
+            patch_list = list(patches or [])
+            code_dir: str | None = None
+            patch_extra: dict[str, Any] = {}
+            patch_error: PatchError | None = None
+            try:
+                code_dir, patch_extra = self._code_dir_for(config, patch_list)
+            except PatchError as e:
+                patch_error = e
+        if patch_error is not None:
+            result = self._failed(trial_id, stage, config, patch_list, f"code patch: {patch_error}")
         else:
             if timeout_s is None:
                 timeout_s = self.default_timeout_s()
             result = self.runner.run(
                 config, trial_id=trial_id, stage=stage, patches=patch_list, timeout_s=timeout_s,
-                code_dir=code_dir, loss_guard=self.loss_guard(),
+                code_dir=code_dir, loss_guard=self.loss_guard(), placement_group=placement_group,
             )
             result.extra.update(patch_extra)
         if extra:
             result.extra.update(extra)
         if self.check and result.status == "ok" and self.reference is not None and self.reference.reference_loss:
             self._apply_invariants(result)
-        self.writer.write(result)
-        self.markers.done(trial_id)
+        with self._lock:
+            self.writer.write(result)
+            self.markers.done(trial_id)
         log.info("trial.end", trial_id=trial_id, status=result.status, step_time_s=result.step_time_s,
                  peak_memory_bytes=result.peak_memory_bytes, error=result.error[:200])
         return result.to_dict()

@@ -38,8 +38,9 @@ def tune_stage(
     analytic_prior: bool | None = None,
     loss_guard: bool | None = None,
     bank: str | None = None,
+    concurrency: int | None = None,
 ) -> dict[str, Any]:
-    """Run every stage on ``study_dir``; the init options (``memory_capacity_bytes``, the switches
+    """Run every stage on ``study_dir`` (``concurrency``: the run stage's, see ``run_stage``); the init options (``memory_capacity_bytes``, the switches
     ``analytic_prior``, ``loss_guard``, ``bank``, ...) only apply when the study has no contract
     yet (see ``init_stage``)."""
     from infrarsi.execution.runner import init_ray as ensure_ray
@@ -64,7 +65,7 @@ def tune_stage(
         doctor_stage(paths.root, repeats=doctor_repeats, address=address)
     existing = [r for r in rows(read_trials(paths.root)) if r.stage == "run"]
     run_summary = run_stage(paths.root, trials=trials, resume=bool(existing), time_budget_s=time_budget_s,
-                            address=address, seed=seed, progress=progress)
+                            address=address, seed=seed, progress=progress, concurrency=concurrency)
     if not paths.verify.exists():
         verify_stage(paths.root, top_k=top_k, pairs=pairs, rounds=rounds, address=address, seed=seed)
     verify = json.loads(paths.verify.read_text())

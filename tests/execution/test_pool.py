@@ -62,23 +62,3 @@ def test_pool_with_real_training_reuses_then_recycles_after_oom(ray_local):
         oom = small.run(cfg, trial_id="real-oom")
         assert oom.status == "oom" and oom.memory_censored, oom.error
         assert small.pool.group is None and small.pool.stats.recycles == 1
-
-
-@pytest.mark.integration
-def test_named_remote_runner_is_shared(ray_local):
-    """Tune trainables reach one runner (one warm pool) by name; surrogate answers without ranks."""
-    import ray
-
-    from infrarsi.execution.remote import get_or_create_remote_runner
-
-    wl = Workload.from_yaml(ROOT / "workloads" / "surrogate_dense_1node.yaml")
-    handle = get_or_create_remote_runner("infrarsi-test-runner", wl)
-    try:
-        again = get_or_create_remote_runner("infrarsi-test-runner")  # by name only, as a trainable would
-        assert again._actor_id == handle._actor_id
-        res = ray.get(again.run.remote(dict(wl.baseline), trial_id="s1", stage="run"), timeout=120)
-        assert res.simulated and res.trial_id == "s1" and res.status in ("ok", "oom", "failed")
-        assert res.config["zero_stage"] == 3
-    finally:
-        ray.get(handle.close.remote())
-        ray.kill(handle)

@@ -192,15 +192,20 @@ def optimizer_impl(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     build.runtime["optimizer_impl"] = value
 
 
-@register_knob("threads_per_worker")
+def _omp_threads(value: Any) -> dict[str, str]:
+    return {"OMP_NUM_THREADS": str(int(value))}
+
+
+@register_knob("threads_per_worker", process_env=_omp_threads)
 def threads_per_worker(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     """Intra-op CPU threads per rank: ``torch.set_num_threads`` in each rank, and
-    ``OMP_NUM_THREADS`` in its environment. Sets runtime ``threads_per_worker``."""
+    ``OMP_NUM_THREADS`` in its environment at process start (a new value starts fresh rank
+    processes). Sets runtime ``threads_per_worker``."""
     n = int(value)
     if n <= 0:
         raise KnobError(f"knob 'threads_per_worker': must be >= 1, got {value!r}")
     build.runtime["threads_per_worker"] = n
-    build.env["OMP_NUM_THREADS"] = str(n)
+    build.env.update(_omp_threads(n))
 
 
 @register_knob("expert_parallel")

@@ -63,9 +63,20 @@ KnobHandler = Callable[[Any, TrialBuild, KnobContext], None]
 KNOB_HANDLERS: dict[str, KnobHandler] = {}
 """Knob name -> handler. Filled by ``register_knob``."""
 
+ProcessEnv = Callable[[Any], dict[str, str]]
 
-def register_knob(name: str) -> Callable[[KnobHandler], KnobHandler]:
-    """Register ``fn`` as the handler of knob ``name``. A duplicate name raises ``KnobError``."""
+KNOB_PROCESS_ENV: dict[str, ProcessEnv] = {}
+"""Knob name -> the environment its value needs at process start (``register_knob(name,
+process_env=...)``): a pure function of the value alone. The harness calls it before the trial
+to decide whether the warm rank processes can be reused (another environment starts fresh ones);
+the handler itself runs once, on the ranks."""
+
+
+def register_knob(name: str, *, process_env: ProcessEnv | None = None) -> Callable[[KnobHandler], KnobHandler]:
+    """Register ``fn`` as the handler of knob ``name``. A duplicate name raises ``KnobError``.
+
+    ``process_env``: for a knob read at process start (``OMP_NUM_THREADS``...), the environment
+    a value needs, as a pure function of the value (see ``KNOB_PROCESS_ENV``)."""
 
     def deco(fn: KnobHandler) -> KnobHandler:
         if name in KNOB_HANDLERS and KNOB_HANDLERS[name] is not fn:
@@ -75,9 +86,26 @@ def register_knob(name: str) -> Callable[[KnobHandler], KnobHandler]:
                 f"Rename the new knob or remove the old handler."
             )
         KNOB_HANDLERS[name] = fn
+        if process_env is not None:
+            KNOB_PROCESS_ENV[name] = process_env
         return fn
 
     return deco
+
+
+def process_env(config: dict[str, Any]) -> dict[str, str]:
+    """The environment the rank processes of ``config`` need at start (``KNOB_PROCESS_ENV`` of
+    each knob in it); a value its function rejects raises ``KnobError`` naming the knob."""
+    env: dict[str, str] = {}
+    for name, value in config.items():
+        fn = KNOB_PROCESS_ENV.get(name)
+        if fn is None:
+            continue
+        try:
+            env.update({str(k): str(v) for k, v in fn(value).items()})
+        except (TypeError, ValueError) as e:
+            raise KnobError(f"knob {name!r}: value {value!r} gives no process environment: {e}") from None
+    return env
 
 
 def check_handlers(knob_names: Iterable[str], *, source: str = "search space") -> None:
