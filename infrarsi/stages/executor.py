@@ -123,6 +123,7 @@ class StudyExecutor:
                 code_dir=code_dir, loss_guard=self.loss_guard(),
             )
             result.extra.update(patch_extra)
+        self.markers.ended(trial_id)  # its devices are free: the heartbeat stops
         if extra:
             result.extra.update(extra)
         if self.check and result.status == "ok" and self.reference is not None and self.reference.reference_loss:
@@ -242,6 +243,7 @@ class StudyExecutor:
     def close(self) -> None:
         from infrarsi.patches import remove_worktree
 
+        self.markers.stop_heartbeats()
         self.runner.close()
         self.writer.close()
         for name, tree in list(self._trees.items()):

@@ -176,7 +176,7 @@ class InflightMarkers:
 
     def __init__(self, paths: StudyPaths) -> None:
         self.dir = paths.inflight
-        self._beats: dict[str, threading.Event] = {}
+        self._beats: dict[str, tuple[threading.Event, threading.Thread]] = {}
 
     def start(self, trial_id: str, stage: str, config: dict[str, Any], world_size: int) -> None:
         """Write the marker (a ``LogError`` naming the file and the fix when it cannot be)."""
@@ -191,15 +191,28 @@ class InflightMarkers:
         except OSError as e:
             raise write_error(self.dir.parent, path, e, f"mark trial {trial_id!r} in flight") from e
         stop = threading.Event()
-        self._beats[trial_id] = stop
-        threading.Thread(target=_heartbeat, args=(path, stop), daemon=True,
-                         name=f"infrarsi-inflight-{trial_id}").start()
+        beat = threading.Thread(target=_heartbeat, args=(path, stop), daemon=True,
+                                name=f"infrarsi-inflight-{trial_id}")
+        self._beats[trial_id] = (stop, beat)
+        beat.start()
+
+    def ended(self, trial_id: str) -> None:
+        """The trial released its devices: stop touching its marker (the marker stays until
+        ``done``, i.e. until its row is logged)."""
+        beat = self._beats.pop(trial_id, None)
+        if beat is not None:
+            beat[0].set()
+            beat[1].join(timeout=10.0)  # a touch under way finishes before this returns
 
     def done(self, trial_id: str) -> None:
-        stop = self._beats.pop(trial_id, None)
-        if stop is not None:
-            stop.set()
+        """The trial's row is logged: remove its marker."""
+        self.ended(trial_id)
         (self.dir / f"{trial_id}.json").unlink(missing_ok=True)
+
+    def stop_heartbeats(self) -> None:
+        """Stop every heartbeat (the harness is closing; leftover markers keep their last mtime)."""
+        for trial_id in list(self._beats):
+            self.ended(trial_id)
 
     def leftovers(self) -> list[dict[str, Any]]:
         """The markers on disk, each with ``last_alive_at``: its mtime (the last heartbeat)."""

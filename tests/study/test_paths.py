@@ -87,5 +87,10 @@ def test_a_marker_is_touched_while_its_trial_runs_and_not_after(tmp_path: Path, 
         time.sleep(0.05)
         (left,) = m.leftovers()
     assert left["last_alive_at"] > left["started_at"]
+    m.ended("run-0000")  # devices released, row not logged yet: the marker stays, untouched
+    (stopped,) = m.leftovers()
+    time.sleep(10 * paths.HEARTBEAT_S)
+    (still,) = m.leftovers()
+    assert still["last_alive_at"] == stopped["last_alive_at"]
     m.done("run-0000")
     assert m.leftovers() == [] and m._beats == {}
