@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,3 +47,37 @@ def ray_local() -> Iterator[str]:
 def repo_root() -> Path:
     """The repository root (holds ``workloads/`` and ``search_spaces/``)."""
     return REPO_ROOT
+
+
+@pytest.fixture
+def make_unwritable() -> Iterator[Callable[[Path], None]]:
+    """``make_unwritable(dir)``: nobody may create files in ``dir`` until the test ends.
+
+    As a regular user: ``chmod 0500``. As root, whom mode bits do not stop: the immutable
+    attribute (``chattr +i``), which stops root too; skips when the filesystem has none."""
+    import shutil
+    import subprocess
+
+    done: list[tuple[Path, int]] = []
+    root = os.geteuid() == 0
+
+    def make(d: Path) -> None:
+        mode = d.stat().st_mode
+        if root:
+            chattr = shutil.which("chattr")
+            if chattr is None:
+                pytest.skip("running as root without chattr: no way to make a directory unwritable")
+            proc = subprocess.run([chattr, "+i", str(d)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                pytest.skip(f"running as root and chattr +i failed here: {proc.stderr.strip()}")
+        else:
+            d.chmod(0o500)
+        done.append((d, mode))
+
+    try:
+        yield make
+    finally:
+        for d, mode in reversed(done):
+            if root:
+                subprocess.run(["chattr", "-i", str(d)], check=False)
+            d.chmod(mode & 0o7777)

@@ -43,6 +43,9 @@ def _summary(data: StudyData) -> Section:
     s = Section("Baseline vs verified best")
     for n in data.notes:
         s.blocks.append(Note(n))
+    verdict = _all_oom(data)
+    if verdict:
+        s.blocks.append(Note(verdict))
     c = data.contract
     s.blocks.append(Para(f"Study {c.study!r}: workload {c.workload.get('name')!r} "
                          f"({c.workload_path or 'embedded'}), {c.invariants.tokens_per_step} tokens "
@@ -90,6 +93,18 @@ def _summary(data: StudyData) -> Section:
         s.blocks.append(Para(f"Observed speedup (unverified, not paired): "
                              f"{b.step_time_s / w.step_time_s:.3g}x."))
     return s
+
+
+def _all_oom(data: StudyData) -> str | None:
+    """The note when every trial ran out of memory (``infrarsi.report.memory``)."""
+    from infrarsi.errors import InfrarsiError
+    from infrarsi.report.memory import all_oom_verdict
+
+    try:
+        space = data.contract.search_space(data.study_dir)
+    except InfrarsiError:
+        space = None
+    return all_oom_verdict(data.trials, data.contract, space, data.contract.workload_path or "WORKLOAD")
 
 
 def _config_diff(data: StudyData) -> Section:

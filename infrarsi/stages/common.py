@@ -58,3 +58,25 @@ def device_budget_s(contract: Contract) -> float | None:
     """The device-hours budget in device-seconds (None: unlimited)."""
     dh = contract.budgets.device_hours
     return None if dh is None else float(dh) * 3600.0
+
+
+def raise_harness_errors(grid: Any, stage: str = "run") -> None:
+    """Raise the first error a Ray Tune trainable raised (``ResultGrid.errors``), if any.
+
+    A trial's own failure (oom, a crash in a rank, a timeout) is a logged row, never an exception;
+    an exception out of a trainable is the harness's (the trial log or the study directory cannot
+    be written, an executor bug), so the stage stops and says so instead of reporting success.
+    An infrarsi error (``LogError``: a full disk, an unwritable study directory) is re-raised as
+    itself, with its message; anything else becomes a ``StudyError`` naming it."""
+    from infrarsi.errors import InfrarsiError, StudyError
+
+    errors = list(getattr(grid, "errors", None) or [])
+    if not errors:
+        return
+    first = errors[0]
+    cause = getattr(first, "cause", None)  # a RayTaskError wraps the trainable's exception
+    for err in (cause, first):  # the cause first: its message is the error's own, no traceback
+        if isinstance(err, InfrarsiError):
+            raise err
+    raise StudyError(f"{stage}: {len(errors)} Ray Tune trial(s) stopped with a harness error (not a "
+                     f"trial status); the first: {type(first).__name__}: {str(first)[-2000:]}")

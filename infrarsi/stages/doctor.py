@@ -75,10 +75,15 @@ def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None
     if report.ok_trials < 2:
         bad = [f"{r.trial_id}: {r.status}: {r.error[:300]}" for r in rows if r.status != "ok"]
         report.save_failed(paths.root)
+        from infrarsi.report.memory import all_oom_verdict
+
+        verdict = all_oom_verdict(rows, ex.contract, ex.space, ex.contract.workload_path or "WORKLOAD")
         raise StudyError(
             f"doctor: only {report.ok_trials} of {repeats} baseline trials were ok, so noise and "
-            f"tolerance cannot be measured. Failures: {bad}. Fix the workload, or raise the memory "
-            f"capacity if the baseline itself runs out of memory."
+            f"tolerance cannot be measured. Failures: {bad}. "
+            + (verdict or "Fix the workload, or raise the memory capacity if the baseline itself "
+                          "runs out of memory.")
+            + f" `infrarsi report {paths.root}` shows every trial logged."
         )
     if report.device_memory_capacity_bytes is None:
         report = report.model_copy(update={"device_memory_capacity_bytes": _device_memory_bytes(ex.workload, address)})

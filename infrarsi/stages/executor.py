@@ -139,6 +139,7 @@ class StudyExecutor:
                 code_dir=code_dir, loss_guard=self.loss_guard(), placement_group=placement_group,
             )
             result.extra.update(patch_extra)
+        self.markers.ended(trial_id)  # its devices are free: the heartbeat stops
         if extra:
             result.extra.update(extra)
         if self.check and result.status == "ok" and self.reference is not None and self.reference.reference_loss:
@@ -239,14 +240,17 @@ class StudyExecutor:
         for m in self.markers.leftovers():
             now = time.time()
             started = float(m.get("started_at") or now)
+            ended = max(started, float(m.get("last_alive_at") or started))  # its last heartbeat
+            world = int(m.get("world_size") or 0)
             res = TrialResult(
                 trial_id=m["trial_id"], stage=m.get("stage", "run"), config=m.get("config", {}),
                 status="failed",
                 error="interrupted: the harness was killed while this trial was in flight; "
-                      "its measurements were lost, it is not counted against the budget",
-                world_size=int(m.get("world_size") or 0),
-                device_seconds=0.0, started_at=started, ended_at=started,
-                extra={"interrupted": True},
+                      "its measurements were lost, it is not counted against the budget; "
+                      "device_seconds counts its devices up to its last heartbeat (a lower bound)",
+                world_size=world,
+                device_seconds=world * (ended - started), started_at=started, ended_at=ended,
+                extra={"interrupted": True, "device_seconds_lower_bound": True},
             )
             self.writer.write(res)
             self.markers.done(m["trial_id"])
@@ -256,6 +260,7 @@ class StudyExecutor:
     def close(self) -> None:
         from infrarsi.patches import remove_worktree
 
+        self.markers.stop_heartbeats()
         self.runner.close()
         self.writer.close()
         for name, tree in list(self._trees.items()):

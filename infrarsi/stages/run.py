@@ -84,7 +84,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     from infrarsi.execution.cluster import alive_nodes, require_slots, trial_resources
     from infrarsi.execution.group import GroupSpec
     from infrarsi.execution.runner import init_ray as ensure_ray
-    from infrarsi.stages.common import device_budget_s
+    from infrarsi.stages.common import device_budget_s, raise_harness_errors
     from infrarsi.stages.executor import StudyExecutor
     from infrarsi.stages.optimizer_factory import build_optimizer, make_searcher
     from infrarsi.stages.progress import RunProgress
@@ -155,11 +155,12 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
                 run_config=tune.RunConfig(
                     name=f"run-{int(time.time())}", storage_path=str(paths.root / "tune"),
                     verbose=0, callbacks=[prog], stop=prog.stopper(device_budget_s(contract)),
-                    log_to_file=True,
+                    log_to_file=True, failure_config=tune.FailureConfig(fail_fast=True),
                 ),
             )
             with prog:
-                tuner.fit()
+                grid = tuner.fit()
+            raise_harness_errors(grid)  # a full disk or an unwritable log is an error, not a success
             optimizer = searcher.optimizer
         optimizer.save(str(paths.optimizer_state))
     finally:

@@ -24,15 +24,17 @@ either, so they keep working.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infrarsi.errors import StudyError
+from infrarsi.errors import LogError, StudyError
 
 _ID = re.compile(r"^(?P<stage>[a-z]+)-(?P<n>\d+)$")
 
@@ -109,6 +111,31 @@ class StudyPaths:
         return path
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def write_error(study_dir: str | os.PathLike[str], path: Path, e: OSError, what: str) -> LogError:
+    """The ``LogError`` for an ``OSError`` met while writing into a study directory (the trial
+    log, an in-flight marker): names the file, the cause and the fix. Rows logged before stay
+    readable, and ``run --resume`` logs a trial that was in flight as interrupted."""
+    study = str(study_dir)
+    if e.errno in _DISK_FULL:
+        fix = (f"the disk holding it is full (or over quota): free space there, or move the study "
+               f"directory {study!r} to a larger disk")
+    elif e.errno in _NOT_WRITABLE:
+        fix = (f"it is not writable by this user: make the study directory {study!r} and the "
+               f"folders in it writable (chmod -R u+w; chattr -i if it was made immutable), or "
+               f"use a new study directory")
+    else:
+        fix = f"check the disk and the permissions of the study directory {study!r}"
+    return LogError(
+        f"cannot {what} in {str(path)!r}: {e.strerror or e} (errno {e.errno}); {fix}. Every row "
+        f"logged before is intact; re-run the stage afterwards (`infrarsi run {study} --resume` "
+        f"continues a search)."
+    )
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to ``path`` via a temp file and ``os.replace`` (never a half-written file)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -136,31 +163,80 @@ class TrialIds:
         return f"{stage}-{n:04d}"
 
 
+HEARTBEAT_S = 2.0
+"""Seconds between two touches of an in-flight marker (its mtime is the trial's last sign of life)."""
+
+
 class InflightMarkers:
-    """One JSON file per trial in flight. A marker left behind means the harness was killed."""
+    """One JSON file per trial in flight. A marker left behind means the harness was killed.
+
+    While a trial runs, a daemon thread touches its marker every ``HEARTBEAT_S``: after a kill,
+    the marker's mtime (``leftovers()[i]["last_alive_at"]``) bounds how long the trial held its
+    devices, so its interrupted row can count that device time instead of none."""
 
     def __init__(self, paths: StudyPaths) -> None:
         self.dir = paths.inflight
+        self._beats: dict[str, tuple[threading.Event, threading.Thread]] = {}
 
     def start(self, trial_id: str, stage: str, config: dict[str, Any], world_size: int) -> None:
-        make_private_dir(self.dir)
-        write_json_atomic(
-            self.dir / f"{trial_id}.json",
-            {"trial_id": trial_id, "stage": stage, "config": config,
-             "world_size": world_size, "started_at": time.time(), "pid": os.getpid()},
-        )
+        """Write the marker (a ``LogError`` naming the file and the fix when it cannot be)."""
+        path = self.dir / f"{trial_id}.json"
+        try:
+            make_private_dir(self.dir)
+            write_json_atomic(
+                path,
+                {"trial_id": trial_id, "stage": stage, "config": config,
+                 "world_size": world_size, "started_at": time.time(), "pid": os.getpid()},
+            )
+        except OSError as e:
+            raise write_error(self.dir.parent, path, e, f"mark trial {trial_id!r} in flight") from e
+        stop = threading.Event()
+        beat = threading.Thread(target=_heartbeat, args=(path, stop), daemon=True,
+                                name=f"infrarsi-inflight-{trial_id}")
+        self._beats[trial_id] = (stop, beat)
+        beat.start()
+
+    def ended(self, trial_id: str) -> None:
+        """The trial released its devices: stop touching its marker (the marker stays until
+        ``done``, i.e. until its row is logged)."""
+        beat = self._beats.pop(trial_id, None)
+        if beat is not None:
+            beat[0].set()
+            beat[1].join(timeout=10.0)  # a touch under way finishes before this returns
 
     def done(self, trial_id: str) -> None:
+        """The trial's row is logged: remove its marker."""
+        self.ended(trial_id)
         (self.dir / f"{trial_id}.json").unlink(missing_ok=True)
 
+    def stop_heartbeats(self) -> None:
+        """Stop every heartbeat (the harness is closing; leftover markers keep their last mtime)."""
+        for trial_id in list(self._beats):
+            self.ended(trial_id)
+
     def leftovers(self) -> list[dict[str, Any]]:
+        """The markers on disk, each with ``last_alive_at``: its mtime (the last heartbeat)."""
         if not self.dir.exists():
             return []
         out = []
         for p in sorted(self.dir.glob("*.json")):
             try:
-                out.append(json.loads(p.read_text()))
+                mtime = p.stat().st_mtime
+            except OSError:
+                continue  # removed meanwhile: that trial ended
+            try:
+                marker = json.loads(p.read_text())
             except (OSError, json.JSONDecodeError):
-                out.append({"trial_id": p.stem, "stage": "run", "config": {}, "world_size": 0,
-                            "started_at": p.stat().st_mtime})
+                marker = {"trial_id": p.stem, "stage": "run", "config": {}, "world_size": 0,
+                          "started_at": mtime}
+            marker["last_alive_at"] = mtime
+            out.append(marker)
         return out
+
+
+def _heartbeat(path: Path, stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_S):
+        try:
+            os.utime(path)
+        except OSError:  # the marker is gone (the trial ended) or cannot be touched
+            return

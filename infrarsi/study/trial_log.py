@@ -12,6 +12,7 @@ here. Dict fields are stored as JSON strings, ``started_at``/``ended_at`` as UTC
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -27,7 +28,7 @@ import pyarrow as pa
 
 from infrarsi.errors import LogError
 from infrarsi.result import TrialResult
-from infrarsi.study.paths import make_private_dir
+from infrarsi.study.paths import make_private_dir, write_error
 
 TRIALS_DIRNAME = "trials"
 """Name of the trial-log folder inside a study directory."""
@@ -118,21 +119,49 @@ class TrialLogWriter:
             make_private_dir(self.study_dir)  # `infrarsi trial --log DIR` may make the study directory
             make_private_dir(folder)
         except OSError as e:
-            raise LogError(f"cannot create the trial log folder {str(folder)!r}: {e}") from e
+            raise write_error(self.study_dir, folder, e, "create the trial log folder") from e
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        self.path = folder / f"{stamp}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SEGMENT_SUFFIX}"
-        self._sink = pa.OSFile(str(self.path), "ab")
-        self._writer = pa.ipc.new_stream(self._sink, self.schema)
+        path = folder / f"{stamp}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SEGMENT_SUFFIX}"
+        try:
+            self._sink = pa.OSFile(str(path), "ab")
+            self._writer = pa.ipc.new_stream(self._sink, self.schema)
+        except OSError as e:
+            self._abandon()
+            raise write_error(self.study_dir, path, e, "create a trial log segment") from e
+        self.path = path
 
     def write(self, result: TrialResult) -> None:
-        """Append one trial row and make it durable (flush + fsync)."""
+        """Append one trial row and make it durable (flush + fsync).
+
+        A write that fails (a full disk, a directory made read-only) raises ``LogError`` naming
+        the file and the fix. The segment is cut back to its last complete row and abandoned, so
+        the failed row is not half in the log and every row written before stays readable; the
+        next ``write`` starts a new segment."""
         if self._writer is None:
             self._open()
-        assert self._writer is not None and self._sink is not None
+        if self._writer is None or self._sink is None:
+            raise LogError("trial log writer: no open segment after opening one (a bug).")
         batch = pa.RecordBatch.from_pydict(_row(result, self.schema), schema=self.schema)
-        self._writer.write_batch(batch)
-        self._sink.flush()
-        os.fsync(self._sink.fileno())
+        path = self.path
+        start = self._sink.tell()
+        try:
+            self._writer.write_batch(batch)
+            self._sink.flush()
+            os.fsync(self._sink.fileno())
+        except OSError as e:
+            self._abandon()
+            if path is not None:
+                with contextlib.suppress(OSError):  # a reader drops a torn tail anyway
+                    os.truncate(path, start)  # drop the torn row: never a half-logged trial
+            raise write_error(self.study_dir, path or trials_dir(self.study_dir), e,
+                              f"log trial {result.trial_id!r}") from e
+
+    def _abandon(self) -> None:
+        """Drop the current segment without an end-of-stream marker (after a failed write)."""
+        sink, self._writer, self._sink, self.path = self._sink, None, None, None
+        if sink is not None:
+            with contextlib.suppress(OSError):
+                sink.close()
 
     def close(self) -> None:
         """Write the end-of-stream marker and close the file (idempotent)."""

@@ -57,3 +57,13 @@ def boom(spec: dict[str, Any]) -> dict[str, Any]:
     if dist.get_rank() == 0:
         raise RuntimeError("stand-in exploded")
     return {"rank": 1, "status": "ok", "step_times_s": [], "warmup_steps": 0}
+
+
+def skip_collective(spec: dict[str, Any]) -> dict[str, Any]:
+    """Rank 1 skips the all-reduce and returns ok at once; rank 0 waits in it for ever."""
+    if dist.get_rank() == 1:
+        return {"rank": 1, "status": "ok", "error": "", "step_times_s": [], "warmup_steps": 0,
+                "pid": os.getpid()}
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    return _result(spec)

@@ -113,15 +113,18 @@ def _alive_actor_ids(actor_ids, timeout_s=60.0):
 
 
 @pytest.mark.integration
-def test_hanging_rank_times_out_and_leaves_nothing(ray_local, repo_root):
-    """A rank that never returns: status timeout, group killed, no actors, no PG, no process."""
+@pytest.mark.parametrize("entry", ["standins:hang", "standins:skip_collective"])
+def test_hanging_rank_times_out_and_leaves_nothing(ray_local, repo_root, entry):
+    """A collective that never completes (rank 1 sleeps, or skips the all-reduce and returns
+    ok, while rank 0 waits in it): status timeout at the deadline, the devices counted for it,
+    group killed, no actors, no PG, no process."""
     from ray.util.placement_group import placement_group_table
 
     from infrarsi.execution.runner import TrialRunner
     from infrarsi.workload import Workload
 
     wl = Workload.from_yaml(repo_root / "workloads" / "dense_debug.yaml")
-    runner = TrialRunner(wl, code_dir=STANDINS, entry="standins:hang", peak_flops_per_s=1.0, check_knobs=False)
+    runner = TrialRunner(wl, code_dir=STANDINS, entry=entry, peak_flops_per_s=1.0, check_knobs=False)
     try:
         res = runner.run({}, trial_id="hang-1", timeout_s=4)
         group_info = res.extra
@@ -129,6 +132,7 @@ def test_hanging_rank_times_out_and_leaves_nothing(ray_local, repo_root):
         assert "did not finish" in res.error
         assert res.step_time_s is None
         assert res.device_seconds >= 2 * 4
+        assert res.device_seconds == pytest.approx(2 * (res.ended_at - res.started_at))
         assert runner.pool.group is None  # the pool holds nothing after a timeout
         assert runner.pool.stats.recycles == 1
     finally:
@@ -196,3 +200,130 @@ def test_group_spreads_over_two_raylets_and_rendezvouses(repo_root):
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert json.loads(lines[0][len("RESULT "):]) == {"nodes": 2, "status": "ok"}
+
+
+def _dense(repo_root, warmup: int, measured: int):
+    import yaml
+
+    from infrarsi.workload import Workload
+
+    path = repo_root / "workloads" / "dense_debug.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["steps"] = {"warmup": warmup, "measured": measured}
+    return Workload.from_dict(data, source=str(path))
+
+
+def _when_in_flight(runner, timeout_s=300.0):
+    """The runner's group once it has been handed a trial (its ranks are running it)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        group = runner._pool.group if runner._pool is not None else None
+        if group is not None and group.trials_run >= 1:
+            return group
+        time.sleep(0.1)
+    raise AssertionError("the trial never reached its ranks")
+
+
+@pytest.mark.integration
+def test_a_rank_killed_mid_trial_fails_the_trial_and_counts_its_device_time(ray_local, repo_root):
+    """Real DeepSpeed training on 2 gloo ranks; rank 1's process is SIGKILLed (what the kernel's
+    OOM killer does) while the trial runs: the row is ``failed`` naming the dead rank, its
+    device_seconds cover the devices for the trial's whole wall time, the surviving rank does
+    not hang (the group is killed), and the next trial runs on a fresh group."""
+    import os
+    import signal
+    import threading
+
+    from infrarsi.execution.runner import TrialRunner
+
+    wl = _dense(repo_root, warmup=1, measured=200)  # long enough to be killed mid-way
+    cfg = {"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none"}
+    with TrialRunner(wl, peak_flops_per_s=1e9) as runner:
+        out: dict = {}
+        t = threading.Thread(target=lambda: out.update(res=runner.run(cfg, trial_id="killed", timeout_s=600)))
+        t.start()
+        group = _when_in_flight(runner)
+        pids, actor_ids = list(group.pids), set(group.actor_ids)
+        os.kill(pids[1], signal.SIGKILL)
+        t.join(timeout=300)
+        assert not t.is_alive()
+        res = out["res"]
+        assert res.status == "failed", res.error
+        assert "rank 1 died" in res.error
+        assert res.step_time_s is None
+        assert res.device_seconds == pytest.approx(2 * (res.ended_at - res.started_at))
+        assert res.device_seconds > 0
+        assert runner.pool.group is None and runner.pool.stats.recycles == 1
+        assert _alive_actor_ids(actor_ids) == []
+        assert _wait_gone(pids) == []
+
+
+_RAYLET_KILLED = '''
+import json, os, sys, threading, time
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+sys.path.insert(0, sys.argv[1])
+import psutil, ray, yaml
+from ray.cluster_utils import Cluster
+from infrarsi.execution.runner import TrialRunner
+from infrarsi.workload import Workload
+fast = {"health_check_period_ms": 500, "health_check_timeout_ms": 500,
+        "health_check_failure_threshold": 3, "health_check_initial_delay_ms": 0}
+cluster = Cluster(initialize_head=True, head_node_args={
+    "num_cpus": 0, "include_dashboard": False, "_system_config": fast})
+workers = [cluster.add_node(num_cpus=2) for _ in range(2)]
+ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+cluster.wait_for_nodes()
+try:
+    path = os.path.join(sys.argv[1], "workloads", "dense_debug.yaml")
+    data = yaml.safe_load(open(path))
+    data["steps"] = {"warmup": 1, "measured": 200}  # long enough to lose its node mid-way
+    runner = TrialRunner(Workload.from_dict(data, source=path), peak_flops_per_s=1e9)
+    out = {}
+    cfg = {"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none"}
+    t = threading.Thread(target=lambda: out.update(res=runner.run(cfg, trial_id="raylet", timeout_s=600)))
+    t.start()
+    while runner._pool is None or runner._pool.group is None or runner._pool.group.trials_run < 1:
+        time.sleep(0.1)
+    group = runner._pool.group
+    pids, on = group.pids, set(group.node_ids)
+    (victim,) = [n for n in workers if n.node_id in on]  # PACK: both ranks on one node
+    cluster.remove_node(victim, allow_graceful=False)   # SIGKILL its raylet and its processes
+    t.join(300)
+    res = out["res"]
+    end = time.monotonic() + 60
+    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.5)
+    end = time.monotonic() + 60
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < end:
+        time.sleep(0.5)
+    print("RESULT", json.dumps({
+        "status": res.status, "error": res.error[:500], "device_seconds": res.device_seconds,
+        "wall_s": res.ended_at - res.started_at, "ranks_on_victim": len(on) == 1,
+        "pids_left": [p for p in pids if psutil.pid_exists(p)], "pool_group": runner.pool.group is not None,
+        "free_cpus": ray.available_resources().get("CPU", 0)}))
+    runner.close()
+finally:
+    ray.shutdown()
+    cluster.shutdown()
+'''
+
+
+@pytest.mark.integration
+def test_a_raylet_killed_mid_trial_fails_the_trial_and_frees_its_devices(repo_root):
+    """A cluster of two 2-CPU raylets on one machine; the trial's group (real DeepSpeed on 2
+    gloo ranks) is packed on one of them, whose raylet and processes are SIGKILLed mid-trial
+    (``Cluster.remove_node``): the row is ``failed`` with a dead rank, counts 2 devices for its
+    wall time, the rank processes are gone and the surviving node's 2 CPUs are free again."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _RAYLET_KILLED, str(repo_root)],
+                          capture_output=True, text=True, timeout=500)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads(lines[0][len("RESULT "):])
+    assert got["status"] == "failed" and "died" in got["error"], got
+    assert got["ranks_on_victim"] and got["pids_left"] == [] and not got["pool_group"], got
+    assert got["device_seconds"] == pytest.approx(2 * got["wall_s"]) and got["device_seconds"] > 0
+    assert got["free_cpus"] == 2

@@ -99,3 +99,35 @@ def test_deepspeed_config_prefers_the_logged_one(tmp_path: Path) -> None:
     assert deepspeed_config(c, BEST, [r]) == {"train_batch_size": 16, "x": 1}
     built = deepspeed_config(c, BEST, [])
     assert built is not None and built["train_micro_batch_size_per_gpu"] == 8
+
+
+def test_a_study_where_every_trial_ran_out_of_memory_says_so_and_names_the_savers(tmp_path: Path) -> None:
+    """Every trial oom (the interrupted one aside): the report says so at the top, with the
+    capacity, and names the search space's memory-saver knobs the contract keeps fixed (with
+    the init command that allows them) and the allowed savers' most saving values, tried or not."""
+    import time
+
+    from synthetic_study import BASE, GIB, ROOT, row, write_rows
+
+    from infrarsi.study.contract import Contract
+
+    d = tmp_path / "study"
+    Contract.create(ROOT / "workloads/dense_debug.yaml", study_dir=d, memory_capacity_bytes=GIB // 64,
+                    editable_knobs=["micro_batch_size", "zero_stage"]).save(d)
+    t = time.time() - 600
+    cfgs = [BASE, {**BASE, "zero_stage": 2}, {**BASE, "micro_batch_size": 2}]
+    trials = [row(f"run-{i}", "run", c, t + 20 * i, status="oom", mem=0.02 + 0.01 * i)
+              for i, c in enumerate(cfgs)]
+    trials.append(row("run-3", "run", BASE, t + 80, status="failed", extra={"interrupted": True}))
+    write_rows(d, trials)
+    md = write_report(d).markdown.read_text()
+    assert "Every trial ran out of memory: all 3 trials that ran ended 'oom'" in md
+    assert "16.00 MiB per device (--memory-capacity)" in md
+    fixed = md.split("does not allow yet: ")[1].split(".")[0].split(", ")
+    assert set(fixed) == {"activation_checkpointing", "offload_optimizer", "offload_param"}
+    assert "--knob micro_batch_size --knob zero_stage --knob activation_checkpointing" in md
+    assert "zero_stage=3 (tried)" in md
+
+    # one trial that fits: no such note
+    write_rows(d, [row("run-4", "run", BASE, t + 100, step=2.0)], name="seg1")
+    assert "Every trial ran out of memory" not in write_report(d).markdown.read_text()

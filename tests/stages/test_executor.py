@@ -19,6 +19,7 @@ from infrarsi.workload import Workload
 pytestmark = pytest.mark.integration
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cheats"
+SURROGATE = Path(__file__).resolve().parents[1] / "fixtures" / "stages" / "surrogate_small.yaml"
 
 # cheat -> words its invariant-violation reason must contain
 CHEATS = {
@@ -121,3 +122,50 @@ def test_an_out_of_scope_config_is_refused_before_it_runs(tmp_path: Path) -> Non
     assert got["status"] == "failed" and got["extra"]["out_of_scope"] is True
     assert "editable.knobs" in got["error"] and repr(other.name) in got["error"] and repr(value) in got["error"]
     assert [r.trial_id for r in rows(read_trials(d))] == [got["trial_id"]]
+
+
+def test_a_full_disk_at_the_log_write_is_a_log_error_and_resume_logs_the_trial_interrupted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC at the trial log's fsync (fault injected at the write; surrogate trials, no Ray):
+    ``run_trial`` raises the ``LogError`` naming the segment and the fix, the row logged before
+    is intact, the failed trial is not half logged, and its in-flight marker stays, so the next
+    harness logs it as interrupted (with its device time up to its last heartbeat)."""
+    import errno
+    import os
+
+    from infrarsi.errors import LogError
+    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.stages.init import init_stage
+    from infrarsi.study.trial_log import read_trials, rows
+
+    def enospc(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    d = tmp_path / "study"
+    init_stage(SURROGATE, d)
+    ex = StudyExecutor(d)
+    try:
+        base = ex.full_config(dict(ex.workload.baseline))
+        first = ex.run_trial(base, "doctor")
+        monkeypatch.setattr(os, "fsync", enospc)
+        with pytest.raises(LogError) as info:
+            ex.run_trial(base, "doctor")
+        monkeypatch.undo()
+    finally:
+        ex.close()
+    msg = str(info.value)
+    assert str(d / "trials") in msg and "No space left on device" in msg and "free space" in msg
+    before = rows(read_trials(d))
+    assert [r.trial_id for r in before] == [first["trial_id"]]
+
+    again = StudyExecutor(d)
+    try:
+        (recovered,) = again.recover_inflight()
+    finally:
+        again.close()
+    after = {r.trial_id: r for r in rows(read_trials(d))}
+    assert sorted(after) == [first["trial_id"], recovered["trial_id"]] == ["doctor-0000", "doctor-0001"]
+    lost = after["doctor-0001"]
+    assert lost.extra["interrupted"] is True and lost.status == "failed"
+    assert lost.device_seconds == pytest.approx(lost.world_size * (lost.ended_at - lost.started_at), abs=1e-3)
+    assert after["doctor-0000"].to_dict() == before[0].to_dict()

@@ -56,3 +56,41 @@ def test_an_existing_directory_is_left_as_it_is(tmp_path: Path) -> None:
     assert make_private_dir(d) == d
     assert stat.S_IMODE(d.stat().st_mode) == 0o755
 
+
+
+def test_a_marker_in_an_unwritable_study_is_a_log_error_naming_the_file(tmp_path: Path, make_unwritable) -> None:
+    from infrarsi.errors import LogError
+
+    m = InflightMarkers(StudyPaths(tmp_path))
+    m.start("run-0000", "run", {}, 2)
+    make_unwritable(tmp_path / "inflight")
+    with pytest.raises(LogError) as info:
+        m.start("run-0001", "run", {}, 2)
+    assert str(tmp_path / "inflight" / "run-0001.json") in str(info.value)
+    assert "not writable" in str(info.value)
+    assert [x["trial_id"] for x in m.leftovers()] == ["run-0000"]
+
+
+def test_a_marker_is_touched_while_its_trial_runs_and_not_after(tmp_path: Path, monkeypatch) -> None:
+    """The heartbeat: a leftover marker's ``last_alive_at`` (its mtime) moves on while the trial
+    is in flight, so an interrupted row can count the device time up to it."""
+    import time
+
+    from infrarsi.study import paths
+
+    monkeypatch.setattr(paths, "HEARTBEAT_S", 0.05)
+    m = InflightMarkers(StudyPaths(tmp_path))
+    m.start("run-0000", "run", {}, 2)
+    (left,) = m.leftovers()
+    end = time.monotonic() + 30
+    while left["last_alive_at"] <= left["started_at"] and time.monotonic() < end:
+        time.sleep(0.05)
+        (left,) = m.leftovers()
+    assert left["last_alive_at"] > left["started_at"]
+    m.ended("run-0000")  # devices released, row not logged yet: the marker stays, untouched
+    (stopped,) = m.leftovers()
+    time.sleep(10 * paths.HEARTBEAT_S)
+    (still,) = m.leftovers()
+    assert still["last_alive_at"] == stopped["last_alive_at"]
+    m.done("run-0000")
+    assert m.leftovers() == [] and m._beats == {}

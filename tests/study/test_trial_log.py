@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from infrarsi.errors import LogError
 from infrarsi.result import TrialResult
 from infrarsi.study.trial_log import TrialLogWriter, read_trials, rows, trial_schema
 
@@ -158,3 +160,56 @@ def test_the_trial_log_makes_its_study_directory_0700(tmp_path: Path) -> None:
         w.write(TrialResult(trial_id="t0", stage="trial", config={}, status="failed", error="x"))
     assert stat.S_IMODE(study.stat().st_mode) == 0o700
     assert stat.S_IMODE((study / "trials").stat().st_mode) == 0o700
+
+
+# ----------------------------------------------------------------------------- write faults
+def _enospc(fd: int) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_is_a_log_error_naming_the_file_and_the_fix_and_loses_no_row(tmp_path, monkeypatch):
+    """ENOSPC at the fsync of the third row (fault injected at the write): a ``LogError`` naming
+    the segment, the full disk and the fix; the two rows logged before read back unchanged, the
+    failed row is not half in the log, and once space is back the next row opens a new segment."""
+    w = TrialLogWriter(tmp_path)
+    written = [_result(0), _result(1)]
+    for r in written:
+        w.write(r)
+    segment = w.path
+    monkeypatch.setattr(os, "fsync", _enospc)
+    with pytest.raises(LogError) as info:
+        w.write(_result(2))
+    msg = str(info.value)
+    assert str(segment) in msg and "'t2'" in msg
+    assert "full" in msg and "free space" in msg and "--resume" in msg
+    assert [r.to_dict() for r in rows(read_trials(tmp_path))] == [r.to_dict() for r in written]
+    monkeypatch.undo()
+    w.write(_result(2))
+    w.close()
+    assert w.path != segment
+    assert sorted(read_trials(tmp_path)["trial_id"].to_pylist()) == ["t0", "t1", "t2"]
+
+
+def test_a_full_disk_when_a_segment_is_created_is_a_log_error(tmp_path, monkeypatch):
+    """A harness that starts on a full disk (its new segment's first bytes go to /dev/full,
+    which answers every write with ENOSPC): a ``LogError``, and the old rows are intact."""
+    with TrialLogWriter(tmp_path) as w:
+        w.write(_result(0))
+    real = pa.OSFile
+    monkeypatch.setattr(pa, "OSFile", lambda path, mode="r": real("/dev/full", mode))
+    with pytest.raises(LogError, match="No space left on device") as info:
+        TrialLogWriter(tmp_path).write(_result(1))
+    assert str(tmp_path / "trials") in str(info.value) and "free space" in str(info.value)
+    monkeypatch.undo()
+    assert read_trials(tmp_path)["trial_id"].to_pylist() == ["t0"]
+
+
+def test_an_unwritable_study_directory_is_a_log_error_and_the_log_is_intact(tmp_path, make_unwritable):
+    with TrialLogWriter(tmp_path) as w:
+        w.write(_result(0))
+    make_unwritable(tmp_path / "trials")
+    with pytest.raises(LogError) as info:
+        TrialLogWriter(tmp_path).write(_result(1))
+    msg = str(info.value)
+    assert str(tmp_path / "trials") in msg and "not writable" in msg and "chmod -R u+w" in msg
+    assert read_trials(tmp_path)["trial_id"].to_pylist() == ["t0"]

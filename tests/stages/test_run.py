@@ -1,0 +1,177 @@
+"""The run stage under faults: the harness SIGKILLed mid-study on the real debug workload (then
+``run --resume``), and a study directory that cannot be written.
+
+Stage flows on the simulated backend (every stage end to end, resume on the surrogate) are in
+``tests/stages/test_tune.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from infrarsi.study.trial_log import read_trials, rows
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DENSE = ROOT / "workloads" / "dense_debug.yaml"
+SURROGATE = ROOT / "tests" / "fixtures" / "stages" / "surrogate_small.yaml"
+
+
+def _short_workload(tmp_path: Path, warmup: int = 1, measured: int = 2) -> str:
+    data = yaml.safe_load(DENSE.read_text())
+    data["steps"] = {"warmup": warmup, "measured": measured}
+    data["search_space"] = str(ROOT / "search_spaces" / "deepspeed_dense.yaml")
+    path = tmp_path / "dense_short.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1", "INFRARSI_BANK": "off"}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "infrarsi", *args], capture_output=True, text=True,
+                          env=_env(), timeout=600, cwd=ROOT)
+
+
+def _other_jobs_actors() -> dict[str, int]:
+    """Actor id -> pid of every live actor that another driver (the CLI under test) owns."""
+    import ray
+    import ray._private.state as ray_state
+
+    mine = ray.get_runtime_context().get_job_id()
+    return {a["ActorID"]: int(a["Pid"]) for a in ray_state.actors().values()
+            if a["State"] == "ALIVE" and a["JobID"] != mine and a["Pid"]}
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for p in pids:
+        try:
+            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 120.0) -> list[int]:
+    end = time.monotonic() + timeout_s
+    while _alive(pids) and time.monotonic() < end:
+        time.sleep(0.5)
+    return _alive(pids)
+
+
+def _in_flight_after_a_heartbeat(study: Path) -> list[dict]:
+    """Run-stage markers whose trial has been alive for at least one heartbeat."""
+    out = []
+    for p in (study / "inflight").glob("run-*.json"):
+        try:
+            mtime = p.stat().st_mtime
+            marker = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # being written or removed right now
+        if mtime > float(marker["started_at"]):
+            out.append(marker)
+    return out
+
+
+def test_sigkill_mid_study_on_the_debug_workload_then_resume_loses_and_duplicates_nothing(
+        ray_local: str, tmp_path: Path) -> None:
+    """init + doctor on the dense debug workload (2 CPU ranks, DeepSpeed over gloo, 3 steps a
+    trial); ``infrarsi run --trials 2`` is SIGKILLed (its whole process group) once a run row is
+    logged and the next trial is in flight; every process the killed harness had in Ray (the
+    executor actor, the rank actors) goes away; ``run --resume`` then logs the in-flight trial as
+    interrupted, with its device time up to its last heartbeat, and completes the budget: every
+    trial id once, the rows logged before the kill unchanged, no trial run twice."""
+    workload = _short_workload(tmp_path)
+    study = tmp_path / "study"
+    r = _cli("init", workload, "--study", str(study), "--knob", "zero_stage", "--knob", "micro_batch_size")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", ray_local)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    out = (tmp_path / "run.out").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "infrarsi", "run", str(study), "--trials", "2",
+                             "--address", ray_local], env=_env(), cwd=ROOT, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        end = time.monotonic() + 480
+        in_flight: list[dict] = []
+        while proc.poll() is None and time.monotonic() < end:
+            logged = [x for x in rows(read_trials(study)) if x.stage == "run"]
+            in_flight = _in_flight_after_a_heartbeat(study) if logged else []
+            if in_flight:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None and in_flight, (
+            "no run trial was in flight after a logged one: " + (tmp_path / "run.out").read_text()[-3000:])
+        held = _other_jobs_actors()  # the killed harness's executor and rank actors
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        out.close()
+    assert held, "the running harness held no Ray actors (the executor and the ranks)"
+    assert _wait_gone(list(held.values())) == [], "processes of the killed harness outlived it"
+
+    before = rows(read_trials(study))
+    killed = {m["trial_id"] for m in _in_flight_after_a_heartbeat(study)}
+    assert killed and not killed & {x.trial_id for x in before}
+
+    r = _cli("run", str(study), "--trials", "2", "--resume", "--address", ray_local)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    after = rows(read_trials(study))
+    ids = [x.trial_id for x in after]
+    assert len(ids) == len(set(ids)), f"a trial id was logged twice: {ids}"
+    by_id = {x.trial_id: x for x in after}
+    for x in before:  # every row logged before the kill is still there, unchanged
+        assert by_id[x.trial_id].to_dict() == x.to_dict()
+    for tid in killed:  # the trial in flight at the kill: interrupted, and its device time counted
+        row = by_id[tid]
+        assert row.extra.get("interrupted") is True and row.status == "failed", row
+        assert row.device_seconds > 0 and row.ended_at > row.started_at
+    run_rows = [x for x in after if x.stage == "run"]
+    counted = [x for x in run_rows if not x.extra.get("interrupted")]
+    assert len(counted) == 2, [(x.trial_id, x.status, x.error[:200]) for x in run_rows]
+    assert all(x.device_seconds > 0 for x in counted)
+    assert not list((study / "inflight").glob("*.json"))
+    assert _wait_gone(list(_other_jobs_actors().values())) == []  # resume released its actors too
+
+
+def test_an_unwritable_study_directory_stops_run_with_a_clear_error(
+        ray_local: str, tmp_path: Path, make_unwritable) -> None:
+    """The study's trials/ and inflight/ folders cannot be written (chmod 0500, or chattr +i as
+    root): run stops with the ``LogError`` naming the folder and the fix instead of reporting
+    success with no trials, and the doctor's rows are intact."""
+    from infrarsi.errors import LogError
+    from infrarsi.stages.doctor import doctor_stage
+    from infrarsi.stages.init import init_stage
+    from infrarsi.stages.run import run_stage
+
+    study = tmp_path / "study"
+    init_stage(SURROGATE, study)
+    doctor_stage(study, repeats=2)
+    before = [x.to_dict() for x in rows(read_trials(study))]
+    assert before
+    make_unwritable(study / "trials")
+    make_unwritable(study / "inflight")
+    with pytest.raises(LogError) as info:
+        run_stage(study, trials=2, progress=False)
+    msg = str(info.value)
+    assert str(study / "inflight") in msg and "not writable" in msg and "chmod -R u+w" in msg
+    assert [x.to_dict() for x in rows(read_trials(study))] == before
