@@ -81,3 +81,42 @@ def make_unwritable() -> Iterator[Callable[[Path], None]]:
             if root:
                 subprocess.run(["chattr", "-i", str(d)], check=False)
             d.chmod(mode & 0o7777)
+
+
+_CLUSTER_SCRIPT = """
+import sys
+from ray.cluster_utils import Cluster
+c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0}, connect=False)
+for _ in range(2):
+    c.add_node(num_cpus=2)
+c.wait_for_nodes()
+print(c.address, flush=True)
+try:
+    sys.stdin.read()  # until the test session closes our stdin
+finally:
+    c.shutdown()
+"""
+
+
+@pytest.fixture(scope="session")
+def two_node_cluster() -> Iterator[str]:
+    """A separate Ray cluster of two raylets with 2 CPUs each (and a head with none), run by a
+    ``ray.cluster_utils.Cluster`` in a child process; yields its address for ``--address``."""
+    import subprocess
+
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen([sys.executable, "-c", _CLUSTER_SCRIPT], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        if not address:
+            pytest.fail("the 2-raylet test cluster did not start")
+        yield address
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()

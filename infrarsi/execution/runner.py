@@ -164,12 +164,16 @@ class TrialRunner:
         from infrarsi.execution.group import GroupSpec
         from infrarsi.execution.pool import WorkerPool
 
+        from infrarsi.execution.cluster import alive_nodes, require_slots
+
         key = "" if placement_group is None else placement_group.id.hex()
         with self._lock:
             if key not in self._pools:
                 self._owns_ray = init_ray(self.address) or self._owns_ray
                 self._close_removed()
                 base = GroupSpec.from_resources(self.workload.resources)
+                if placement_group is None:  # before the first trial: can the cluster hold one at all?
+                    require_slots(base, alive_nodes(), source=self.workload.path or self.workload.name)
                 self._pools[key] = WorkerPool(base, start_timeout_s=self.start_timeout_s, warm=self.warm,
                                               placement_group=placement_group)
             return self._pools[key]

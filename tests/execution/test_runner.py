@@ -10,13 +10,17 @@ harness counters.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from infrarsi.errors import KnobError, SearchSpaceError
+from infrarsi.errors import ClusterError, KnobError, SearchSpaceError
 from infrarsi.execution.runner import TrialRunner, default_code_dir, default_timeout_s, knob_env
 from infrarsi.result import TrialResult
 from infrarsi.workload import Workload
@@ -165,3 +169,29 @@ def test_loss_guard_stops_every_rank_at_the_first_step_off_tolerance(dense_runne
     # the ranks stayed usable: the next trial on the same warm group runs every step
     again = dense_runner.run(DENSE_CONFIGS["z0_m4"], trial_id="inv-guard-after")
     assert again.status == "ok" and len(again.loss) == WARMUP + MEASURED and "stopped_early" not in again.extra
+
+
+@pytest.mark.integration
+def test_a_workload_the_cluster_cannot_hold_is_refused_before_any_trial(ray_local):
+    d = _workload("dense_debug.yaml").to_yaml_dict()
+    d["resources"] = {**d["resources"], "cpus_per_worker": 8}  # the test Ray has 2 CPUs
+    d["search_space"] = str(ROOT / "search_spaces" / "deepspeed_dense.yaml")
+    wl = Workload.from_dict(d, source="too_big.yaml")
+    with TrialRunner(wl, address=ray_local) as runner, pytest.raises(ClusterError) as e:
+        runner.run({}, trial_id="never")
+    assert "too_big.yaml" in str(e.value) and "'CPU': 8.0" in str(e.value)
+
+
+@pytest.mark.integration
+def test_a_two_node_deepspeed_trial_puts_its_ranks_on_two_raylets(two_node_cluster):
+    """dense_multinode_debug (2 ranks, nodes: 2) on 2 raylets: STRICT_SPREAD puts one rank on
+    each, and the trial trains through DeepSpeed across them (gloo between raylets)."""
+    cmd = [sys.executable, "-m", "infrarsi", "trial", str(ROOT / "workloads" / "dense_multinode_debug.yaml"),
+           "--address", two_node_cluster, "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                         env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = TrialResult.from_dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert row.status == "ok", row.error
+    assert row.nodes == 2 and row.world_size == 2
+    assert row.loss and row.step_time_s

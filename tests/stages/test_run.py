@@ -175,3 +175,34 @@ def test_an_unwritable_study_directory_stops_run_with_a_clear_error(
     msg = str(info.value)
     assert str(study / "inflight") in msg and "not writable" in msg and "chmod -R u+w" in msg
     assert [x.to_dict() for x in rows(read_trials(study))] == before
+
+
+def test_trials_run_at_once_each_in_its_own_reservation_on_a_two_node_cluster(
+        tmp_path: Path, two_node_cluster: str) -> None:
+    """Two raylets of 2 CPUs each hold two dense_debug trials (2 ranks x 1 CPU, STRICT_PACK):
+    with no --concurrency the run stage runs two at once, each in its own placement group (so
+    on its own node), asks each with the other pending, and logs every trial once."""
+    study = tmp_path / "study"
+    r = _cli("init", _short_workload(tmp_path), "--study", str(study), "--trials", "4")
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = _cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", two_node_cluster)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = _cli("run", str(study), "--address", two_node_cluster)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout[r.stdout.index("{"):])["concurrency"] == 2
+    run = [x for x in rows(read_trials(study)) if x.stage == "run"]
+    assert len(run) == 4 and len({x.trial_id for x in run}) == 4
+    assert all(x.extra["concurrency"] == 2 for x in run)
+    overlapping = [(a, b) for i, a in enumerate(run) for b in run[i + 1:]
+                   if a.started_at < b.ended_at and b.started_at < a.ended_at]
+    assert overlapping, [(x.trial_id, x.started_at, x.ended_at) for x in run]
+    for a, b in overlapping:  # trials at once never share a reservation, or a rank process
+        assert a.extra["placement_group_id"] != b.extra["placement_group_id"]
+        assert not set(a.extra["pids"]) & set(b.extra["pids"])
+    asked = [x.config for x in run]
+    assert len({json.dumps(c, sort_keys=True) for c in asked}) == 4  # pending configs are never asked again
+
+
+def test_run_refuses_a_concurrency_below_one(tmp_path: Path) -> None:
+    r = _cli("run", str(tmp_path / "no_study"), "--concurrency", "0")
+    assert r.returncode == 2 and "--concurrency" in r.stderr + r.stdout
