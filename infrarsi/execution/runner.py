@@ -136,6 +136,8 @@ class TrialRunner:
         self._owns_ray = False
         self._pools: dict[str, Any] = {}
         """Placement-group id ("" for the runner's own groups) -> its ``WorkerPool``."""
+        self._shipped: dict[str, tuple[Any, dict[str, Any]]] = {}
+        """Code folder -> (its files' fingerprint, its package in the object store) (``_package``)."""
         self._lock = threading.Lock()
         """Guards ``_pools`` and the peak probe: trials in different placement groups may run at
         once from several threads (the study executor's concurrent Tune trials)."""
@@ -161,10 +163,9 @@ class TrialRunner:
         """The warm ``WorkerPool`` whose groups run in ``placement_group`` (None: groups that
         reserve their own). Pools of placement groups Ray has removed (a finished Tune trial's)
         are closed on the way."""
+        from infrarsi.execution.cluster import alive_nodes, require_slots
         from infrarsi.execution.group import GroupSpec
         from infrarsi.execution.pool import WorkerPool
-
-        from infrarsi.execution.cluster import alive_nodes, require_slots
 
         key = "" if placement_group is None else placement_group.id.hex()
         with self._lock:
@@ -262,6 +263,7 @@ class TrialRunner:
         if loss_guard:
             spec["loss_guard"] = dict(loss_guard)
         try:
+            self._ship_code(group, spec)
             res = self._run_on(group, spec, config, trial_id=trial_id, stage=stage, patches=patches,
                                timeout_s=timeout_s, started=started, warm=warm, acquire_s=acquire_s)
         except Exception as e:  # a harness bug or a Ray error: the trial failed, the group goes
@@ -297,6 +299,8 @@ class TrialRunner:
             "trial_wall_s": run.wall_s, "pids": group.pids, "actor_ids": group.actor_ids,
             "placement_group_id": group.placement_group_id,
             "group_trials_run": group.trials_run, "memory_capacity_bytes": self.memory_capacity_bytes,
+            "code_shipped": "code_package" in spec,
+            "code_digest": spec["code_package"]["digest"] if "code_package" in spec else None,
         }
         return aggregate(
             run.rank_results, timed_out=run.timed_out, trial_id=trial_id, stage=stage, config=config,
@@ -304,6 +308,36 @@ class TrialRunner:
             devices=group.spec.devices, started_at=started, ended_at=ended,
             peak_flops_per_s=self._peak_flops, hardware=hardware, extra=extra,
         )
+
+    def _ship_code(self, group: Any, spec: dict[str, Any]) -> None:
+        """When a rank runs on another node than this process, add the trial's code folder and
+        its reference's as packages (``infrarsi.execution.code_package``; the ranks unpack them on
+        their node and import from there). On one node the folders are read where they are."""
+        import ray
+
+        here = ray.get_runtime_context().get_node_id()
+        if all(n == here for n in group.node_ids):
+            return
+        spec["code_package"] = self._package(spec["code_dir"])
+        spec["reference_code_package"] = self._package(spec["reference_code_dir"])
+
+    def _package(self, folder: str) -> dict[str, Any]:
+        """``{"digest", "ref", "source"}`` of ``folder``'s code in the object store, repacked
+        only when its files changed (the built-in families ship their ``workloads`` package only)."""
+        import ray
+
+        from infrarsi.execution.code_package import fingerprint, list_files, pack
+
+        include = ("workloads",) if self.workload.job_code_dir() is None else ()
+        root = Path(folder).resolve()
+        stamp = fingerprint(root, list_files(root, include))
+        with self._lock:
+            hit = self._shipped.get(str(root))
+            if hit is None or hit[0] != stamp:
+                pkg = pack(root, include)
+                hit = (stamp, {"digest": pkg.digest, "ref": ray.put(pkg.data), "source": pkg.source})
+                self._shipped[str(root)] = hit
+            return dict(hit[1])
 
     def close(self) -> None:
         """Release every actor and placement group; stop Ray if this runner started it."""

@@ -148,11 +148,14 @@ class TrainWorker:
         return time.perf_counter() - t0
 
     def run(self, spec: dict[str, Any], entry: str = DEFAULT_ENTRY) -> dict[str, Any]:
-        """Run one trial on this rank; never raises (an exception becomes a ``failed`` result)."""
-        code_dir = spec.get("code_dir")
-        if code_dir and code_dir not in sys.path:
-            sys.path.insert(0, str(code_dir))
+        """Run one trial on this rank; never raises (an exception becomes a ``failed`` result).
+        Shipped code (``code_package``, ``reference_code_package``: the driver's folders are on
+        another node) is unpacked on this node first and imported from there."""
         try:
+            spec = _local_code(spec)
+            code_dir = spec.get("code_dir")
+            if code_dir and code_dir not in sys.path:
+                sys.path.insert(0, str(code_dir))
             fn = load_entry(entry)
             result = dict(fn(spec))
         except MemoryError as e:
@@ -178,3 +181,22 @@ class TrainWorker:
                 dist.destroy_process_group()
             self._pg_ready = False
         return True
+
+
+def _local_code(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with ``code_dir``/``reference_code_dir`` pointing at this node's unpacked copy of
+    each shipped package (fetched from the object store only when not unpacked here yet)."""
+    from infrarsi.execution.code_package import cache_root, materialize
+
+    out = dict(spec)
+    for package_key, dir_key in (("code_package", "code_dir"), ("reference_code_package", "reference_code_dir")):
+        pkg = spec.get(package_key)
+        if not pkg:
+            continue
+        here = cache_root() / pkg["digest"]
+        if not here.is_dir():
+            import ray
+
+            here = materialize(pkg["digest"], ray.get(pkg["ref"]))
+        out[dir_key] = str(here)
+    return out

@@ -195,3 +195,5 @@ def test_a_two_node_deepspeed_trial_puts_its_ranks_on_two_raylets(two_node_clust
     assert row.status == "ok", row.error
     assert row.nodes == 2 and row.world_size == 2
     assert row.loss and row.step_time_s
+    # the ranks run on other nodes than the driver: the workloads package travelled to them
+    assert row.extra["code_shipped"] is True and len(row.extra["code_digest"]) == 64
