@@ -111,6 +111,7 @@ class TrialRunner:
         check_knobs: bool = True,
         start_timeout_s: float = 180.0,
         space: Any = None,
+        pin: bool = False,
     ) -> None:
         self.workload = workload
         """The workload every trial trains."""
@@ -136,6 +137,12 @@ class TrialRunner:
         self._owns_ray = False
         self._pools: dict[str, Any] = {}
         """Placement-group id ("" for the runner's own groups) -> its ``WorkerPool``."""
+        self.pin = pin
+        """Keep every trial of this runner on the same node(s): one placement group is reserved
+        for the runner's life and every own group runs in it (``doctor`` and ``verify``: a
+        baseline and its candidate are measured on the same machine, even after a group was
+        recycled). False: each group reserves its own."""
+        self._reservation: Any = None
         self._shipped: dict[str, tuple[Any, dict[str, Any]]] = {}
         """Code folder -> (its files' fingerprint, its package in the object store) (``_package``)."""
         self._lock = threading.Lock()
@@ -175,9 +182,29 @@ class TrialRunner:
                 base = GroupSpec.from_resources(self.workload.resources)
                 if placement_group is None:  # before the first trial: can the cluster hold one at all?
                     require_slots(base, alive_nodes(), source=self.workload.path or self.workload.name)
+                    if self.pin:
+                        placement_group = self._reservation = self._reserve(base)
                 self._pools[key] = WorkerPool(base, start_timeout_s=self.start_timeout_s, warm=self.warm,
                                               placement_group=placement_group)
             return self._pools[key]
+
+    def _reserve(self, base: Any) -> Any:
+        import ray
+        from ray.util.placement_group import placement_group
+
+        pg = placement_group(base.bundles(), strategy=base.strategy)
+        try:
+            ray.get(pg.ready(), timeout=self.start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(pg)
+            raise TrialError(
+                f"{self.workload.path or self.workload.name}: could not reserve {base.bundles()} ({base.strategy}) "
+                f"within {self.start_timeout_s:.0f}s; cluster resources available: {ray.available_resources()}. "
+                f"Free resources (other jobs hold them) and run again."
+            ) from None
+        return pg
 
     def _close_removed(self) -> None:
         from ray.util import placement_group_table
@@ -297,7 +324,7 @@ class TrialRunner:
         extra = {
             "warm": warm, "acquire_s": acquire_s, "group_start_s": group.start_time_s if not warm else 0.0,
             "trial_wall_s": run.wall_s, "pids": group.pids, "actor_ids": group.actor_ids,
-            "placement_group_id": group.placement_group_id,
+            "placement_group_id": group.placement_group_id, "node_ids": group.node_ids,
             "group_trials_run": group.trials_run, "memory_capacity_bytes": self.memory_capacity_bytes,
             "code_shipped": "code_package" in spec,
             "code_digest": spec["code_package"]["digest"] if "code_package" in spec else None,
@@ -345,6 +372,14 @@ class TrialRunner:
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.close()
+        if self._reservation is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            try:
+                remove_placement_group(self._reservation)
+            except Exception as e:  # the cluster is gone already
+                log.debug("remove reservation failed", error=str(e))
+            self._reservation = None
         if self._owns_ray:
             import ray
 

@@ -44,10 +44,12 @@ TIMEOUT_SLACK_S = 60.0
 
 
 class StudyExecutor:
-    """Runs, checks and logs the trials of one study directory."""
+    """Runs, checks and logs the trials of one study directory. ``pin`` (``doctor``, ``verify``):
+    every trial runs in one placement group reserved for the executor's life, so all of them are
+    measured on the same node(s); the ``run`` stage passes each Tune trial's own instead."""
 
     def __init__(self, study_dir: str | Path, *, address: str | None = None,
-                 check: bool = True) -> None:
+                 check: bool = True, pin: bool = True) -> None:
         from infrarsi.execution.runner import TrialRunner
         from infrarsi.study.contract import Contract
         from infrarsi.study.trial_log import TrialLogWriter, read_trials
@@ -71,6 +73,7 @@ class StudyExecutor:
             memory_capacity_bytes=self.contract.memory_capacity.memory_capacity_bytes,
             address=address,
             space=self.space,
+            pin=pin,
         )
         self._trees: dict[str, Any] = {}
         """Patch name -> ``PatchedTree`` (one git worktree per patch per study)."""

@@ -127,7 +127,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     executor = Executor.options(
         name=name, namespace=namespace, lifetime=None, max_concurrency=limit + 4,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False) if here else "DEFAULT",
-    ).remote(str(paths.root), address=address)
+    ).remote(str(paths.root), address=address, pin=False)  # each trial runs in its Tune reservation
     try:
         recovered = ray.get(executor.recover_inflight.remote())  # type: ignore[attr-defined]
         if recovered:

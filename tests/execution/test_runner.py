@@ -197,3 +197,19 @@ def test_a_two_node_deepspeed_trial_puts_its_ranks_on_two_raylets(two_node_clust
     assert row.loss and row.step_time_s
     # the ranks run on other nodes than the driver: the workloads package travelled to them
     assert row.extra["code_shipped"] is True and len(row.extra["code_digest"]) == 64
+
+
+@pytest.mark.integration
+def test_a_pinned_runner_keeps_fresh_groups_in_one_reservation(ray_local):
+    """doctor and verify pin their runner: even a group started afresh (here every trial's:
+    warm=False) runs in the same placement group, so on the same node as the one before."""
+    d = _workload("dense_debug.yaml").to_yaml_dict()
+    d["steps"] = {"warmup": 1, "measured": 1}
+    wl = Workload.from_dict(d, source=str(ROOT / "workloads" / "dense_debug.yaml"))
+    with TrialRunner(wl, address=ray_local, pin=True, warm=False) as runner:
+        rows = [runner.run({}, trial_id=f"pinned-{i}") for i in range(2)]
+        assert runner.pool.stats.groups_started == 2
+    assert all(r.status == "ok" for r in rows), [r.error for r in rows]
+    assert rows[0].extra["placement_group_id"] == rows[1].extra["placement_group_id"]
+    assert rows[0].extra["pids"] != rows[1].extra["pids"]
+    assert len(set(rows[0].extra["node_ids"])) == 1 and rows[0].extra["node_ids"] == rows[1].extra["node_ids"]
