@@ -65,6 +65,11 @@ class ClusterError(UserInputError):
     """The Ray cluster cannot hold one trial of the contract's workload (devices, CPUs, nodes)."""
 
 
+class ProposalError(UserInputError):
+    """A proposal (``infrarsi propose``, the MCP server's ``propose``) breaks the contract: an
+    unknown knob or value, a knob outside the editable scope, a patch that touches forbidden paths."""
+
+
 class StudyError(InfrarsiError):
     """A study directory is missing something a stage needs (run the earlier stage first)."""
 
@@ -88,6 +93,7 @@ __all__ = [
     "KnobError",
     "LogError",
     "PatchError",
+    "ProposalError",
     "SearchSpaceError",
     "StudyError",
     "TrialError",

@@ -166,6 +166,13 @@ class TrialRunner:
         """The warm ``WorkerPool`` of the runner's own groups (created, and Ray started, on first use)."""
         return self.pool_for(None)
 
+    @property
+    def live_groups(self) -> list[Any]:
+        """The started trial groups of every pool (empty before the first trial)."""
+        with self._lock:
+            pools = list(self._pools.values())
+        return [p.group for p in pools if p.group is not None]
+
     def pool_for(self, placement_group: Any) -> Any:
         """The warm ``WorkerPool`` whose groups run in ``placement_group`` (None: groups that
         reserve their own). Pools of placement groups Ray has removed (a finished Tune trial's)

@@ -15,11 +15,12 @@ from typing import Any
 
 from infrarsi.errors import UserInputError
 
-PHASES = ("baseline", "warm_start", "design", "bo", "bo-local", "replicate", "repair")
+PHASES = ("baseline", "warm_start", "design", "bo", "bo-local", "replicate", "repair", "proposal")
 """Why a config was asked: the baseline; a warm-start config given to the optimizer
 (``initial_configs``); a space-filling design point; the acquisition's best (``bo``), or its best
 near the incumbent (``bo-local``); a re-measurement of the incumbent (``replicate``); a
-memory-saving repair of a candidate that would not fit (``repair``)."""
+memory-saving repair of a candidate that would not fit (``repair``); a config proposed from
+outside the optimizer (``proposal``: an agent or a person, ``Optimizer.add_pending``)."""
 
 _OLD_NAMES = {"predicted_memory_bytes": "predicted_peak_memory_bytes", "prior": "warm_start_origin"}
 """Keys of ask-info dicts written before ``AskInfo`` -> its field names."""

@@ -317,6 +317,15 @@ class Optimizer:
         configs = [dict(i.config) for i in infos]
         return configs[0] if n is None else configs
 
+    def add_pending(self, config: Mapping[str, Any], phase: str = "proposal") -> dict[str, Any]:
+        """Record ``config`` (from outside the optimizer: a proposal) as in flight, so later asks
+        treat it as pending; returns the validated full config. Tell its outcome as usual."""
+        full = dict(self.space.validate(config, where="add_pending(config)"))
+        key = self.space.key(full)
+        self.pending[key] = full
+        self.ask_infos[key] = AskInfo(config=full, phase=phase, ask_index=self.n_asks)
+        return full
+
     def _baseline_turn(self) -> bool:
         """Whether this ask starts with the baseline (nothing told or pending, and it is valid)."""
         if self.observations or self.pending:

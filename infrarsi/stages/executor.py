@@ -103,12 +103,13 @@ class StudyExecutor:
 
     def run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
                   extra: dict[str, Any] | None = None, timeout_s: float | None = None,
-                  placement_group: Any = None) -> dict[str, Any]:
+                  placement_group: Any = None, patch_file: str | None = None) -> dict[str, Any]:
         """Run one trial and return its logged row as a dict (TrialResult fields).
 
         Safe to call from several threads at once (the ``run`` stage's concurrent Tune trials,
         each with its own ``placement_group``): ids, markers, worktrees and the log are taken
-        under a lock; the trials themselves run in parallel."""
+        under a lock; the trials themselves run in parallel. ``patch_file`` (relative to the
+        study directory: a proposal's patch) runs the config on a worktree with that patch."""
         from infrarsi.errors import PatchError
 
         with self._lock:
@@ -129,7 +130,7 @@ class StudyExecutor:
             patch_extra: dict[str, Any] = {}
             patch_error: PatchError | None = None
             try:
-                code_dir, patch_extra = self._code_dir_for(config, patch_list)
+                code_dir, patch_extra = self._code_dir_for(config, patch_list, patch_file)
             except PatchError as e:
                 patch_error = e
         if patch_error is not None:
@@ -154,25 +155,34 @@ class StudyExecutor:
                  peak_memory_bytes=result.peak_memory_bytes, error=result.error[:200])
         return result.to_dict()
 
-    def _code_dir_for(self, config: dict[str, Any], patch_list: list[str]) -> tuple[str | None, dict[str, Any]]:
+    def _code_dir_for(self, config: dict[str, Any], patch_list: list[str],
+                      patch_file: str | None = None) -> tuple[str | None, dict[str, Any]]:
         """The code dir of a config (None: the runner's own) and extra row fields; appends the
-        patch file (repository-relative) to ``patch_list``."""
+        patch file (repository-relative, or study-relative for a proposal's) to ``patch_list``."""
+        from infrarsi.errors import PatchError
         from infrarsi.execution.knobs.code_patch import config_patch, patch_relpath
+        from infrarsi.execution.knobs.code_patch import patch_file as named_patch
 
         name = config_patch(config)
-        if name is None:
+        if patch_file is not None:
+            path = (self.paths.root / patch_file).resolve()
+            if not path.is_relative_to(self.paths.root.resolve()):
+                raise PatchError(f"patch {patch_file!r}: a proposal's patch lives in the study directory.")
+            tree, sub = self._tree(f"proposal:{patch_file}", path)
+            rel = patch_file
+        elif name is None:
             return None, {}
-        tree, sub = self._tree(name)
-        rel = patch_relpath(name)
+        else:
+            tree, sub = self._tree(name, named_patch(Path(self.runner.code_dir).resolve(), name))
+            rel = patch_relpath(name)
         if rel not in patch_list:
             patch_list.append(rel)
         return str(tree.path / sub), {"patch_base_sha": tree.base_sha, "patch_paths_touched": list(tree.paths_touched)}
 
-    def _tree(self, name: str) -> tuple[Any, Path]:
-        """The worktree of patch ``name`` (made on first use) and the code dir inside it."""
+    def _tree(self, name: str, patch: Path) -> tuple[Any, Path]:
+        """The worktree of patch ``name`` (the file ``patch``; made on first use) and the code dir inside it."""
         import git
 
-        from infrarsi.execution.knobs.code_patch import patch_file
         from infrarsi.patches import create_worktree
 
         code_root = Path(self.runner.code_dir).resolve()
@@ -186,8 +196,7 @@ class StudyExecutor:
         self._repo_dir = str(repo.working_tree_dir)
         sub = code_root.relative_to(Path(self._repo_dir).resolve())
         if name not in self._trees:
-            self._trees[name] = create_worktree(repo, [patch_file(code_root, name)],
-                                                globs=self.contract.editable.globs)
+            self._trees[name] = create_worktree(repo, [patch], globs=self.contract.editable.globs)
             log.info("patch.worktree", patch=name, path=str(self._trees[name].path),
                      base_sha=self._trees[name].base_sha)
         return self._trees[name], sub

@@ -118,14 +118,30 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     return opt
 
 
-def make_searcher(optimizer: Any, *, info_key: str) -> Any:
+def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, proposal_key: str = "") -> Any:
     """An ``InfrarsiSearcher`` that also passes the optimizer's ``AskInfo`` for each suggested
     config to the trainable under ``info_key``, as ``AskInfo.to_dict()`` (the report draws
-    predicted vs measured memory)."""
+    predicted vs measured memory). With ``proposals`` (a ``ProposalQueue``), each suggestion
+    first takes the oldest queued proposal, if any: it runs instead of an asked config, marked
+    pending in the optimizer, its ``Proposal.to_dict()`` under ``proposal_key``."""
     from infrarsi.tune import InfrarsiSearcher
 
     class _StudySearcher(InfrarsiSearcher):  # type: ignore[misc, valid-type]
         def suggest(self, trial_id: str) -> dict[str, Any] | None:
+            proposal = proposals.take() if proposals is not None else None
+            if proposal is not None:
+                from infrarsi.errors import UserInputError
+
+                try:
+                    full = self.optimizer.add_pending(proposal.config)
+                except UserInputError as e:  # checked when queued; a study edited since may refuse it
+                    log.warning("run.proposal_refused", proposal_id=proposal.proposal_id, error=str(e)[:300])
+                    return self.suggest(trial_id)
+                self.live[trial_id] = full
+                proposed = self.optimizer.info(full)
+                log.info("run.proposal", proposal_id=proposal.proposal_id, proposer=proposal.proposer)
+                return {**full, info_key: proposed.to_dict() if proposed is not None else {},
+                        proposal_key: proposal.to_dict()}
             cfg = super().suggest(trial_id)
             if cfg is None or not isinstance(cfg, dict):
                 return cfg

@@ -40,6 +40,10 @@ INFO_KEY = "__infrarsi_ask_info__"
 """Reserved config key carrying the optimizer's ``AskInfo`` (as ``to_dict()``) for a suggested
 config to the trainable, which logs it in the row's ``extra["ask_info"]``."""
 
+PROPOSAL_KEY = "__infrarsi_proposal__"
+"""Reserved config key carrying a queued ``Proposal`` (as ``to_dict()``) that the searcher serves
+instead of an asked config; the trainable logs it in the row's ``extra["proposal"]``."""
+
 _REPORTED = ("status", "step_time_s", "peak_memory_bytes", "memory_censored", "tokens_per_s", "mfu",
              "device_seconds", "trial_id", "error")
 
@@ -54,13 +58,18 @@ def _make_trainable(executor_name: str, namespace: str, *, reserved: bool, concu
 
         cfg = dict(config)
         raw = cfg.pop(INFO_KEY, None)
+        proposal = cfg.pop(PROPOSAL_KEY, None)
         executor = ray.get_actor(executor_name, namespace=namespace)
         ctx = tune.get_context()
         extra: dict[str, Any] = {"tune_trial_id": ctx.get_trial_id(), "concurrency": concurrency}
         if raw:
             extra["ask_info"] = AskInfo.from_dict(raw).to_dict()
+        if proposal:
+            extra["proposal"] = dict(proposal)
         pg = get_current_placement_group() if reserved else None
-        row = cast(dict[str, Any], ray.get(executor.run_trial.remote(cfg, "run", extra=extra, placement_group=pg)))
+        row = cast(dict[str, Any], ray.get(executor.run_trial.remote(
+            cfg, "run", extra=extra, placement_group=pg,
+            patch_file=(proposal or {}).get("patch"))))
         metrics = {k: row.get(k) for k in _REPORTED}
         st = row.get("step_time_s")
         metrics["step_time_s"] = float(st) if st is not None else float("nan")
@@ -89,6 +98,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     from infrarsi.stages.optimizer_factory import build_optimizer, make_searcher
     from infrarsi.stages.progress import RunProgress
     from infrarsi.study.contract import Contract
+    from infrarsi.study.proposals import ProposalQueue
     from infrarsi.study.trial_log import read_trials
     from infrarsi.study.trial_log import rows as rows_from_table
 
@@ -137,7 +147,8 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
         if remaining == 0:
             log.info("run.budget_done", trials=len(done_run))
         else:
-            searcher = make_searcher(optimizer, info_key=INFO_KEY)
+            searcher = make_searcher(optimizer, info_key=INFO_KEY, proposals=ProposalQueue(paths.root),
+                                     proposal_key=PROPOSAL_KEY)
             limiter = ConcurrencyLimiter(searcher, max_concurrent=limit)
             log.info("run.start", trials=remaining, concurrency=limit, reserved=reserved)
             baseline_s = _baseline_step(paths)

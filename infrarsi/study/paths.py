@@ -8,6 +8,7 @@ Layout::
     DIR/doctor.failed.json what a doctor that could not calibrate saw (fewer than two ok baselines)
     DIR/trials/*.arrows    the Arrow trial log, one stream file per harness process
     DIR/inflight/*.json    a marker per trial in flight; a leftover marker means the harness died
+    DIR/proposals/         proposals from agents or people: queued/, taken/, patches/ (``infrarsi.study.proposals``)
     DIR/optimizer.json     inspection snapshot of the optimizer at the end of run (see below)
     DIR/verify.json        verified candidates (verify)
     DIR/report.md, DIR/report.html
@@ -85,6 +86,11 @@ class StudyPaths:
     @property
     def inflight(self) -> Path:
         return self.root / "inflight"
+
+    @property
+    def proposals(self) -> Path:
+        """Proposals from outside the optimizer (``proposals/queued``, ``proposals/taken``, their patches)."""
+        return self.root / "proposals"
 
     @property
     def optimizer_state(self) -> Path:

@@ -53,5 +53,5 @@ def test_the_digest_is_the_content_and_unpacking_gives_the_same_files(tmp_path: 
 
 def test_a_folder_too_large_to_ship_is_a_job_error_naming_it(tmp_path: Path) -> None:
     root = _job(tmp_path / "job")
-    with pytest.raises(JobError, match="data.path"):
+    with pytest.raises(JobError, match=r"data\.path"):
         pack(root, max_bytes=4)

@@ -217,9 +217,9 @@ def _when_in_flight(runner, timeout_s=300.0):
     """The runner's group once it has been handed a trial (its ranks are running it)."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
-        group = runner._pool.group if runner._pool is not None else None
-        if group is not None and group.trials_run >= 1:
-            return group
+        groups = runner.live_groups
+        if groups and groups[0].trials_run >= 1:
+            return groups[0]
         time.sleep(0.1)
     raise AssertionError("the trial never reached its ranks")
 
@@ -282,9 +282,9 @@ try:
     cfg = {"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none"}
     t = threading.Thread(target=lambda: out.update(res=runner.run(cfg, trial_id="raylet", timeout_s=600)))
     t.start()
-    while runner._pool is None or runner._pool.group is None or runner._pool.group.trials_run < 1:
+    while not runner.live_groups or runner.live_groups[0].trials_run < 1:
         time.sleep(0.1)
-    group = runner._pool.group
+    group = runner.live_groups[0]
     pids, on = group.pids, set(group.node_ids)
     (victim,) = [n for n in workers if n.node_id in on]  # PACK: both ranks on one node
     cluster.remove_node(victim, allow_graceful=False)   # SIGKILL its raylet and its processes

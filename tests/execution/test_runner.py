@@ -42,7 +42,7 @@ def test_validate_fills_every_knob_and_rejects_bad_input_before_ray(dense):
         runner.run({"no_such_knob": 1}, trial_id="x")
     with pytest.raises(SearchSpaceError, match="zero_stage"):
         runner.run({"zero_stage": 9}, trial_id="x")
-    assert runner._pool is None  # nothing was started
+    assert runner.live_groups == []  # nothing was started
     runner.close()
 
 
