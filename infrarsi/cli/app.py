@@ -3,8 +3,8 @@
 Exit codes: 0 on success, 2 on bad input (any ``infrarsi.errors.UserInputError``: unknown knob,
 bad value, missing file, malformed flag), 1 on any other failure (for ``trial``: also a trial
 whose status is not ``ok``). Commands register on ``app`` with the ``command`` decorator below:
-``infrarsi.cli.trial`` (one trial) and ``infrarsi.cli.stages`` (the stages); ``infrarsi.cli``
-imports both.
+``infrarsi.cli.trial`` (one trial), ``infrarsi.cli.stages`` (the stages) and ``infrarsi.cli.agent``
+(``state``, ``propose``); ``infrarsi.cli`` imports them.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def gib(b: float | int | None) -> str:
 
 def build_sections(data: StudyData) -> list[Section]:
     """Every section of the report, in order."""
-    secs = [_summary(data), _config_diff(data), _figures(data), _trials(data),
+    secs = [_summary(data), _config_diff(data), _figures(data), _proposals(data), _trials(data),
             _device_seconds(data), _doctor(data), _audit(data), _methods(data)]
     return [s for s in secs if s.blocks]
 
@@ -163,6 +163,30 @@ def _trials(data: StudyData) -> Section:
                      fmt(r.device_seconds, digits=3), (r.error or "")[:160]])
     s.blocks.append(Table(["trial", "stage", "status", "config vs baseline", "step s", "tokens/s",
                            "MFU", "peak memory", "device-s", "error / reason"], rows))
+    return s
+
+
+def _proposals(data: StudyData) -> Section:
+    """Each trial an agent or a person proposed (``infrarsi propose``), with the proposer's
+    rationale, what it measured, and whether verify confirmed it."""
+    s = Section("Proposals from agents and people")
+    proposed = [r for r in data.trials if isinstance(r.extra.get("proposal"), dict)]
+    if not proposed:
+        return s
+    best = (data.verify or {}).get("best") or {}
+    best_cfg = best.get("config") if best.get("accepted") else None
+    base_s = data.doctor.baseline_step_time_s if data.doctor else None
+    rows = []
+    for r in proposed:
+        p = r.extra["proposal"]
+        speedup = f"{base_s / r.step_time_s:.2f}x" if base_s and r.step_time_s and r.status == "ok" else "-"
+        verdict = "verified best" if best_cfg is not None and best_cfg == r.config else (
+            "refused: " + (r.error or "")[:120] if r.status != "ok" else "ran; not the verified best")
+        rows.append([str(p.get("proposal_id")), str(p.get("proposer")), str(p.get("why"))[:300],
+                     json.dumps(p.get("asked") or {}, sort_keys=True) + (f" + {p['patch']}" if p.get("patch") else ""),
+                     r.trial_id, r.status, fmt(r.step_time_s), speedup, verdict])
+    s.blocks.append(Table(["proposal", "by", "why", "proposed", "trial", "status", "step s", "vs baseline",
+                           "outcome"], rows))
     return s
 
 

@@ -1,0 +1,52 @@
+"""``infrarsi state`` and ``infrarsi propose``: JSON in, JSON out, exit 2 on a broken proposal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from malformed import refused
+from typer.testing import CliRunner
+
+from infrarsi.cli import app
+from infrarsi.stages.init import init_stage
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "stages" / "surrogate_small.yaml"
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    d = tmp_path / "study"
+    init_stage(FIXTURE, d, editable_knobs=["micro_batch_size", "zero_stage"], trials=5, bank="off")
+    return d
+
+
+def test_propose_queues_and_state_shows_it_as_json(study: Path) -> None:
+    res = _invoke("propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "fuller GEMMs")
+    assert res.exit_code == 0, res.output
+    assert "prop-0001" in res.output
+    res = _invoke("state", str(study), "--json")
+    assert res.exit_code == 0, res.output
+    state = json.loads(res.output)
+    assert state["proposals"]["queued"][0]["asked"] == {"micro_batch_size": 2}
+    assert state["budget"]["run_trials_left"] == 5
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--config", "{not json"], "--config"),
+    (["--config", "[1, 2]"], "JSON object"),
+    (["--config", '{"activation_checkpointing": "none"}'], "editable.knobs"),
+    (["--config", '{"micro_batch_size": 3}'], "micro_batch_size"),
+    (["--config", "{}", "--patch", "/no/such.diff"], "does not exist"),
+])
+def test_a_broken_proposal_exits_2_naming_the_rule(study: Path, args: list[str], needle: str) -> None:
+    refused(_invoke("propose", str(study), *args, "--why", "because"), needle)
+
+
+def test_state_refuses_a_predict_that_is_not_a_json_object(study: Path) -> None:
+    refused(_invoke("state", str(study), "--predict", "7"), "--predict")
