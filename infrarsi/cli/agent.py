@@ -1,5 +1,6 @@
-"""``infrarsi state`` and ``infrarsi propose``: the proposal protocol on the command line, for
-coding agents and people (``infrarsi.stages.propose``; ``infrarsi mcp`` serves the same tools)."""
+"""``infrarsi state``, ``infrarsi propose`` and ``infrarsi mcp``: the proposal protocol on the
+command line, for coding agents and people (``infrarsi.stages.propose``), and as an MCP server
+(``infrarsi.mcp_server``)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,11 @@ def propose_cmd(
     p = propose(study, parse_json(config, "--config"), why=why, patch=patch, proposer=proposer)
     console.print(f"queued {p.proposal_id}: {json.dumps(p.asked)}" + (f" with {p.patch}" if p.patch else "")
                   + f"; the next run trial takes it (`infrarsi run {study} --resume` if none is running).")
+
+
+@command("mcp")
+def mcp_cmd(study: Path = typer.Argument(..., help=STUDY_HELP)) -> None:
+    """Serve the study to coding agents over MCP (stdio): tools state, predict, propose, report."""
+    from infrarsi.mcp_server import serve
+
+    serve(study)

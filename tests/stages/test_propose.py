@@ -81,7 +81,7 @@ def test_the_state_predicts_configs_with_the_optimizers_models(study: Path) -> N
 
 
 @pytest.mark.integration
-def test_a_proposal_from_the_cli_runs_is_verified_and_is_in_the_report(study: Path, ray_local: str) -> None:
+def test_proposals_from_the_cli_and_mcp_run_are_verified_and_are_in_the_report(study: Path, ray_local: str) -> None:
     from infrarsi.stages.doctor import doctor_stage
     from infrarsi.stages.report import write_report
     from infrarsi.stages.run import run_stage
@@ -93,15 +93,33 @@ def test_a_proposal_from_the_cli_runs_is_verified_and_is_in_the_report(study: Pa
                           "--why", "ZeRO-1 at micro-batch 4: fewer gathers, fuller GEMMs", "--proposer", "test-agent"],
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr
+    _propose_through_mcp(study)
     run_stage(study, trials=3, progress=False)
     run = [r for r in rows(read_trials(study)) if r.stage == "run"]
-    (mine,) = [r for r in run if r.extra.get("proposal")]
-    assert mine is run[0] and mine.extra["ask_info"]["phase"] == "proposal"
+    mine, agents = [r for r in run if r.extra.get("proposal")]
+    assert [mine, agents] == run[:2] and mine.extra["ask_info"]["phase"] == "proposal"
     assert mine.config["micro_batch_size"] == 4 and mine.config["zero_stage"] == 1
     assert mine.extra["proposal"]["proposer"] == "test-agent"
+    assert agents.extra["proposal"]["proposer"] == "mcp" and agents.config["micro_batch_size"] == 2
     verify_stage(study, top_k=3, pairs=2, rounds=1)
     verified = json.loads((study / "verify.json").read_text())
     assert any(c["config"] == mine.config for c in verified["candidates"]) or mine.status != "ok"
     write_report(study)
     md = (study / "report.md").read_text()
     assert "Proposals from agents and people" in md and "fewer gathers, fuller GEMMs" in md
+    assert "micro-batch 2 through MCP" in md
+
+
+def _propose_through_mcp(study: Path) -> None:
+    import asyncio
+
+    mcp = pytest.importorskip("mcp")
+    from infrarsi.mcp_server import build_server, tool_text
+
+    async def session() -> None:
+        async with mcp.Client(build_server(study)) as client:
+            res = await client.call_tool("propose", {"config": {"micro_batch_size": 2},
+                                                     "why": "micro-batch 2 through MCP"})
+            assert not res.is_error, tool_text(res)
+
+    asyncio.run(session())
