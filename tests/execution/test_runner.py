@@ -200,9 +200,10 @@ def test_a_two_node_deepspeed_trial_puts_its_ranks_on_two_raylets(two_node_clust
 
 
 @pytest.mark.integration
-def test_a_pinned_runner_keeps_fresh_groups_in_one_reservation(ray_local):
+def test_a_pinned_runner_keeps_fresh_groups_in_one_reservation(ray_local, dense_runner):
     """doctor and verify pin their runner: even a group started afresh (here every trial's:
     warm=False) runs in the same placement group, so on the same node as the one before."""
+    dense_runner.close()  # the module's warm runner holds the test Ray's 2 CPUs; its next use restarts it
     d = _workload("dense_debug.yaml").to_yaml_dict()
     d["steps"] = {"warmup": 1, "measured": 1}
     wl = Workload.from_dict(d, source=str(ROOT / "workloads" / "dense_debug.yaml"))
