@@ -19,16 +19,37 @@ from typing import Any
 from infrarsi.errors import ConfigError
 
 
-def _server_class() -> Any:
+def _sdk() -> tuple[Any, type[Exception]]:
+    """The SDK's server class and the error a tool raises to send its message to the client."""
     try:
-        from mcp.server.mcpserver import MCPServer  # mcp >= 2
+        from mcp.server.mcpserver import MCPServer
+        from mcp.server.mcpserver.exceptions import ToolError
     except ImportError:
+        raise ConfigError("infrarsi mcp: the `mcp` package (2.x) is not installed. Fix: pip install "
+                          "'infrarsi[agents]' (or pip install 'mcp>=2').") from None
+    return MCPServer, ToolError
+
+
+def _told_by(tool_error: type[Exception]) -> Any:
+    """Decorator form of ``_told``."""
+    return lambda fn: _told(fn, tool_error)
+
+
+def _told(fn: Any, tool_error: type[Exception]) -> Any:
+    """``fn`` whose refusals (any ``UserInputError``: a rule the proposal breaks) reach the
+    client as a tool error carrying the message (the SDK would send only "Error executing tool")."""
+    import functools
+
+    from infrarsi.errors import UserInputError
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            from mcp.server.fastmcp import FastMCP as MCPServer  # mcp 1.x
-        except ImportError:
-            raise ConfigError("infrarsi mcp: the `mcp` package is not installed. Fix: pip install "
-                              "'infrarsi[agents]' (or pip install mcp).") from None
-    return MCPServer
+            return fn(*args, **kwargs)
+        except UserInputError as e:
+            raise tool_error(str(e)) from None
+
+    return wrapper
 
 
 def build_server(study_dir: str | Path) -> Any:
@@ -39,7 +60,8 @@ def build_server(study_dir: str | Path) -> Any:
 
     root = Path(study_dir).resolve()
     contract = Contract.load(root)  # a missing or broken study fails here, before any client connects
-    server = _server_class()(
+    server_class, tool_error = _sdk()
+    server = server_class(
         name="infrarsi",
         instructions=(
             f"infrarsi study {root} (workload {contract.workload_model().name!r}). Read `state` first: "
@@ -51,6 +73,7 @@ def build_server(study_dir: str | Path) -> Any:
     )
 
     @server.tool()
+    @_told_by(tool_error)
     def state() -> dict[str, Any]:
         """The study now: trials by stage and status, the run trials, the best so far and its
         speed-up, the verified result once verify ran, the budget left, the editable knobs with
@@ -58,12 +81,14 @@ def build_server(study_dir: str | Path) -> Any:
         return study_state(root)
 
     @server.tool()
+    @_told_by(tool_error)
     def predict(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The optimizer's predictions for each config (knob -> value; knobs left out keep the
         baseline's): step_time_mean_s, step_time_sd_log, memory_mean_bytes, p_fit, p_ok."""
         return list(study_state(root, predict=configs)["predictions"])
 
     @server.tool()
+    @_told_by(tool_error)
     def propose(config: dict[str, Any], why: str, patch: str | None = None) -> dict[str, Any]:
         """Queue ``config`` (knob -> value) for the study's next run trial, with ``why`` (your
         reason; kept in the log and the report) and optionally ``patch``, a unified diff of the
@@ -77,6 +102,7 @@ def build_server(study_dir: str | Path) -> Any:
             return queue_proposal(root, config, why=why, patch=f, proposer="mcp").to_dict()
 
     @server.tool()
+    @_told_by(tool_error)
     def report() -> str:
         """Write the study's report (report.md, report.html) and return the Markdown."""
         from infrarsi.stages.report import write_report
