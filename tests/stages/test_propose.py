@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,7 @@ def test_proposals_from_the_cli_and_mcp_run_are_verified_and_are_in_the_report(s
     from infrarsi.study.trial_log import read_trials, rows
 
     doctor_stage(study, repeats=2)
-    cli = subprocess.run(["infrarsi", "propose", str(study), "--config", '{"micro_batch_size": 4, "zero_stage": 1}',
+    cli = subprocess.run([sys.executable, "-m", "infrarsi", "propose", str(study), "--config", '{"micro_batch_size": 4, "zero_stage": 1}',
                           "--why", "ZeRO-1 at micro-batch 4: fewer gathers, fuller GEMMs", "--proposer", "test-agent"],
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr
