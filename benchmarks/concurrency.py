@@ -224,17 +224,19 @@ def run_pair(problem_name: str, seed: int, n_trials: int, slots: int, max_factor
     }
 
 
-_BIG = 1e300
-"""Stands for inf (never, nothing feasible) inside quantiles, which interpolate."""
-
-
 def _q(values: Sequence[float | None], q: float) -> float | None:
-    """The ``q`` quantile, None (never, nothing feasible) counted as larger than every number."""
-    xs = [_BIG if v is None or not math.isfinite(v) else v for v in values]
+    """The ``q`` quantile (linear interpolation), None (never, nothing feasible) counted as +inf:
+    a quantile that interpolates towards one is inf."""
+    xs = sorted(math.inf if v is None else float(v) for v in values)
     if not xs:
         return None
-    v = float(np.quantile(np.array(xs, dtype=float), q))
-    return math.inf if v > _BIG / 2 else v
+    pos = q * (len(xs) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    if hi == lo or pos == lo:
+        return xs[lo]
+    if not math.isfinite(xs[hi]):
+        return math.inf
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def summarise(runs: list[dict[str, Any]], slots: int) -> dict[str, Any]:
