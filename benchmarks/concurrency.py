@@ -43,6 +43,7 @@ import json
 import math
 import platform
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -376,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                   f"c1 {_f(r['c1']['ratio_at_n'])} c{args.slots} {_f(r[f'c{args.slots}']['ratio_at_n'])} "
                   f"({r['wall_s']:.0f} s)", flush=True)
     commit, dirty = _git()
-    cmd = "python -m benchmarks.concurrency" + ("" if argv is None else " " + " ".join(argv))
+    cmd = " ".join(["python -m benchmarks.concurrency", *(sys.argv[1:] if argv is None else argv)])
     meta = {
         "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": cmd.strip(),
         "commit": commit, "dirty": dirty, "search_core_sha": sorted({r["search_core_sha"] for r in runs}),
