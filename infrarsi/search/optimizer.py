@@ -400,7 +400,7 @@ class Optimizer:
         if len(configs) > pool_size:
             sel = self.rng.choice(len(configs), size=pool_size, replace=False)
             configs, X = [configs[i] for i in sel.tolist()], X[torch.as_tensor(sel)]
-        seen = [o.config for o in self.observations] + [self.pending.get(t) or _config_of_key(self.space, t) for t in taken]
+        seen = [o.config for o in self.observations] + [self.pending.get(t) or _config_of_key(self.space, t) for t in sorted(taken)]
         existing = self.encoder.encode(seen)
         scores = self._scores(configs, X)
         weights = scores.p_fit * scores.p_ok
@@ -438,7 +438,8 @@ class Optimizer:
             top = np.argsort(-ranked, kind="stable")[:n_top]
             ok = self._ok()
             X_base = self._X([o.config for o in ok])
-            pend = [self.pending.get(t) or _config_of_key(self.space, t) for t in taken]
+            # sorted: a set's order of strings changes with PYTHONHASHSEED, and X_pending's row order moves the picks
+            pend = [self.pending.get(t) or _config_of_key(self.space, t) for t in sorted(taken)]
             X_pend = self._X(pend) if pend else None
             sub = acquisition.select_batch(self.models.time.model, self.models.memory.model, X[torch.as_tensor(top)],
                                            q, X_base, X_pend, seed=self.seed * 7919 + self.n_asks)

@@ -292,6 +292,26 @@ def test_single_asks_with_trials_pending_keep_the_local_turns_and_intensificatio
     assert "bo-local" in phases and "replicate" in phases
 
 
+def test_asks_with_trials_pending_do_not_depend_on_the_string_hash_seed() -> None:
+    """Same seed and same tells, same asks, in another process too: the pending configs reach the
+    acquisition in an order that does not follow Python's per-process string hashing."""
+    import os
+    from pathlib import Path
+
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import torch; torch.set_num_threads(1)\n"
+            "from search_synthetic import TINY, TINY_CAP, tiny_run\n"
+            "from infrarsi.search import Optimizer, SearchSpace\n"
+            "opt = Optimizer(SearchSpace.from_yaml(TINY), memory_capacity=TINY_CAP, seed=4, n_init=3)\n"
+            "running, asked = [opt.ask() for _ in range(3)], []\n"
+            "for _ in range(5):\n"
+            "    c = opt.ask(); asked.append(c); running.append(c); done = running.pop(0); opt.tell(done, tiny_run(done))\n"
+            "print(json.dumps(asked, sort_keys=True))\n")
+    here = str(Path(__file__).resolve().parent)
+    outs = [subprocess.run([sys.executable, "-c", code, here], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout for h in (1, 2, 3)]
+    assert outs[0] and outs[0] == outs[1] == outs[2]
+
+
 def test_a_pending_incumbent_is_not_asked_again_as_its_replicate() -> None:
     space = SearchSpace.from_yaml(TINY)
     opt = Optimizer(space, memory_capacity=TINY_CAP, seed=5, n_init=3, local_every=2)
