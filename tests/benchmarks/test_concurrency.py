@@ -62,8 +62,8 @@ def test_a_config_asked_while_others_are_pending_is_not_one_of_them(
 
 
 def test_one_slot_runs_trials_back_to_back(problem: BenchProblem) -> None:
-    events, tells = simulate(problem, 1, 1, 4)
-    assert [e.in_flight_at_ask for e in events] == [0] * 4
+    events, tells = simulate(problem, 1, 1, 3)
+    assert [e.in_flight_at_ask for e in events] == [0] * 3
     assert events[0].start_sim_s == 0.0
     for prev, nxt in itertools.pairwise(events):
         assert nxt.start_sim_s == prev.end_sim_s
@@ -71,10 +71,10 @@ def test_one_slot_runs_trials_back_to_back(problem: BenchProblem) -> None:
 
 
 def test_a_target_keeps_the_slots_busy_until_it_is_reached(problem: BenchProblem) -> None:
-    unreachable = simulate(problem, 0, 2, 3, target_true_s=0.0, max_trials=5)
-    assert len(unreachable[0]) == 5 and len(unreachable[1]) == 5  # past N, up to the cap
-    reached = simulate(problem, 0, 2, 3, target_true_s=math.inf, max_trials=5)
-    assert len(reached[1]) == 3 + reached[1][2].in_flight  # N tells, then only what was running
+    unreachable = simulate(problem, 0, 2, 2, target_true_s=0.0, max_trials=4)
+    assert len(unreachable[0]) == 4 and len(unreachable[1]) == 4  # past N, up to the cap
+    reached = simulate(problem, 0, 2, 2, target_true_s=math.inf, max_trials=4)
+    assert len(reached[1]) == 2 + reached[1][1].in_flight  # N tells, then only what was running
 
 
 def test_quick_run_writes_the_documented_fields(tmp_path: Path) -> None:
