@@ -268,6 +268,13 @@ def summarise(runs: list[dict[str, Any]], slots: int) -> dict[str, Any]:
                              "q25": _q([0.0 if x is None else x for x in tr], 0.25),
                              "q75": _q([0.0 if x is None else x for x in tr], 0.75),
                              "min": _q([0.0 if x is None else x for x in tr], 0.0), "censored": tr.count(None)}
+        w1 = [r["c1"]["within_sim_wall_s"] for r in rs]
+        wk = [r[ck]["within_sim_wall_s"] for r in rs]
+        both = [a / b for a, b in zip(w1, wk, strict=True) if a is not None and b is not None and b > 0]
+        row["within_time_ratio"] = {"median": _q(both, 0.5), "q25": _q(both, 0.25), "q75": _q(both, 0.75),
+                                    "both_reached": len(both),
+                                    "only_c1": sum(a is not None and b is None for a, b in zip(w1, wk, strict=True)),
+                                    f"only_{ck}": sum(a is None and b is not None for a, b in zip(w1, wk, strict=True))}
         mr = [r["makespan_ratio"] for r in rs]
         row["makespan_ratio"] = {"median": _q(mr, 0.5), "q25": _q(mr, 0.25), "q75": _q(mr, 0.75)}
         qr = [r["quality_ratio"] for r in rs]
@@ -314,7 +321,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         "# Concurrent trials: simulated cluster", "",
         f"Generated {meta['generated']} by `{meta['command']}` at commit `{meta['commit']}`"
         f"{' (with uncommitted changes)' if meta['dirty'] else ''}, `infrarsi/search` sha256 prefix "
-        f"{', '.join(meta['search_core_sha'])}, on {meta['machine']}. Simulated time does not depend on the machine.",
+        f"{', '.join(meta['search_core_sha'])}, on {meta['machine']}. Simulated time does not depend on the machine."
+        + (f" Summary rebuilt from the saved runs (`--summarise-only`) {meta['summarised']}." if meta.get("summarised") else ""),
         "", "## What is measured, and how", "", meta["how"], "",
         "## Results", "",
         f"Medians over seeds, [25%, 75%] in brackets. c1: one slot; {ck}: {k} slots. N = trials told.", "",
@@ -346,6 +354,13 @@ def to_markdown(result: dict[str, Any]) -> str:
                 f"| {_f(m['makespan_sim_wall_s_median'], '.0f')} | {_f(m['within_sim_wall_s_median'], '.0f')} "
                 f"({m['within_reached']}/{row['seeds']}) | {_f(m['device_s_median'], '.0f')} "
                 f"| {m['oom_or_failed_mean']:.1f} | {_f(m['trials_told_median'], '.0f')} | {m['max_in_flight']} |")
+    lines += ["", f"Time to within {meta['within']:.0%} of the oracle, c1 / {ck}, paired by seed over the seeds where "
+              "both runs got there (medians [25%, 75%]):", ""]
+    for prob, row in summary.items():
+        w = row["within_time_ratio"]
+        lines.append(f"- {prob}: {_f(w['median'], '.2f')}x [{_f(w['q25'], '.2f')}, {_f(w['q75'], '.2f')}] over "
+                     f"{w['both_reached']}/{row['seeds']} seeds (only c1 got there: {w['only_c1']}; only {ck}: "
+                     f"{w[f'only_{ck}']})")
     return "\n".join(lines) + "\n"
 
 
@@ -360,7 +375,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     help="the multi-slot run stops at this many times N trials if it has not reached the target")
     ap.add_argument("--within", type=float, default=0.02, help="within_sim_wall_s: best-found/oracle <= 1 + this")
     ap.add_argument("--out", type=Path, default=OUT, help="results directory")
+    ap.add_argument("--summarise-only", action="store_true",
+                    help="rebuild the summary and .md from the runs in <out>/concurrency.json (no new runs)")
     args = ap.parse_args(argv)
+    if args.summarise_only:
+        return _resummarise(args.out)
     if args.quick:
         problems, seeds, n = args.problems or ["surrogate_1node"], min(args.seeds, 2), min(args.trials, 8)
     else:
@@ -402,15 +421,30 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"**within {args.within:.0%}**: simulated seconds until best-found/oracle <= {1 + args.within:g}."),
     }
     result = _json_safe({"meta": meta, "summary": summarise(runs, args.slots), "runs": runs})
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "concurrency.json").write_text(json.dumps(result, indent=1, allow_nan=False))
+    _write(result, args.out)
+    return result
+
+
+def _resummarise(out: Path) -> dict[str, Any]:
+    """The summary and .md of the runs saved in ``out``, rebuilt by this version of ``summarise``."""
+    result = json.loads((out / "concurrency.json").read_text())
+    commit, dirty = _git()
+    result["meta"]["summarised"] = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {commit}"
+                                    f"{' (with uncommitted changes)' if dirty else ''}")
+    result["summary"] = _json_safe(summarise(result["runs"], result["meta"]["slots"]))
+    _write(result, out)
+    return result
+
+
+def _write(result: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "concurrency.json").write_text(json.dumps(result, indent=1, allow_nan=False))
     md = to_markdown(result)
-    md_path = args.out / "concurrency.md"
+    md_path = out / "concurrency.md"
     old = md_path.read_text() if md_path.exists() else ""
     notes = old[old.index("\n## Notes"):] if "\n## Notes" in old else ""  # hand-written: kept
     md_path.write_text(md.rstrip("\n") + "\n" + notes)
     print(md)
-    return result
 
 
 if __name__ == "__main__":

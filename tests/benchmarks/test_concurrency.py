@@ -98,3 +98,8 @@ def test_quick_run_writes_the_documented_fields(tmp_path: Path) -> None:
     assert meta["slots"] == 4 and meta["commit"] and meta["machine"] and "simulation" in meta["how"]
     md = (tmp_path / "concurrency.md").read_text()
     assert "| surrogate_1node | 1 | 4 |" in md and meta["command"] in md
+    assert {"median", "both_reached", "only_c1", "only_c4"} <= set(row["within_time_ratio"])
+    (tmp_path / "concurrency.md").write_text(md + "\n## Notes\n\nkept\n")
+    again = main(["--summarise-only", "--out", str(tmp_path)])  # no new runs: the same summary, notes kept
+    assert again["summary"] == saved["summary"] and again["runs"] == saved["runs"] and again["meta"]["summarised"]
+    assert (tmp_path / "concurrency.md").read_text().endswith("## Notes\n\nkept\n")
