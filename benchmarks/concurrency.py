@@ -138,7 +138,7 @@ def simulate(problem: BenchProblem, seed: int, slots: int, n_trials: int, *, tar
             ask_s = time.perf_counter() - t0
             info = peer.last_ask_info
             draw = problem.trial(cfg, seed, asked)
-            fields = {"in_flight_at_ask": len(running), "pending_keys_at_ask": pending, "ask_s": ask_s,
+            fields: dict[str, Any] = {"in_flight_at_ask": len(running), "pending_keys_at_ask": pending, "ask_s": ask_s,
                       "phase": None if info is None else info.phase}
             heapq.heappush(running, (now + draw.wall_s, asked, cfg, draw, fields))
             events[asked] = TrialEvent(asked, cfg, draw.status, now, now + draw.wall_s, draw.device_seconds, **fields)
