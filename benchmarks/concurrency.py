@@ -387,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     unknown = [p for p in problems if p not in PROBLEMS]
     if unknown:
         raise SystemExit(f"unknown problem(s) {unknown}; known: {list(PROBLEMS)}")
+    commit, dirty = _git()  # the code that runs (read before the runs: a commit during them does not count)
     runs = []
     for p in problems:
         for s in range(seeds):
@@ -395,7 +396,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             print(f"{p} seed {s}: time c1/c{args.slots} {_f(r['time_ratio'], '.2f')}, best/oracle@{n} "
                   f"c1 {_f(r['c1']['ratio_at_n'])} c{args.slots} {_f(r[f'c{args.slots}']['ratio_at_n'])} "
                   f"({r['wall_s']:.0f} s)", flush=True)
-    commit, dirty = _git()
     cmd = " ".join(["python -m benchmarks.concurrency", *(sys.argv[1:] if argv is None else argv)])
     meta = {
         "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": cmd.strip(),
