@@ -46,6 +46,8 @@ class Draw:
     """Measured peak; for oom the capacity (known lower bound)."""
     device_seconds: float
     """Devices x seconds the trial held them (failed and oom included)."""
+    wall_s: float
+    """Simulated (surrogate) or measured (tabular) seconds the trial held its devices, start to end."""
 
 
 @dataclass
@@ -66,6 +68,8 @@ class BenchProblem:
     """The analytic problem or the tabular rows."""
     prior: Any = None
     """The workload's analytic prior (``infrarsi.workload_prior``), what a study would pass."""
+    world_size: int = 1
+    """Devices one trial holds (the workload's world size)."""
 
     @property
     def oracle_time(self) -> float:
@@ -84,11 +88,12 @@ class BenchProblem:
             if not rows:
                 raise KeyError(f"{self.name}: config not in the table: {config}")
             r = rows[int(rng.integers(len(rows)))]
-            return Draw(r["status"], r["step_time_s"], r["peak_memory_bytes"], r["device_seconds"])
+            return Draw(r["status"], r["step_time_s"], r["peak_memory_bytes"], r["device_seconds"],
+                        r["device_seconds"] / self.world_size)
         status, _ev, m = sample_trial(self.source, config, rng)
         ws = self.source.world_size
         step = float(np.median(m["step_time_samples_s"])) if status == "ok" else None
-        return Draw(status, step, m["peak_memory_bytes"], ws * m["wall_s"])
+        return Draw(status, step, m["peak_memory_bytes"], ws * m["wall_s"], float(m["wall_s"]))
 
 
 def surrogate_problem(workload_path: str | Path, name: str, space_path: str | Path | None = None) -> BenchProblem:
@@ -105,7 +110,7 @@ def surrogate_problem(workload_path: str | Path, name: str, space_path: str | Pa
         ev = evaluate(prob, cfg)
         truth[space.key(cfg)] = ev.step_time_s if ev.fits else math.inf
     baseline = space.validate(wl.baseline)
-    return BenchProblem(name, space, float(cap), baseline, truth, prob, prior_for_workload(wl))
+    return BenchProblem(name, space, float(cap), baseline, truth, prob, prior_for_workload(wl), prob.world_size)
 
 
 def tabular_problem(path: Path = TABULAR_PATH) -> BenchProblem:
@@ -131,7 +136,7 @@ def tabular_problem(path: Path = TABULAR_PATH) -> BenchProblem:
         raise ValueError(f"{path}: the table must hold every config of its space; {len(missing)} missing, e.g. {missing[0]}")
     wl = Workload.from_yaml(ROOT / "workloads" / "dense_debug.yaml")  # the workload the table measured
     return BenchProblem("tabular_dense_debug", space, cap, space.validate(baseline), truth, by_key,
-                        prior_for_workload(wl))
+                        prior_for_workload(wl), wl.world_size)
 
 
 PROBLEMS = {

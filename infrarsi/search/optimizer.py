@@ -13,6 +13,8 @@ log-EI (``acquisition``) with memory-saver pairing (``pairing``). A config told
 oom/failed/timeout/nan/invariant_violation is never proposed again; a config told ok is proposed
 again once every other config has been tried or is predicted to fail (``repeat_below_p``), and
 as a replicate while it is the incumbent with a single trusted measurement (``intensify``).
+A single ``ask()`` keeps that schedule (local turns, the replicate) while other trials are
+pending; with pending configs its model-based pick is qLogNEI with them as ``X_pending``.
 Slow outliers among the step times (stragglers) are left out of the step-time model
 (``models/outliers``); a config measured only as an outlier may be proposed again.
 
@@ -372,9 +374,11 @@ class Optimizer:
                 s = self._scores(configs, X)
                 if float(np.max(s.p_fit * s.p_ok)) < self.settings.repeat_below_p:  # only likely failures are left
                     configs, X = self._candidates(failed | taken)
-            if k == 1 and not taken and n_seen >= self.n_init + 2 and self._local_turn():
+            # one config at a time (trials running, or not): the local/replicate turn as when sequential
+            if k == 1 and not infos and n_seen >= self.n_init + 2 and self._local_turn():
                 inc = self._unconfirmed_incumbent()
-                if inc is not None and self.space.key(inc) not in failed:  # a failed replicate is never asked again
+                # a failed replicate is never asked again; a pending one is already re-measuring it
+                if inc is not None and self.space.key(inc) not in failed | taken:
                     # provenance with the model's predictions, as for any ask
                     infos.append(self._ask_info(inc, "replicate", self._scores([inc]), 0))
                     break
@@ -405,7 +409,7 @@ class Optimizer:
         if len(configs) > pool_size:
             sel = self.rng.choice(len(configs), size=pool_size, replace=False)
             configs, X = [configs[i] for i in sel.tolist()], X[torch.as_tensor(sel)]
-        seen = [o.config for o in self.observations] + [self.pending.get(t) or _config_of_key(self.space, t) for t in taken]
+        seen = [o.config for o in self.observations] + [self.pending.get(t) or _config_of_key(self.space, t) for t in sorted(taken)]
         existing = self.encoder.encode(seen)
         scores = self._scores(configs, X)
         weights = scores.p_fit * scores.p_ok
@@ -434,10 +438,17 @@ class Optimizer:
                 if paired is not None:
                     return [paired]
         else:
-            top = np.argsort(-scores.log_score, kind="stable")[: s.batch_choices]
+            ranked, n_top = scores.log_score, s.batch_choices
+            if q == 1 and self._local_turn():  # one pick while trials run: its local turn, as when sequential
+                near = self.pool.near(configs, self.best())
+                if near.any():
+                    ranked, phase = np.where(near, scores.log_score, -np.inf), "bo-local"
+                    n_top = min(n_top, int(near.sum()))
+            top = np.argsort(-ranked, kind="stable")[:n_top]
             ok = self._ok()
             X_base = self._X([o.config for o in ok])
-            pend = [self.pending.get(t) or _config_of_key(self.space, t) for t in taken]
+            # sorted: a set's order of strings changes with PYTHONHASHSEED, and X_pending's row order moves the picks
+            pend = [self.pending.get(t) or _config_of_key(self.space, t) for t in sorted(taken)]
             X_pend = self._X(pend) if pend else None
             sub = acquisition.select_batch(self.models.time.model, self.models.memory.model, X[torch.as_tensor(top)],
                                            q, X_base, X_pend, seed=self.seed * 7919 + self.n_asks)

@@ -265,6 +265,69 @@ def test_an_incumbent_measured_once_is_re_measured_on_a_local_turn(intensify: bo
     assert Optimizer.from_state(opt.state_dict()).settings.intensify == intensify
 
 
+def test_single_asks_with_trials_pending_keep_the_local_turns_and_intensification() -> None:
+    """Trials running at once (a cluster's slots, told oldest first): an ``ask()`` with three
+    configs pending keeps the sequential schedule, local steps near the incumbent and the
+    incumbent's replicate, and never returns a pending config."""
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=5, n_init=3, local_every=2)
+    running = [opt.ask() for _ in range(3)]
+    phases = []
+    for _ in range(12):
+        pending = set(opt.pending)
+        c = opt.ask()
+        info = opt.last_ask_info
+        assert len(pending) == 3 and space.key(c) not in pending
+        phases.append(info.phase)
+        if info.phase in ("bo-local", "replicate"):
+            assert opt.n_asks % 2 == 0  # a local turn (n_asks counts this ask)
+            best = opt.best()
+            assert best is not None and sum(c[k] != best[k] for k in space.names) <= 2
+        if info.phase == "replicate":
+            told = [space.key(o.config) for o in opt.observations if o.outcome.status == "ok"]
+            assert told.count(space.key(c)) == 1 and c == opt.best()
+        running.append(c)
+        done = running.pop(0)
+        opt.tell(done, tiny_run(done))
+    assert "bo-local" in phases and "replicate" in phases
+
+
+def test_asks_with_trials_pending_do_not_depend_on_the_string_hash_seed() -> None:
+    """Same seed and same tells, same asks, in another process too: the pending configs reach the
+    acquisition in an order that does not follow Python's per-process string hashing."""
+    import os
+    from pathlib import Path
+
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import torch; torch.set_num_threads(1)\n"
+            "from search_synthetic import TINY, TINY_CAP, tiny_run\n"
+            "from infrarsi.search import Optimizer, SearchSpace\n"
+            "opt = Optimizer(SearchSpace.from_yaml(TINY), memory_capacity=TINY_CAP, seed=4, n_init=3)\n"
+            "running, asked = [opt.ask() for _ in range(3)], []\n"
+            "for _ in range(5):\n"
+            "    c = opt.ask(); asked.append(c); running.append(c); done = running.pop(0); opt.tell(done, tiny_run(done))\n"
+            "print(json.dumps(asked, sort_keys=True))\n")
+    here = str(Path(__file__).resolve().parent)
+    outs = [subprocess.run([sys.executable, "-c", code, here], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout for h in (1, 2, 3)]
+    assert outs[0] and outs[0] == outs[1] == outs[2]
+
+
+def test_a_pending_incumbent_is_not_asked_again_as_its_replicate() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=5, n_init=3, local_every=2)
+    for _ in range(5):
+        c = opt.ask()
+        opt.tell(c, tiny_run(c))
+    while opt.n_asks % 2 != 1:  # the next ask is a local turn
+        c = opt.ask()
+        opt.tell(c, tiny_run(c))
+    inc = opt.best()
+    assert inc is not None
+    opt.pending[space.key(inc)] = dict(inc)  # its replicate is already running
+    c = opt.ask()
+    assert space.key(c) != space.key(inc) and opt.last_ask_info.phase != "replicate"
+
+
 def test_a_space_too_large_to_enumerate_is_sampled_and_still_starts_from_the_baseline() -> None:
     """10^12 configs: no enumeration (``space.enumerate()`` is None); candidates are sampled per
     ask plus the anchors, and every ask is valid, never a failed config, and new unless it is the
