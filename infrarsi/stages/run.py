@@ -104,7 +104,8 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
 
     paths = StudyPaths(Path(study_dir).resolve())
     contract = Contract.load(paths.root)
-    DoctorReport.load(paths.root)  # run needs the doctor's calibration (StudyError: run doctor)
+    doctor = DoctorReport.load(paths.root)  # run needs the doctor's calibration (StudyError: run doctor)
+    _check_capacity(contract, doctor)
     history = rows_from_table(read_trials(paths.root))
     done_run = [r for r in history if r.stage == "run" and not r.extra.get("interrupted")]
     if done_run and not resume:
@@ -193,6 +194,23 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
         "raw_speedup": (base / best.step_time_s) if (best and base and best.step_time_s) else None,
         "concurrency": limit,
     }
+
+
+def _check_capacity(contract: Any, doctor: DoctorReport) -> None:
+    """A memory capacity above the device's own would make every real OOM a lie ("peak >= the
+    capacity" when the device ran out below it): a ``ClusterError`` before any trial."""
+    from infrarsi.errors import ClusterError
+
+    cap = contract.memory_capacity.memory_capacity_bytes
+    device = doctor.device_memory_capacity_bytes
+    if cap and device and contract.workload_model().backend != "surrogate" and int(cap) > int(device):
+        raise ClusterError(
+            f"contract.yaml: field `memory_capacity`: rule: at most the device's memory; the study says "
+            f"{int(cap) / 2**30:.2f} GiB per device, the doctor measured devices of {int(device) / 2**30:.2f} GiB "
+            f"({doctor.hardware.get('device_name') or doctor.hardware.get('device') or 'this cluster'}). Fix: run "
+            f"the study on devices that large, or init a new study with --memory-capacity at most "
+            f"{int(device) / 2**30:.2f}GiB (or none: the device's own)."
+        )
 
 
 def _baseline_step(paths: StudyPaths) -> float | None:

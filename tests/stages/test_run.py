@@ -206,3 +206,18 @@ def test_trials_run_at_once_each_in_its_own_reservation_on_a_two_node_cluster(
 def test_run_refuses_a_concurrency_below_one(tmp_path: Path) -> None:
     r = _cli("run", str(tmp_path / "no_study"), "--concurrency", "0")
     assert r.returncode == 2 and "--concurrency" in r.stderr + r.stdout
+
+
+def test_a_capacity_above_the_devices_memory_is_refused_before_any_trial(tmp_path: Path) -> None:
+    """A contract capacity larger than the device (measured by the doctor) would record every real
+    OOM as "peak >= capacity": run refuses it with exit 2, before Ray starts."""
+    from synthetic_study import make_study
+
+    study = make_study(tmp_path)  # a 1 GiB contract capacity
+    doctor = json.loads((study / "doctor.json").read_text())
+    doctor["device_memory_capacity_bytes"] = 512 * 2**20
+    (study / "doctor.json").write_text(json.dumps(doctor))
+    r = _cli("run", str(study), "--trials", "1")
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = r.stderr.replace("\n", "")
+    assert "memory_capacity" in err and "0.50GiB" in err.replace(" ", "")
