@@ -10,7 +10,7 @@ A thin adapter over ``infrarsi.search.Optimizer`` for a user's own Tune job::
     tuner = tune.Tuner(
         my_trainable,                    # reports {"status": "ok"|"oom"|..., "step_time_s": ...,
                                          #          "peak_memory_bytes": ...}
-        tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, 1), num_samples=24),
+        tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, 4), num_samples=24),
     )
     tuner.fit()
     print(searcher.optimizer.best())
@@ -18,13 +18,16 @@ A thin adapter over ``infrarsi.search.Optimizer`` for a user's own Tune job::
 Trainables report an OOM or another failure as a normal result with a ``status`` field, read by
 ``Outcome.from_row`` (a missing status with a valid step time is ok). A trainable that raises
 reaches the searcher as ``on_trial_complete(error=True, result=None)`` (how Ray 2.60 reports an
-errored trial) and is told to the optimizer as ``failed``. The searcher pickles whole, so ``Tuner.restore(path,
-trainable=..., restart_errored=True)`` resumes it; ``save``/``restore`` pickle its state.
+errored trial) and is told to the optimizer as ``failed``. Trials running at once are pending
+in the optimizer, so each ``suggest`` is a batch pick given them (give your trainable its real
+resources with ``tune.with_resources``). The searcher pickles whole, so ``Tuner.restore(path,
+trainable=..., restart_errored=True)`` resumes it; ``save``/``restore`` write its state as JSON
+(never pickle: a checkpoint file is data, not code).
 """
 
 from __future__ import annotations
 
-import pickle
+import json
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +124,17 @@ class InfrarsiSearcher(Searcher):
         self._metric, self._mode = state["metric"], state["mode"]
 
     def save(self, checkpoint_path: str) -> None:
-        """Pickle the searcher state (the optimizer with all its observations) to a file."""
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(self.get_state(), f)
+        """Write the searcher state (the optimizer with all its observations) to a JSON file."""
+        Path(checkpoint_path).write_text(json.dumps(self.get_state(), default=str))
 
     def restore(self, checkpoint_path: str) -> None:
-        """Load a state written by ``save``."""
-        with open(checkpoint_path, "rb") as f:
-            self.set_state(pickle.load(f))
+        """Load a state written by ``save`` (a ``ConfigError`` naming the file when it is not one)."""
+        try:
+            state = json.loads(Path(checkpoint_path).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ConfigError(f"{checkpoint_path}: not a searcher state written by InfrarsiSearcher.save "
+                              f"(JSON): {e}. Fix: restore from the file save() wrote.") from None
+        self.set_state(state)
 
 
 def _check_metric(metric: str | None, mode: str | None) -> None:

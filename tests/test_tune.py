@@ -83,9 +83,9 @@ def test_save_restore_round_trip(tmp_path: Path) -> None:
         s.on_trial_complete(f"t{i}", {"status": "ok", "step_time_s": 1.0 + i, "peak_memory_bytes": 500.0})
         assert cfg is not None
     s.suggest("pending")
-    s.save(str(tmp_path / "s.pkl"))
+    s.save(str(tmp_path / "s.json"))
     r = InfrarsiSearcher(SPACE, memory_capacity=CAPACITY)
-    r.restore(str(tmp_path / "s.pkl"))
+    r.restore(str(tmp_path / "s.json"))
     assert r.told == 4 and set(r.live) == {"pending"}
     assert len(r.optimizer.observations) == len(s.optimizer.observations) == 4
     assert r.suggest("next") == s.suggest("next")
@@ -127,3 +127,13 @@ def test_tuner_run_sees_oom_as_censored_and_raise_as_failed(ray_local: str, tmp_
     again = InfrarsiSearcher(SPACE, memory_capacity=CAPACITY)
     again.restore_from_dir(str(tmp_path / "toy"))
     assert again.told >= seen.told and len(again.optimizer.observations) >= len(opt.observations)
+
+
+def test_restore_refuses_a_file_that_is_not_a_saved_state(tmp_path: Path) -> None:
+    from infrarsi.errors import ConfigError
+
+    bad = tmp_path / "state.pkl"
+    bad.write_bytes(b"\x80\x04not json")
+    s = InfrarsiSearcher(SearchSpace.from_yaml(SPACE), memory_capacity=CAPACITY)
+    with pytest.raises(ConfigError, match=r"state\.pkl"):
+        s.restore(str(bad))
