@@ -12,14 +12,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infrarsi.errors import WorkloadError
 from infrarsi.units import parse_size
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # unknown fields are refused; floats must be finite (``lr: .inf`` is a typo, not a setting);
+    # ``memory_capacity: true`` is not the number 1
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=False)
 
 
 BUILTIN_ENTRY_POINT = "workloads.jobs:builtin_job"
@@ -128,7 +130,7 @@ class ResourcesSpec(_Strict):
 
 
 class OptimSpec(_Strict):
-    lr: float = Field(1e-3, gt=0)
+    lr: float = Field(1e-3, gt=0, allow_inf_nan=False)
     """AdamW learning rate (constant)."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW weight decay."""
@@ -139,7 +141,7 @@ class OptimSpec(_Strict):
 class Workload(_Strict):
     """A training job: what infrarsi tunes. See ``workloads/dense_debug.yaml``."""
 
-    name: str
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     """Short name, used in study and branch names."""
     backend: Literal["deepspeed", "surrogate"] = "deepspeed"
     """``deepspeed`` trains for real; ``surrogate`` answers from an analytic model (simulated)."""
@@ -154,8 +156,16 @@ class Workload(_Strict):
     """The conservative recipe a team ships first (knob -> value); other knobs take defaults."""
     search_space: str
     """Path of the search-space YAML, relative to this file (or absolute)."""
-    memory_capacity: str | int | None = None
+    memory_capacity: str | int | None = Field(None, union_mode="left_to_right")
     """Default memory capacity per device (``4GiB``); the CLI's ``--memory-capacity`` wins."""
+
+    @field_validator("memory_capacity", mode="before")
+    @classmethod
+    def _capacity_is_a_size(cls, v: Any) -> Any:
+        if isinstance(v, bool) or (v is not None and not isinstance(v, (str, int))):
+            raise ValueError(f"memory_capacity: rule: a size such as 80GiB, or a byte count; got {v!r}. "
+                             f"Fix: memory_capacity: 80GiB, or leave it out (the device's own)")
+        return v
     variant: str | None = None
     """Test-only workload variant (e.g. a deliberate cheat); never set in a real workload."""
     surrogate: dict[str, Any] = Field(default_factory=dict)

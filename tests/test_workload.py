@@ -102,3 +102,20 @@ def test_workers_must_split_evenly_over_the_nodes(tmp_path: Path) -> None:
     raw["resources"] = {**raw["resources"], "workers": 3, "nodes": 2}
     with pytest.raises(WorkloadError, match="multiple of nodes"):
         Workload.from_dict(raw, source=str(tmp_path / "w.yaml"))
+
+
+@pytest.mark.parametrize(("field", "value", "needle"), [
+    ("name", "", "name"), ("name", "my job", "name"), ("memory_capacity", True, "memory_capacity"),
+])
+def test_a_blank_name_or_a_boolean_capacity_is_refused(tmp_path: Path, field: str, value: object, needle: str) -> None:
+    raw = yaml.safe_load((ROOT / "workloads" / "dense_debug.yaml").read_text())
+    raw[field] = value
+    with pytest.raises(WorkloadError, match=needle):
+        Workload.from_dict(raw, source=str(tmp_path / "w.yaml"))
+
+
+def test_an_infinite_learning_rate_is_refused(tmp_path: Path) -> None:
+    raw = yaml.safe_load((ROOT / "workloads" / "dense_debug.yaml").read_text())
+    raw["optimizer"] = {"lr": float("inf")}
+    with pytest.raises(WorkloadError, match="optimizer.lr"):
+        Workload.from_dict(raw, source=str(tmp_path / "w.yaml"))
