@@ -93,7 +93,7 @@ class HardwareSignature(_Signature):
         n_nodes = nodes or (int(res.nodes) if res is not None else None) or None
         if getattr(workload, "backend", None) == "surrogate":
             sur = getattr(workload, "surrogate", {}) or {}
-            per_node = int(sur.get("gpus_per_node", 8))
+            per_node: int | None = int(sur.get("gpus_per_node", 8))
             name = hw.get("device_name") or sur.get("gpu", "h100_sxm")
         else:
             per_node = max(1, world // n_nodes) if world and n_nodes else None
