@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from infrarsi.cli import agent, stages, trial
+from infrarsi.cli import agent, bank, stages, trial
 from infrarsi.cli.app import app
 
-__all__ = ["agent", "app", "main", "stages", "trial"]
+__all__ = ["agent", "app", "bank", "main", "stages", "trial"]
 
 
 def main() -> None:

@@ -23,8 +23,9 @@ PRIOR_HELP = ("Give the optimizer the workload's analytic prior (recorded in the
               "default: INFRARSI_PRIOR, else on).")
 LOSS_GUARD_HELP = ("Stop a trial at the first step whose loss leaves the tolerance (recorded in the contract; "
                    "default: INFRARSI_LOSS_GUARD, else on).")
-BANK_HELP = ("Experience bank directory, or 'off' (recorded in the contract; default: INFRARSI_BANK, "
-             "else ~/.cache/infrarsi/bank).")
+BANK_HELP = ("Experience bank: a directory, a URI shared across clusters (s3://bucket/bank, gs://..., "
+             "hdfs://..., file:///path, any fsspec protocol), or 'off' (recorded in the contract; default: "
+             "INFRARSI_BANK, else ~/.cache/infrarsi/bank).")
 
 
 def _size(text: str | None, what: str) -> int | None:

@@ -286,6 +286,9 @@ def _audit(data: StudyData) -> Section:
         s.blocks.append(Table(["patch", "in best", "paths touched"], prow))
     else:
         s.blocks.append(Para("No code patches were used: every change is a launch knob."))
+    from infrarsi.report.bank_section import bank_blocks
+
+    s.blocks.extend(bank_blocks(data))  # bank entries used to warm-start, and their effect
     return s
 
 

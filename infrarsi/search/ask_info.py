@@ -41,10 +41,15 @@ class WarmStartOrigin:
     """How similar that study's workload is to this one (1: the same; the bank's score)."""
     hardware_fingerprint: str | None = None
     """The hardware it was measured on."""
+    repairs: tuple[str, ...] = ()
+    """How the bank's config was made valid in this study's space (``dropped unknown knob x=1``,
+    ``filled y='a' from the baseline``); empty when it was valid as measured."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (``from_dict`` inverts it)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["repairs"] = list(self.repairs)
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> WarmStartOrigin:
@@ -54,7 +59,8 @@ class WarmStartOrigin:
 
         return cls(source_study=text("source_study"), trial_id=text("trial_id"),
                    relative_step_time=_float(raw.get("relative_step_time")),
-                   similarity=_float(raw.get("similarity")), hardware_fingerprint=text("hardware_fingerprint"))
+                   similarity=_float(raw.get("similarity")), hardware_fingerprint=text("hardware_fingerprint"),
+                   repairs=tuple(str(m) for m in raw.get("repairs") or ()))
 
 
 @dataclass(frozen=True)

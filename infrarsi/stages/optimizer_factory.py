@@ -10,6 +10,11 @@ the first asks are the bank's best configs by step time relative to their own st
 more than ``WARM_START_MAX_RELATIVE_MEMORY`` of their capacity left out). They are measured like any
 other trial; nothing from the bank is told to the models as if it were measured here. Once the
 queue is used up (or a warm-start config was already tried), asks are the optimizer's own.
+A bank config is re-validated in the new study's space first (``revalidate_config``): knobs the
+space lacks are dropped, knobs it lacks take the baseline's value; one still invalid (a value
+not allowed here, a broken constraint) is dropped. The choice, repairs and drops are kept in
+``DIR/bank_warm_start.json`` and in each warm-start trial's ``AskInfo`` (``WarmStartOrigin.repairs``),
+for the report's audit.
 
 Analytic prior: the optimizer also gets the workload's analytic prior mean
 (``infrarsi.workload_prior``: ZeRO / activation / FLOPs formulas whose coefficients are fitted on
@@ -18,6 +23,8 @@ the study's trials), unless the model shape is unknown or the contract's ``switc
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,40 +56,104 @@ def study_hardware(rows: Sequence[TrialResult]) -> dict[str, Any] | None:
     return None
 
 
-def bank_warm_start_configs(contract: Any, space: Any, rows: Sequence[TrialResult], *,
-                            bank_root: str | Path | None = None, limit: int = WARM_START_CONFIGS) -> list[dict[str, Any]]:
-    """The bank's best configs for this study (see the module docstring), best first, as
-    ``warm_start_rows`` dicts. Empty when the bank is off, missing or has nothing similar."""
+def revalidate_config(space: Any, config: Mapping[str, Any], baseline: Mapping[str, Any]
+                      ) -> tuple[dict[str, Any] | None, tuple[str, ...], str | None]:
+    """A bank config made valid in ``space``, when the repair is obvious: knobs the space lacks are
+    dropped, knobs the config lacks take the ``baseline``'s value (else the space's default).
+    Returns ``(full config, repair moves, None)``, or ``(None, moves, reason)`` when it is still
+    invalid (a value the space does not allow, a broken constraint): the config is dropped."""
+    from infrarsi.errors import SearchSpaceError
+
+    names = list(space.names)
+    moves = [f"dropped unknown knob {k}={v!r}" for k, v in config.items() if k not in names]
+    cfg = {k: v for k, v in config.items() if k in names}
+    for k in names:
+        if k not in cfg and k in baseline:
+            cfg[k] = baseline[k]
+            moves.append(f"filled {k}={baseline[k]!r} from the baseline")
+    try:
+        return space.validate(cfg, where="bank config"), tuple(moves), None
+    except SearchSpaceError as e:
+        return None, tuple(moves), str(e)
+
+
+def bank_warm_start_selection(contract: Any, space: Any, rows: Sequence[TrialResult], *,
+                              bank_root: str | Path | None = None, limit: int = WARM_START_CONFIGS,
+                              baseline: Mapping[str, Any] | None = None
+                              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(used, dropped)``: the bank's best configs for this study (module docstring), best
+    first, as ``warm_start_rows`` dicts whose ``config`` is re-validated in ``space``
+    (``revalidate_config``; ``repairs`` lists the moves), and the candidates dropped because no
+    obvious repair makes them valid (``reason``). Both empty when the bank is off, missing or
+    has nothing similar."""
     if bank_disabled(contract) or limit <= 0:
-        return []
+        return [], []
     from infrarsi.study.bank import Bank
 
-    bank = Bank(bank_root if bank_root is not None else contract.switches_in_force().bank)
-    if not bank.files():
-        return []
-    num_params = next((r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None)
     try:
+        bank = Bank(bank_root if bank_root is not None else contract.switches_in_force().bank)
+        if not bank.files():
+            return [], []
+        num_params = next((r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None)
         candidates = bank.warm_start_rows(contract, space, study_hardware(rows), num_params=num_params)
-    except Exception as e:  # a damaged bank must not stop a study
-        log.warning("bank.warm_start_failed", bank=str(bank.root), error=str(e))
-        return []
+    except Exception as e:  # a damaged or unreachable bank must not stop a study
+        log.warning("bank.warm_start_failed", bank=str(bank_root or contract.switches_in_force().bank), error=str(e))
+        return [], []
+    base = dict(baseline) if baseline is not None else dict(contract.workload.get("baseline") or {})
     ok = [p for p in candidates if p["status"] == "ok" and p["relative_step_time"] is not None
           and (p["relative_peak_memory"] is None or p["relative_peak_memory"] <= WARM_START_MAX_RELATIVE_MEMORY)]
     best_sim = max((p["similarity"] for p in ok), default=0.0)
     ok = [p for p in ok if p["similarity"] >= best_sim * 0.5]  # the most similar workloads only
     ok.sort(key=lambda p: (p["relative_step_time"], -p["similarity"]))
-    out, keys = [], set()
+    out: list[dict[str, Any]] = []
+    dropped: list[dict[str, Any]] = []
+    keys: set[str] = set()
     for p in ok:
-        if not space.is_valid(p["config"]):
+        full, moves, reason = revalidate_config(space, p.get("bank_config") or p["config"], base)
+        if full is None:
+            dropped.append({**p, "repairs": list(moves), "reason": (reason or "")[:400]})
             continue
-        key = space.key(space.validate(p["config"]))
+        key = space.key(full)
         if key in keys:
             continue
         keys.add(key)
-        out.append(p)
+        out.append({**p, "config": full, "repairs": list(moves)})
         if len(out) >= limit:
             break
-    return out
+    return out, dropped
+
+
+def bank_warm_start_configs(contract: Any, space: Any, rows: Sequence[TrialResult], *,
+                            bank_root: str | Path | None = None, limit: int = WARM_START_CONFIGS,
+                            baseline: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The used half of ``bank_warm_start_selection``."""
+    return bank_warm_start_selection(contract, space, rows, bank_root=bank_root, limit=limit, baseline=baseline)[0]
+
+
+def record_warm_start(study_dir: str | Path, used: list[dict[str, Any]], dropped: list[dict[str, Any]],
+                      bank: str | None) -> None:
+    """Write ``DIR/bank_warm_start.json`` (the report's audit reads it) when the selection
+    differs from the recorded one; never raises (a read-only study only loses the record)."""
+    from infrarsi.study.paths import StudyPaths
+
+    path = StudyPaths(Path(study_dir)).bank_warm_start
+    keep = ("config", "bank_config", "repairs", "reason", "relative_step_time", "relative_peak_memory",
+            "similarity", "source_study", "source_key", "trial_id", "hardware_fingerprint")
+    record = {"bank": bank, "used": [{k: p.get(k) for k in keep if k != "reason"} for p in used],
+              "dropped": [{k: p.get(k) for k in keep} for p in dropped]}
+    try:
+        if path.exists():
+            old = json.loads(path.read_text())
+            old.pop("at", None)
+            if old == json.loads(json.dumps(record, default=str)):
+                return
+        if not (used or dropped or path.exists()):
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({**record, "at": time.time()}, indent=2, default=str))
+        tmp.replace(path)
+    except (OSError, ValueError) as e:
+        log.warning("bank.warm_start_record_failed", path=str(path), error=str(e))
 
 
 def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | Path,
@@ -97,12 +168,16 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     d = Path(study_dir)
     space = scoped_space(contract, d)  # the contract's editable knobs vary, the others stay at the baseline
     cap = contract.memory_capacity.optimizer_memory_capacity_bytes
-    warm = bank_warm_start_configs(contract, space, rows, bank_root=bank_root)
+    baseline = baseline_config(contract, d)
+    warm, dropped = bank_warm_start_selection(contract, space, rows, bank_root=bank_root, baseline=baseline)
+    if not bank_disabled(contract) and d.is_dir():
+        record_warm_start(d, warm, dropped, str(bank_root or contract.switches_in_force().bank))
     analytic = prior_for_workload(contract.workload_model(), enabled=contract.switches_in_force().analytic_prior)
-    if warm:
-        log.info("bank.warm_start", configs=len(warm), sources=sorted({str(p["source_study"]) for p in warm}))
+    if warm or dropped:
+        log.info("bank.warm_start", configs=len(warm), dropped=len(dropped),
+                 repaired=sum(1 for p in warm if p["repairs"]), sources=sorted({str(p["source_study"]) for p in warm}))
     warm_start: list[Mapping[str, Any]] = [p["config"] for p in warm]
-    opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline_config(contract, d),
+    opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline,
                     prior=analytic, initial_configs=warm_start,
                     initial_origins=[WarmStartOrigin.from_dict(p) for p in warm])
     for r in rows:

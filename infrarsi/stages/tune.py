@@ -2,8 +2,8 @@
 
 Every stage in order on one study directory (init, doctor, run, verify, report). A stage whose
 output already exists is skipped, so re-running ``tune`` on the same directory resumes where it
-stopped (``run`` resumes from the log). At the end the finished study is added to the experience
-bank the contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
+stopped (``run`` resumes from the log). Each stage adds the study to the experience bank as it
+ends, and ``tune`` once more at the end (``add_to_bank``): the bank the contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
 disables it), which warm-starts later studies of similar workloads on other hardware."""
 
 from __future__ import annotations
@@ -74,21 +74,23 @@ def tune_stage(
             "report_md": str(paths.report_md), "bank": add_to_bank(paths.root)}
 
 
-def add_to_bank(study_dir: str | Path) -> dict[str, Any]:
-    """Add a finished study to the bank its contract names (``switches.bank``); never fails the
-    study (a bank error is logged and returned). Returns ``{"root", "rows"}``,
-    ``{"disabled": True}`` (the switch is off) or ``{"error"}``."""
+def add_to_bank(study_dir: str | Path, *, stage: str = "tune") -> dict[str, Any]:
+    """Ingest the study into the bank its contract names (``switches.bank``); every stage calls
+    it when it ends (doctor, run, verify, tune: cheap, and idempotent since a study keeps one
+    file). Never fails the stage: a bank error is logged as a warning and returned. Returns
+    ``{"root", "rows"}``, ``{"disabled": True}`` (the switch is off) or ``{"error"}``."""
     from infrarsi.study.bank import Bank
     from infrarsi.study.contract import Contract
 
-    root = Contract.load(study_dir, check_files=False).switches_in_force().bank
-    if root is None:
-        return {"disabled": True}
-    bank = Bank(root)
+    root: str | None = None
     try:
+        root = Contract.load(study_dir, check_files=False).switches_in_force().bank
+        if root is None:
+            return {"disabled": True}
+        bank = Bank(root)
         n = bank.add_study(study_dir)
     except Exception as e:  # the study's results stand even when the bank cannot take them
-        log.warning("bank.add_failed", bank=str(bank.root), study=str(study_dir), error=str(e))
-        return {"root": str(bank.root), "error": str(e)}
-    log.info("bank.added", bank=str(bank.root), study=str(study_dir), rows=n)
-    return {"root": str(bank.root), "rows": n}
+        log.warning("bank.add_failed", bank=root, study=str(study_dir), stage=stage, error=str(e))
+        return {"root": root, "error": str(e)}
+    log.info("bank.added", bank=bank.uri, study=str(study_dir), stage=stage, rows=n, atomic=bank.atomic_writes)
+    return {"root": bank.uri, "rows": n}

@@ -1,21 +1,39 @@
 """The experience bank: every trial of every study, kept for warm-starting later studies.
 
-A bank is a directory of Parquet files (a study's contract names it: ``switches.bank``, whose
-default at init is ``$INFRARSI_BANK`` or ``~/.cache/infrarsi/bank``), one file per study, named by the study's contract hash, so adding a
-study twice replaces its rows. Each row holds the hardware fingerprint, workload features
-(model family, parameters, tokens per step, world size), the config and the outcome, plus the
-outcome in relative terms: step time over that study's baseline step time, and peak memory
-over that study's memory capacity. Files are written to ``*.tmp`` and renamed (``os.replace``),
-because a half-written Parquet file breaks a dataset reader::
+A bank is a Parquet dataset: one file per study in one folder, on a local path or on any
+filesystem a URI names, so that several clusters can share one (``switches.bank`` in a study's
+contract; its default at init is ``$INFRARSI_BANK`` or ``~/.cache/infrarsi/bank``):
 
-    bank = Bank()
+- a local directory, or ``file:///abs/path``;
+- ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``hdfs://host/path``: pyarrow's own filesystems
+  (``pyarrow.fs.FileSystem.from_uri``; credentials come from the environment as pyarrow reads them);
+- any other fsspec protocol (``memory://``, ``abfs://``, ...) when ``fsspec`` (and the protocol's
+  package) is installed: ``pyarrow.fs.PyFileSystem(FSSpecHandler(fs))``.
+
+Each study's file is named by its study key (``study_key``: the contract's hash without the
+calibrations doctor adds, so one study keeps one file across its stages), so ingesting a study
+again replaces its rows: ingest is idempotent. Every stage feeds the bank (doctor, run, verify,
+tune: ``infrarsi.stages.tune.add_to_bank``) and ``infrarsi bank ingest DIR`` adds a study by hand.
+Writes are atomic where the filesystem allows: a local or pyarrow/fsspec filesystem gets a
+``*.tmp`` file renamed over the old one (a rename is atomic on a local disk and HDFS; an fsspec
+``move`` may be a copy and a delete), an object store (S3, GCS) gets the object written directly,
+which only appears once complete. Readers skip ``*.tmp`` leftovers and damaged files.
+
+Each row holds the trial's config and outcome, the outcome in relative terms (step time over
+that study's baseline step time, peak memory over that study's memory capacity) and three
+signatures (``infrarsi.study.signatures``): hardware (``hw_*``), workload (``wl_*``) and
+parallel layout (``par_*``). Banks written before the signatures (the same folder layout, fewer
+columns) are read as they are, the missing columns as nulls::
+
+    bank = Bank("s3://team-bucket/infrarsi-bank")
     bank.add_study("studies/dense-a100")
     prior = bank.warm_start_rows(workload, space, hardware={"device": "cuda", "cpu": "..."})
     # [{"config": {...}, "status": "ok", "relative_step_time": 0.41, ...}, ...]
 
 ``warm_start_rows`` returns observations from OTHER hardware only (the same hardware's rows are
-better used directly), restricted to the space's knobs and sorted by workload similarity.
-Simulated (surrogate) rows only seed simulated studies.
+better used directly) and from other studies, sorted by workload similarity; ``config`` keeps
+only the space's knobs, ``bank_config`` is the config as measured. Simulated (surrogate) rows
+only seed simulated studies.
 """
 
 from __future__ import annotations
@@ -26,11 +44,14 @@ import math
 import os
 import statistics
 import time
+import uuid
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import yaml
 
@@ -38,6 +59,12 @@ from infrarsi.errors import ConfigError, StudyError
 from infrarsi.result import TrialResult
 from infrarsi.study.contract import Contract
 from infrarsi.study.doctor_report import DoctorReport
+from infrarsi.study.signatures import (
+    HardwareSignature,
+    ParallelLayout,
+    WorkloadSignature,
+    signature_fields,
+)
 from infrarsi.study.switches import BANK_ENV, bank_from_environment
 from infrarsi.study.trial_log import read_results
 
@@ -46,7 +73,7 @@ FINGERPRINT_KEYS = ("device", "device_kind", "device_name", "gpu_name", "cpu", "
                     "simulated")
 """Hardware keys that identify a machine type (host names and measured rates are left out)."""
 
-SCHEMA = pa.schema([
+LEGACY_SCHEMA = pa.schema([
     ("study_id", pa.string()), ("study", pa.string()), ("contract_hash", pa.string()),
     ("added_at", pa.float64()), ("workload_name", pa.string()), ("model_family", pa.string()),
     ("model_size", pa.string()), ("num_params", pa.int64()), ("tokens_per_step", pa.int64()),
@@ -59,17 +86,59 @@ SCHEMA = pa.schema([
     ("memory_capacity_bytes", pa.int64()), ("relative_peak_memory", pa.float64()),
     ("device_seconds", pa.float64()), ("simulated", pa.bool_()),
 ])
-"""One bank row per trial."""
+"""The columns of banks written before the signatures (still read: the rest read as nulls)."""
+
+SCHEMA = pa.schema([*LEGACY_SCHEMA, pa.field("study_dir", pa.string()), *signature_fields()])
+"""One bank row per trial: ``LEGACY_SCHEMA``, the study's directory when ingested, and the
+three signatures' columns (``hw_*``, ``wl_*``, ``par_*``; ``infrarsi.study.signatures``)."""
+
+OBJECT_STORES = ("s3", "gcs")
+"""pyarrow filesystem types whose objects appear only once completely written (no tmp + move)."""
 
 
-def default_root() -> Path:
-    """The bank ``$INFRARSI_BANK`` names, else ``~/.cache/infrarsi/bank`` (parsed by
-    ``infrarsi.study.switches``); ``ConfigError`` when ``$INFRARSI_BANK`` turns the bank off."""
+def default_root() -> Path | str:
+    """The bank ``$INFRARSI_BANK`` names (a URI stays a str), else ``~/.cache/infrarsi/bank``
+    (parsed by ``infrarsi.study.switches``); ``ConfigError`` when ``$INFRARSI_BANK`` turns it off."""
     root = bank_from_environment()
     if root is None:
-        raise ConfigError(f"environment variable {BANK_ENV}: rule: a bank directory is needed here; value: "
-                          f"{os.environ.get(BANK_ENV)!r} (off). Fix: pass the bank's directory, or unset {BANK_ENV}.")
-    return Path(root)
+        raise ConfigError(f"environment variable {BANK_ENV}: rule: a bank location is needed here; value: "
+                          f"{os.environ.get(BANK_ENV)!r} (off). Fix: pass the bank's directory or URI, or unset {BANK_ENV}.")
+    return root if "://" in root else Path(root)
+
+
+def open_filesystem(location: str | Path) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, base path) of a bank location: a local path, a pyarrow URI (``file://``,
+    ``s3://``, ``gs://``, ``hdfs://``) or an fsspec URI (needs ``fsspec``). ``ConfigError`` when
+    no filesystem can open it."""
+    text = str(location)
+    if "://" not in text:
+        return pafs.LocalFileSystem(), str(Path(text).expanduser().resolve())
+    try:
+        fs, path = pafs.FileSystem.from_uri(text)
+        return fs, path.rstrip("/") or "/"
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        pyarrow_error = str(e)
+    try:
+        import fsspec  # an optional dependency: any fsspec protocol
+    except ImportError:
+        raise ConfigError(f"bank {text!r}: rule: a local path, or a URI pyarrow can open (file://, s3://, gs://, "
+                          f"hdfs://) or fsspec can (with fsspec installed); pyarrow: {pyarrow_error}. "
+                          f"Fix: `pip install fsspec` (and the protocol's package), or use a supported URI.") from None
+    try:
+        ffs, fpath = fsspec.core.url_to_fs(text)
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"bank {text!r}: rule: a URI pyarrow or fsspec can open; pyarrow: {pyarrow_error}; "
+                          f"fsspec: {e}. Fix: install the protocol's package, or use another URI.") from None
+    return pafs.PyFileSystem(pafs.FSSpecHandler(ffs)), str(fpath).rstrip("/") or "/"
+
+
+def study_key(contract: Contract) -> str:
+    """A study's id in the bank: sha256 (16 hex) of its contract without the calibrations
+    doctor adds (amendments, invariants, memory capacity), so it stays the same across stages."""
+    content = contract.content()
+    for k in ("amendments", "invariants", "memory_capacity_bytes"):
+        content.pop(k, None)
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def hardware_fingerprint(hardware: Mapping[str, Any] | str | None) -> str:
@@ -113,12 +182,37 @@ def _baseline_step_time(study_dir: Path, rows: list[TrialResult], baseline: Mapp
     return None
 
 
+def _conform(table: pa.Table) -> pa.Table:
+    """``table`` with ``SCHEMA``'s columns in order (missing ones null, extra ones dropped)."""
+    cols = []
+    for f in SCHEMA:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            cols.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=SCHEMA)
+
+
 class Bank:
-    """A directory of per-study Parquet files of trial rows."""
+    """A Parquet dataset of trial rows, one file per study, on a local or remote filesystem."""
 
     def __init__(self, root: str | Path | None = None) -> None:
-        self.root = Path(root).expanduser() if root is not None else default_root()
-        """The bank directory."""
+        given = default_root() if root is None else root
+        self.uri = str(given)
+        """The location as given: a local path or a URI."""
+        self.root: Path | str = Path(given).expanduser() if "://" not in self.uri else self.uri
+        """The bank's location: a ``Path`` for a local directory, else the URI (a str)."""
+        self.fs, self.base = open_filesystem(given)
+
+    @property
+    def atomic_writes(self) -> bool:
+        """True where a study's file is replaced atomically (a local disk's rename; an object
+        store's single PUT); False where ``move`` may be a copy then a delete (fsspec, others)."""
+        return self.fs.type_name in ("local", "hdfs", *OBJECT_STORES)
+
+    def _path(self, name: str) -> str:
+        return f"{self.base.rstrip('/')}/{name}"
 
     def add_study(self, study_dir: str | Path) -> int:
         """Add (or replace) every logged trial of a study; returns the number of rows written."""
@@ -128,23 +222,49 @@ class Bank:
         if not rows:
             raise StudyError(f"{d}: the study has no logged trials to add to the bank; run "
                              f"`infrarsi doctor`/`run` first.")
+        table = pa.Table.from_pylist(self._records(d, contract, rows), schema=SCHEMA)
+        key = study_key(contract)
+        self._write(table, f"{key}.parquet")
+        legacy = contract.contract_hash[:16]  # the file name banks used before study keys
+        if legacy != key:
+            self._delete(self._path(f"{legacy}.parquet"))
+        return table.num_rows
+
+    ingest = add_study
+
+    def _records(self, d: Path, contract: Contract, rows: list[TrialResult]) -> list[dict[str, Any]]:
         wl = contract.workload
         base = _baseline_step_time(d, rows, wl.get("baseline", {}))
         cap = contract.memory_capacity.memory_capacity_bytes
         space_name, _ = _space_info(Path(contract.search_space_path)) if Path(
             contract.search_space_path).exists() else ("", [])
-        study_id = contract.contract_hash[:16]
+        key = study_key(contract)
         now = time.time()
+        n_params = next((r.extra.get("num_params") or r.extra.get("model_params") for r in rows
+                         if r.extra.get("num_params") or r.extra.get("model_params")), None)
+        doctor = DoctorReport.load_if_present(d)
+        try:
+            workload = contract.workload_model()
+        except Exception:  # an embedded workload this version cannot parse: no signatures from it
+            workload = None
+        wl_sig = (WorkloadSignature.from_workload(workload, num_params=int(n_params) if n_params else None)
+                  if workload is not None else WorkloadSignature(name=wl.get("name")))
+        global_batch = (workload.tokens_per_step // workload.data.seq_len) if workload is not None else None
         recs = []
         for r in rows:
-            n_params = r.extra.get("num_params") or r.extra.get("model_params")
+            n_r = r.extra.get("num_params") or r.extra.get("model_params") or n_params
             cap_r = cap or r.extra.get("memory_capacity_bytes")
+            hw_sig = HardwareSignature.from_study(r.hardware, workload=workload, nodes=r.nodes or None,
+                                                  doctor_hardware=doctor.hardware if doctor else None,
+                                                  simulated=bool(r.simulated))
+            layout = ParallelLayout.from_config(r.config, world_size=r.world_size or (
+                workload.world_size if workload is not None else None), nodes=r.nodes, global_batch=global_batch)
             recs.append({
-                "study_id": study_id, "study": contract.study, "contract_hash": contract.contract_hash,
+                "study_id": key, "study": contract.study, "contract_hash": contract.contract_hash,
                 "added_at": now, "workload_name": wl.get("name"),
                 "model_family": (wl.get("model") or {}).get("family"),
                 "model_size": (wl.get("model") or {}).get("size"),
-                "num_params": int(n_params) if n_params else None,
+                "num_params": int(n_r) if n_r else None,
                 "tokens_per_step": contract.invariants.tokens_per_step,
                 "world_size": r.world_size or None, "nodes": r.nodes,
                 "space_name": space_name, "space_hash": contract.search_space_hash,
@@ -160,30 +280,96 @@ class Bank:
                 "relative_peak_memory": (r.peak_memory_bytes / float(cap_r))
                 if (r.peak_memory_bytes and cap_r) else None,
                 "device_seconds": r.device_seconds, "simulated": bool(r.simulated),
+                "study_dir": str(d.resolve()),
+                **hw_sig.columns(), **wl_sig.columns(), **layout.columns(),
             })
-        table = pa.Table.from_pylist(recs, schema=SCHEMA)
-        self.root.mkdir(parents=True, exist_ok=True)
-        dest = self.root / f"{study_id}.parquet"
-        tmp = self.root / f"{study_id}.parquet.{os.getpid()}.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, dest)
-        return len(recs)
+        return recs
 
-    def files(self) -> list[Path]:
-        """The bank's complete Parquet files (``*.tmp`` leftovers are ignored)."""
-        return sorted(self.root.glob("*.parquet")) if self.root.is_dir() else []
+    def _write(self, table: pa.Table, name: str) -> None:
+        """Write one study's file: straight to an object store, else ``*.tmp`` then ``move``."""
+        self.fs.create_dir(self.base, recursive=True)
+        dest = self._path(name)
+        if self.fs.type_name in OBJECT_STORES:
+            pq.write_table(table, dest, filesystem=self.fs)
+            return
+        tmp = f"{dest}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        pq.write_table(table, tmp, filesystem=self.fs)
+        try:
+            if self.fs.type_name != "local":  # some filesystems refuse to move onto a file
+                self._delete(dest)
+            self.fs.move(tmp, dest)
+        except BaseException:
+            self._delete(tmp)
+            raise
+
+    def _delete(self, path: str) -> None:
+        if self.fs.get_file_info(path).type == pafs.FileType.File:
+            self.fs.delete_file(path)
+
+    def files(self) -> list[str]:
+        """The bank's complete Parquet files, paths on its filesystem (``*.tmp`` leftovers ignored)."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.base, allow_not_found=True))
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
 
     def table(self) -> pa.Table:
-        """Every row in the bank (an empty table for an empty bank)."""
+        """Every row in the bank with ``SCHEMA``'s columns (an empty table for an empty bank;
+        a file written before the signatures has nulls in their columns)."""
         tables = []
         for f in self.files():
             try:
-                tables.append(pq.read_table(f))
+                tables.append(_conform(pq.read_table(f, filesystem=self.fs)))
             except (OSError, pa.ArrowInvalid):
-                continue  # a damaged file is skipped; re-add its study to repair it
+                continue  # a damaged file is skipped; re-ingest its study to repair it
         if not tables:
             return SCHEMA.empty_table()
-        return pa.concat_tables(tables, promote_options="permissive")
+        return pa.concat_tables(tables)
+
+    def query(self, *, device: str | None = None, workload: str | None = None, status: str | None = None,
+              study: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Rows as dicts (``config`` and ``hardware`` parsed), newest study first then by trial.
+
+        ``device``: a case-insensitive substring of the device name, kind or fingerprint;
+        ``workload``: the workload's name (or a substring of it, its family or entry point);
+        ``status``: a trial status; ``study``: the study's name or key; ``limit``: at most this many.
+        """
+        out = []
+        for rec in self.table().to_pylist():
+            if status and rec["status"] != status:
+                continue
+            if study and study not in (rec["study"], rec["study_id"]):
+                continue
+            if device and not _contains(device, rec.get("hw_device_name"), rec.get("hw_device_kind"),
+                                        rec.get("hardware_fingerprint"), rec.get("hardware")):
+                continue
+            if workload and not _contains(workload, rec.get("workload_name"), rec.get("wl_entry_point"),
+                                          rec.get("model_family")):
+                continue
+            rec["config"] = json.loads(rec["config"]) if rec.get("config") else {}
+            rec["hardware"] = json.loads(rec["hardware"]) if rec.get("hardware") else {}
+            out.append(rec)
+        out.sort(key=lambda r: (-(r["added_at"] or 0.0), r["study"] or "", r["trial_id"] or ""))
+        return out[:limit] if limit is not None else out
+
+    def stats(self) -> dict[str, Any]:
+        """What the bank holds: ``location``, ``files``, ``studies``, ``rows``, ``rows_by_status``,
+        ``hardware`` (device name or kind -> rows), ``workloads`` (name -> rows), ``legacy_rows``
+        (rows written before the signatures)."""
+        recs = self.table().select(["study_id", "status", "hw_device_name", "hw_device_kind", "hardware",
+                                    "workload_name", "wl_name"]).to_pylist()
+        hw: Counter[str] = Counter()
+        for r in recs:
+            name = r["hw_device_name"] or r["hw_device_kind"]
+            if name is None:
+                h = json.loads(r["hardware"] or "{}")
+                name = h.get("device_name") or h.get("device_kind") or h.get("device") or "unknown"
+            hw[str(name)] += 1
+        return {
+            "location": self.uri, "files": len(self.files()), "studies": len({r["study_id"] for r in recs}),
+            "rows": len(recs), "rows_by_status": dict(sorted(Counter(str(r["status"]) for r in recs).items())),
+            "hardware": dict(hw.most_common()),
+            "workloads": dict(Counter(str(r["workload_name"] or r["wl_name"]) for r in recs).most_common()),
+            "legacy_rows": sum(1 for r in recs if r["wl_name"] is None),
+        }
 
     def warm_start_rows(
         self,
@@ -193,6 +379,7 @@ class Bank:
         *,
         num_params: int | None = None,
         include_same_hardware: bool = False,
+        exclude_study: str | None = None,
         max_rows: int = 200,
     ) -> list[dict[str, Any]]:
         """Prior observations for a new study, in relative terms, most similar first.
@@ -205,13 +392,18 @@ class Bank:
             hardware: the new study's hardware dict (or fingerprint); rows from it are left out
                 unless ``include_same_hardware``.
             num_params: the new model's parameter count, for similarity (optional).
+            exclude_study: a study key (``study_key``) whose rows are left out (the new study's
+                own; by default a ``Contract`` passed as ``workload`` excludes itself).
 
         Returns:
-            Dicts with ``config``, ``status`` (ok | oom), ``relative_step_time`` (step time over
-            that study's baseline; None for oom), ``relative_peak_memory`` (peak over that
-            study's capacity; a lower bound when ``memory_censored``), ``memory_censored``,
-            ``similarity`` in (0, 1], ``source_study``, ``hardware_fingerprint``.
+            Dicts with ``config`` (the space's knobs only), ``bank_config`` (as measured),
+            ``status`` (ok | oom), ``relative_step_time`` (step time over that study's baseline;
+            None for oom), ``relative_peak_memory`` (peak over that study's capacity; a lower
+            bound when ``memory_censored``), ``memory_censored``, ``similarity`` in (0, 1],
+            ``source_study``, ``source_key``, ``trial_id``, ``hardware_fingerprint``.
         """
+        if exclude_study is None and isinstance(workload, Contract):
+            exclude_study = study_key(workload)
         wl = _workload_features(workload)
         fam, tps, ws = wl
         space_name, knobs = _space_info(space)
@@ -222,27 +414,33 @@ class Bank:
                 continue
             if not include_same_hardware and rec["hardware_fingerprint"] == fp:
                 continue
+            if exclude_study and rec["study_id"] == exclude_study:
+                continue
             if space_name and rec["space_name"] and rec["space_name"] != space_name:
                 continue
             if fam and rec["model_family"] and rec["model_family"] != fam:
                 continue
             if rec["status"] == "ok" and rec["relative_step_time"] is None:
                 continue
-            cfg = json.loads(rec["config"])
-            if knobs:
-                cfg = {k: v for k, v in cfg.items() if k in knobs}
+            raw = json.loads(rec["config"])
+            cfg = {k: v for k, v in raw.items() if k in knobs} if knobs else dict(raw)
             dist = _logdist(tps, rec["tokens_per_step"]) + _logdist(ws, rec["world_size"]) \
                 + _logdist(num_params, rec["num_params"])
             out.append({
-                "config": cfg, "status": rec["status"],
+                "config": cfg, "bank_config": raw, "status": rec["status"],
                 "relative_step_time": rec["relative_step_time"],
                 "relative_peak_memory": rec["relative_peak_memory"],
                 "memory_censored": bool(rec["memory_censored"]),
-                "similarity": math.exp(-dist), "source_study": rec["study"],
+                "similarity": math.exp(-dist), "source_study": rec["study"], "source_key": rec["study_id"],
                 "trial_id": rec["trial_id"], "hardware_fingerprint": rec["hardware_fingerprint"],
             })
         out.sort(key=lambda x: (-x["similarity"], x["relative_step_time"] or math.inf))
         return out[:max_rows]
+
+
+def _contains(needle: str, *hay: Any) -> bool:
+    n = needle.lower()
+    return any(h is not None and n in str(h).lower() for h in hay)
 
 
 def scale_prior(
@@ -293,4 +491,5 @@ def _workload_features(workload: Any) -> tuple[str | None, int | None, int | Non
             getattr(workload, "tokens_per_step", None), getattr(workload, "world_size", None))
 
 
-__all__ = ["SCHEMA", "Bank", "default_root", "hardware_fingerprint", "scale_prior"]
+__all__ = ["LEGACY_SCHEMA", "SCHEMA", "Bank", "default_root", "hardware_fingerprint", "open_filesystem", "scale_prior",
+           "study_key"]

@@ -11,6 +11,7 @@ Layout::
     DIR/proposals/         proposals from agents or people: queued/, taken/, patches/ (``infrarsi.study.proposals``)
     DIR/optimizer.json     inspection snapshot of the optimizer at the end of run (see below)
     DIR/verify.json        verified candidates (verify)
+    DIR/bank_warm_start.json the experience bank's configs chosen to warm-start the search, and those dropped
     DIR/report.md, DIR/report.html
 
 A study directory, and every folder infrarsi makes in it, is created with mode 0700
@@ -96,6 +97,12 @@ class StudyPaths:
     def optimizer_state(self) -> Path:
         """The optimizer's inspection snapshot (``optimizer.json``; module docstring)."""
         return self.root / "optimizer.json"
+
+    @property
+    def bank_warm_start(self) -> Path:
+        """The bank configs chosen as warm starts and those dropped (``stages.optimizer_factory``;
+        the report's audit reads it)."""
+        return self.root / "bank_warm_start.json"
 
     @property
     def verify(self) -> Path:

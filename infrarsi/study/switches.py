@@ -9,7 +9,7 @@ environment. The environment variables only give the defaults at init time:
 - ``bank`` (``--bank DIR`` or ``--bank off``): ``$INFRARSI_BANK``, else ``~/.cache/infrarsi/bank``.
 
 One word list decides on and off for all of them (``OFF_WORDS``, ``ON_WORDS``; case and
-surrounding blanks ignored); a bank value that is not an off word is the bank's location.
+surrounding blanks ignored); a bank value that is not an off word is the bank's location (a local directory or a URI).
 """
 
 from __future__ import annotations
@@ -54,15 +54,22 @@ def parse_switch(text: str, *, what: str) -> bool:
 
 
 def parse_bank(text: str, *, what: str) -> str | None:
-    """The bank a value names: None for an off word, else its directory (``~`` expanded, made
-    absolute). ``ConfigError`` for an empty value or a ``scheme://`` URI (``Bank`` reads and
-    writes a local directory only)."""
+    """The bank a value names: None for an off word; a ``scheme://`` URI as given (``s3://``,
+    ``gs://``, ``hdfs://``, ``file://``, or any fsspec protocol: see ``infrarsi.study.bank``); else
+    a local directory (``~`` expanded, made absolute). ``ConfigError`` for an empty value or a URI
+    with no scheme or no path."""
     value = text.strip()
-    if not value or "://" in value:
-        raise ConfigError(f"{what}: rule: a local directory or one of {', '.join(OFF_WORDS)}; value: {text!r}. "
-                          f"Fix: name the bank's local directory (remote URIs are not supported), or `off`.")
+    if not value:
+        raise ConfigError(f"{what}: rule: a local directory, a filesystem URI (s3://bucket/bank, file:///path) "
+                          f"or one of {', '.join(OFF_WORDS)}; value: {text!r}. Fix: name the bank, or `off`.")
     if is_off(value):
         return None
+    if "://" in value:
+        scheme, _, rest = value.partition("://")
+        if not scheme or not rest.strip("/") or not scheme.replace("+", "").replace("-", "").isalnum():
+            raise ConfigError(f"{what}: rule: a URI needs a scheme and a path (s3://bucket/bank, "
+                              f"file:///abs/path); value: {text!r}. Fix: name the bank's location in full.")
+        return value
     return str(Path(value).expanduser().resolve())
 
 
@@ -89,8 +96,8 @@ class StudySwitches(BaseModel):
     """Stop a trial's ranks at the first step whose loss leaves the contract's tolerance
     (once the doctor has a baseline loss trace); off runs such trials to the end."""
     bank: str | None
-    """The experience bank's directory (absolute) the study warm-starts from and is added to
-    when ``tune`` finishes; None: off."""
+    """The experience bank the study warm-starts from and that every stage feeds: an absolute
+    local directory or a filesystem URI (``s3://...``, ``file://...``); None: off."""
 
     @classmethod
     def resolve(cls, *, analytic_prior: bool | None = None, loss_guard: bool | None = None,

@@ -52,7 +52,7 @@ def test_init_takes_the_environment_as_default(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "env", "needle"), [
-    (["--bank", "s3://bucket/bank"], {}, "--bank"),
+    (["--bank", "s3://"], {}, "--bank"),
     ([], {"INFRARSI_PRIOR": "maybe"}, "INFRARSI_PRIOR"),
     ([], {"INFRARSI_LOSS_GUARD": "sometimes"}, "INFRARSI_LOSS_GUARD"),
 ])

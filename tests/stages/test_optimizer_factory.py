@@ -147,3 +147,74 @@ def test_without_editable_knobs_the_search_space_is_the_whole_space(tmp_path: Pa
     full = contract.search_space(tmp_path / "new")
     assert contract.editable.knobs == full.names
     assert opt.space.source == full.source
+
+
+def _doctor_bank_rows(bank: Bank, study: str, edit: dict[str, dict | None]) -> None:
+    """Rewrite ``study``'s bank file with some configs edited as another space would have logged them."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = next(f for f in bank.files() if pq.read_table(f).column("study")[0].as_py() == study)
+    recs = pq.read_table(f).to_pylist()
+    for r in recs:
+        if r["trial_id"] in edit:
+            r["config"] = json.dumps(edit[r["trial_id"]], sort_keys=True)
+    pq.write_table(pa.Table.from_pylist(recs, schema=pq.read_schema(f)), f)
+
+
+def test_warm_start_revalidates_configs_invalid_in_the_new_space(tmp_path: Path) -> None:
+    """A bank config from another space: unknown knobs dropped, missing ones filled from the
+    baseline (repaired); a value the new space does not allow: dropped. The report's audit lists
+    the entries used, how each was repaired, whether it was tried and how it did."""
+    import json
+
+    from infrarsi.report.bank_section import bank_blocks
+    from infrarsi.report.data import load_study
+    from infrarsi.report.document import Table
+
+    bank = Bank(tmp_path / "bank")
+    bank.add_study(make_study(tmp_path, "a", hw="box-a"))
+    other_space_best = {k: v for k, v in BEST.items() if k != "threads_per_worker"} | {"sequence_parallel": True}
+    _doctor_bank_rows(bank, "a", {
+        "run-2": other_space_best,                                  # repairable
+        "run-0": {**BASE, "zero_stage": 2, "micro_batch_size": 3},  # 3 is not a value of this space
+    })
+    contract, rows = new_study(tmp_path, bank.root)
+    d = tmp_path / "new"
+    opt = build_optimizer(contract, rows, study_dir=d)
+    space = opt.space
+    assert [space.key(c) for c, _ in opt.initial_queue[:2]] == [space.key(space.validate(c)) for c in (BEST, THIRD)]
+    record = json.loads((d / "bank_warm_start.json").read_text())
+    assert record["used"][0]["repairs"] == ["dropped unknown knob sequence_parallel=True",
+                                            "filled threads_per_worker=1 from the baseline"]
+    assert record["used"][1]["repairs"] == [] and len(record["used"]) == 3
+    assert [x["trial_id"] for x in record["dropped"]] == ["run-0"]
+    assert "micro_batch_size" in record["dropped"][0]["reason"]
+    cfg = opt.ask()
+    info = opt.last_ask_info
+    assert info.phase == "warm_start" and info.warm_start_origin.repairs == tuple(record["used"][0]["repairs"])
+    assert json.loads(json.dumps(info.to_dict()))["warm_start_origin"]["repairs"] == record["used"][0]["repairs"]
+    # The study runs the repaired config (1.2 s against its 3 s baseline); THIRD never runs.
+    write_rows(d, [*rows, row("run-0", "run", cfg, 400.0, step=1.2, mem=0.5, hw="box-c",
+                              extra={"ask_info": info.to_dict()})])
+    (d / "doctor.json").write_text((tmp_path / "a" / "doctor.json").read_text().replace("2.05", "3.0"))
+    blocks = bank_blocks(load_study(d))
+    used = next(b for b in blocks if isinstance(b, Table) and "re-validation" in b.headers)
+    assert [r[0] for r in used.rows] == ["a", "a", "a"]
+    assert "dropped unknown knob sequence_parallel" in used.rows[0][4] and "tried: run-0 (ok); 2.50x" in used.rows[0][5]
+    assert used.rows[1][4] == "valid as measured" and used.rows[1][5].startswith("not tried")
+    dropped = next(b for b in blocks if isinstance(b, Table) and b is not used)
+    assert dropped.rows[0][0] == "a, run-0" and "micro_batch_size" in dropped.rows[0][2]
+
+
+def test_a_bank_that_cannot_be_written_never_fails_the_stage(tmp_path: Path) -> None:
+    (tmp_path / "not-a-dir").write_text("a file where the bank's folder should be")
+    s = make_study(tmp_path, "s", hw="box-a", switches=switches(tmp_path / "not-a-dir"))
+    out = add_to_bank(s, stage="doctor")
+    assert "error" in out and out["root"] == str(tmp_path / "not-a-dir")
+    uri = make_study(tmp_path, "u", hw="box-a", switches=StudySwitches(
+        analytic_prior=True, loss_guard=True, bank=(tmp_path / "uri-bank").as_uri()))
+    assert add_to_bank(uri, stage="verify")["rows"] == 15
+    assert Bank((tmp_path / "uri-bank").as_uri()).stats()["studies"] == 1

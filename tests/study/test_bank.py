@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from synthetic_study import BEST, make_study
 
-from infrarsi.errors import StudyError
-from infrarsi.study.bank import Bank, default_root, hardware_fingerprint, scale_prior
+from infrarsi.errors import ConfigError, StudyError
+from infrarsi.study.bank import (
+    LEGACY_SCHEMA,
+    SCHEMA,
+    Bank,
+    default_root,
+    hardware_fingerprint,
+    scale_prior,
+    study_key,
+)
+from infrarsi.study.contract import Contract
+from infrarsi.study.signatures import HardwareSignature, ParallelLayout
 from infrarsi.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,3 +106,101 @@ def test_scale_prior_to_new_units(tmp_path: Path) -> None:
     assert oom["memory_censored"] and oom["step_time_s"] is None and oom["peak_memory_bytes"] > 80e9
     with pytest.raises(ValueError, match="> 0"):
         scale_prior(prior, 0.0, 1.0)
+
+
+def _locations(tmp_path: Path) -> list[str]:
+    locs = [str(tmp_path / "local-bank"), (tmp_path / "uri-bank").as_uri()]
+    try:
+        import fsspec  # noqa: F401
+
+        locs.append(f"memory://infrarsi-test-{tmp_path.name}")
+    except ImportError:
+        pass
+    return locs
+
+
+def test_ingest_query_round_trip_is_idempotent_on_paths_and_uris(tmp_path: Path) -> None:
+    s = make_study(tmp_path, "a", hw="box-a")
+    for loc in _locations(tmp_path):
+        bank = Bank(loc)
+        assert bank.ingest(s) == 15
+        first = bank.query()
+        assert bank.ingest(s) == 15  # ingest again: the study's file is replaced, not appended to
+        assert len(bank.files()) == 1 and bank.table().num_rows == 15
+        again = bank.query()
+        assert [(r["trial_id"], r["config"]) for r in again] == [(r["trial_id"], r["config"]) for r in first]
+        ok = bank.query(status="ok", device="BOX-A", workload="dense_debug", limit=3)
+        assert len(ok) == 3 and {r["status"] for r in ok} == {"ok"}
+        assert bank.query(device="box-z") == [] and bank.query(workload="moe") == []
+        best = bank.query(study="a", status="ok")
+        r = next(x for x in best if x["config"] == BEST)
+        assert r["relative_step_time"] == pytest.approx(0.66 / 2.05)
+        # The three signatures, flattened, units in the names.
+        assert (r["hw_device_kind"], r["hw_device_name"], r["hw_devices_per_node"], r["hw_nodes"]) == ("cpu", "box-a", 2, 1)
+        assert (r["wl_name"], r["wl_family"], r["wl_seq_len_tokens"], r["wl_tokens_per_step"]) == ("dense_debug", "dense", 128, 2048)
+        assert (r["wl_n_layers"], r["wl_hidden"], r["wl_n_heads"], r["wl_num_experts"]) == (4, 256, 4, 0)
+        assert r["wl_num_params"] == 5_300_000
+        assert (r["par_world_size"], r["par_data_parallel"], r["par_zero_stage"], r["par_micro_batch_size"],
+                r["par_gradient_accumulation_steps"]) == (2, 2, 0, 8, 1)  # 16 sequences / (8 x 2)
+        assert bank.stats()["rows_by_status"] == {"failed": 1, "invariant_violation": 1, "ok": 12, "oom": 1}
+        assert bank.atomic_writes == (not loc.startswith("memory://"))
+
+
+def test_signature_columns_round_trip() -> None:
+    sig = HardwareSignature(device_kind="cuda", device_name="NVIDIA H200", memory_per_device_bytes=150 << 30,
+                            devices_per_node=8, nodes=2, cuda_version="13.0", torch_version="2.11")
+    assert sig.columns()["hw_memory_per_device_bytes"] == 150 << 30
+    assert HardwareSignature.from_columns(sig.columns()) == sig
+    lay = ParallelLayout.from_config({"tp": 2, "pp": 2, "zero_stage": 1, "micro_batch_size": 2}, world_size=16,
+                                     nodes=2, global_batch=64)
+    assert (lay.data_parallel, lay.gradient_accumulation_steps) == (4, 8)
+    assert ParallelLayout.from_columns({}) == ParallelLayout()  # a legacy row
+    hw = HardwareSignature.from_study({"device": "cuda", "device_name": "H200", "torch": "2.11", "deepspeed": "0.19",
+                                       "cuda": "13.0", "driver": "580.1", "memory_per_device_bytes": 1})
+    assert (hw.cuda_version, hw.driver_version, hw.deepspeed_version, hw.device_name) == ("13.0", "580.1", "0.19", "H200")
+
+
+def test_a_study_keeps_one_file_across_calibrations(tmp_path: Path) -> None:
+    s = make_study(tmp_path, "a", hw="box-a")
+    bank = Bank(tmp_path / "bank")
+    bank.ingest(s)
+    c = Contract.load(s, check_files=False)
+    c2 = c.with_calibration(loss_atol=5e-4, reason="doctor again")
+    assert c2.contract_hash != c.contract_hash and study_key(c2) == study_key(c)
+    c2.save(s)
+    bank.ingest(s)
+    assert len(bank.files()) == 1 and bank.table().num_rows == 15
+
+
+def test_banks_written_before_the_signatures_still_read(tmp_path: Path) -> None:
+    s = make_study(tmp_path, "a", hw="box-a")
+    bank = Bank(tmp_path / "bank")
+    bank.ingest(s)
+    # The old layout: the same folder, the old columns only, the file named by the contract hash.
+    old = bank.table().select(LEGACY_SCHEMA.names).cast(LEGACY_SCHEMA)
+    for f in bank.files():
+        Path(f).unlink()
+    legacy = bank.root / f"{Contract.load(s, check_files=False).contract_hash[:16]}.parquet"
+    pq.write_table(old, legacy)
+    t = bank.table()
+    assert t.num_rows == 15 and t.schema == SCHEMA and t.column("hw_device_kind").null_count == 15
+    assert bank.stats()["legacy_rows"] == 15 and bank.stats()["hardware"] == {"box-a": 15}
+    wl = Workload.from_yaml(ROOT / "workloads/dense_debug.yaml")
+    assert bank.warm_start_rows(wl, SPACE, hw("box-b"))  # still a warm start
+    bank.ingest(s)  # re-ingest replaces the legacy file: no duplicate rows
+    assert [Path(f).name for f in bank.files()] == [f"{study_key(Contract.load(s, check_files=False))}.parquet"]
+    assert bank.table().num_rows == 15 and bank.stats()["legacy_rows"] == 0
+
+
+def test_a_study_never_warm_starts_from_itself(tmp_path: Path) -> None:
+    s = make_study(tmp_path, "a", hw="box-a")
+    bank = Bank(tmp_path / "bank")
+    bank.ingest(s)
+    contract = Contract.load(s, check_files=False)
+    assert bank.warm_start_rows(contract, SPACE, hw("elsewhere")) == []
+    assert bank.warm_start_rows(contract, SPACE, hw("elsewhere"), exclude_study="") != []
+
+
+def test_a_bad_uri_is_refused_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="Fix"):
+        Bank("nosuchprotocol-xyz://bucket/bank")
