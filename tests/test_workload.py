@@ -117,5 +117,5 @@ def test_a_blank_name_or_a_boolean_capacity_is_refused(tmp_path: Path, field: st
 def test_an_infinite_learning_rate_is_refused(tmp_path: Path) -> None:
     raw = yaml.safe_load((ROOT / "workloads" / "dense_debug.yaml").read_text())
     raw["optimizer"] = {"lr": float("inf")}
-    with pytest.raises(WorkloadError, match="optimizer.lr"):
+    with pytest.raises(WorkloadError, match=r"optimizer\.lr"):
         Workload.from_dict(raw, source=str(tmp_path / "w.yaml"))
