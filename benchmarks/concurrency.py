@@ -438,7 +438,10 @@ def _resummarise(out: Path) -> dict[str, Any]:
 
 def _write(result: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "concurrency.json").write_text(json.dumps(result, indent=1, allow_nan=False))
+    # meta and summary readable; each run's event trace on one line
+    runs = ",\n".join(json.dumps(r, allow_nan=False, separators=(",", ":")) for r in result["runs"])
+    head = json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1, allow_nan=False)
+    (out / "concurrency.json").write_text(head[:-2] + ',\n "runs": [\n' + runs + "\n]}\n")
     md = to_markdown(result)
     md_path = out / "concurrency.md"
     old = md_path.read_text() if md_path.exists() else ""
