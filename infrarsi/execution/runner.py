@@ -161,10 +161,9 @@ class TrialRunner:
         """The warm ``WorkerPool`` whose groups run in ``placement_group`` (None: groups that
         reserve their own). Pools of placement groups Ray has removed (a finished Tune trial's)
         are closed on the way."""
+        from infrarsi.execution.cluster import alive_nodes, require_slots
         from infrarsi.execution.group import GroupSpec
         from infrarsi.execution.pool import WorkerPool
-
-        from infrarsi.execution.cluster import alive_nodes, require_slots
 
         key = "" if placement_group is None else placement_group.id.hex()
         with self._lock:
