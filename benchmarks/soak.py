@@ -3,9 +3,11 @@
     python -m benchmarks.soak --quick       # 60 surrogate trials + a short debug-workload run
     python -m benchmarks.soak               # 120 surrogate trials, a longer debug run
 
-What runs. A ``ray.cluster_utils.Cluster`` in a child process (a head with no CPUs and two worker
-raylets of 2 CPUs each; the child takes commands on its stdin, so a raylet can be removed
-mid-run). Each phase is a study driven by the real CLI as subprocesses (``python -m infrarsi
+What runs. A ``ray.cluster_utils.Cluster`` in a child process (a head with no CPUs and no
+``memory`` resource, and two worker raylets of 2 CPUs each; the child takes commands on its stdin,
+so a raylet can be removed mid-run). The driver and the study executor stay on the head; every
+Tune trial actor (the surrogate's asks ``{cpu: 0, memory: 1}``) and every rank runs on a worker
+raylet, where a raylet kill meets it. Each phase is a study driven by the real CLI as subprocesses (``python -m infrarsi
 init/doctor/run ... --address ADDR``): ``run --concurrency 2`` (surrogate) or the concurrency the
 cluster holds (debug workload, one 2-rank trial per raylet), then ``run --resume`` whenever a
 harness ended before its budget (SIGKILLed by the soak, or stopped by a fault).
@@ -75,7 +77,8 @@ FIELDS: dict[str, str] = {
                          "beyond the first",
     "duplicated_ids": "the ids counted in trials_duplicated",
     "tune_trials_reported": "Tune trials (tune/*/*/result.json not empty) that reported a result "
-                            "(a retried Tune trial keeps its id)",
+                            "(a retried Tune trial keeps its id; Tune's driver writes these files, "
+                            "so a SIGKILLed harness may leave some unwritten: a lower bound)",
     "statuses": "run rows by status (interrupted rows under 'interrupted')",
     "device_seconds": "sum of device_seconds of run rows by status; 'interrupted' is a lower "
                       "bound (each counts its devices up to its in-flight marker's last heartbeat)",
@@ -171,7 +174,7 @@ _CLUSTER = r"""
 import json, sys
 from ray.cluster_utils import Cluster
 cpus = int(sys.argv[1]); n = int(sys.argv[2])
-c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0}, connect=False)
+c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "memory": 0}, connect=False)
 workers = {}
 for _ in range(n):
     node = c.add_node(num_cpus=cpus); workers[node.node_id] = node
@@ -618,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m benchmarks.soak " + " ".join(sys.argv[1:] if argv is None else argv),
         "commit": _git_sha(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "machine": {"cpu": cpu_model(), "cpus": os.cpu_count()}, "seed": a.seed,
-        "cluster": "ray.cluster_utils.Cluster: head (0 CPUs) + 2 worker raylets x 2 CPUs",
+        "cluster": "ray.cluster_utils.Cluster: head (0 CPUs, no memory resource) + 2 worker raylets x 2 CPUs",
         "seconds": round(time.monotonic() - t0, 1), "work_dir": str(work), "phases": phases,
         "trials_lost": sum(p["trials_lost"] for p in phases.values()),
         "trials_duplicated": sum(p["trials_duplicated"] for p in phases.values()),
