@@ -81,6 +81,8 @@ class StudyExecutor:
         """The workload's git repository (set when the first worktree is made)."""
         self._lock = threading.Lock()
         """Guards trial ids, markers, worktrees and the log writer across concurrent trials."""
+        self._attempts: dict[str, tuple[threading.Event, dict[str, Any]]] = {}
+        """``attempt_key`` -> (done, {"row": the logged row}) of every keyed call (``run_trial``)."""
 
     def _load_reference(self) -> DoctorReport | None:
         """The doctor's report (None before the doctor ran; a malformed one raises)."""
@@ -103,13 +105,48 @@ class StudyExecutor:
 
     def run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
                   extra: dict[str, Any] | None = None, timeout_s: float | None = None,
-                  placement_group: Any = None, patch_file: str | None = None) -> dict[str, Any]:
+                  placement_group: Any = None, patch_file: str | None = None,
+                  attempt_key: str | None = None) -> dict[str, Any]:
         """Run one trial and return its logged row as a dict (TrialResult fields).
 
         Safe to call from several threads at once (the ``run`` stage's concurrent Tune trials,
         each with its own ``placement_group``): ids, markers, worktrees and the log are taken
         under a lock; the trials themselves run in parallel. ``patch_file`` (relative to the
-        study directory: a proposal's patch) runs the config on a worktree with that patch."""
+        study directory: a proposal's patch) runs the config on a worktree with that patch.
+
+        ``attempt_key`` (the ``run`` stage passes the Ray Tune trial id): a later call with the
+        same key (Tune retrying a trial whose actor died, a node lost) runs nothing and returns
+        the first call's row, waiting for it while it is still running, so a retried trial is
+        never run or logged twice. A first call that raised leaves the key free."""
+        if attempt_key is None:
+            return self._run_trial(config, stage, patches=patches, extra=extra, timeout_s=timeout_s,
+                                   placement_group=placement_group, patch_file=patch_file)
+        with self._lock:
+            first = attempt_key not in self._attempts
+            if first:
+                self._attempts[attempt_key] = (threading.Event(), {})
+            done, box = self._attempts[attempt_key]
+        if not first:
+            done.wait()
+            if "row" in box:
+                log.warning("trial.retry_returns_first_attempt", attempt_key=attempt_key,
+                            trial_id=box["row"].get("trial_id"))
+                return dict(box["row"])
+            return self.run_trial(config, stage, patches=patches, extra=extra, timeout_s=timeout_s,
+                                  placement_group=placement_group, patch_file=patch_file, attempt_key=attempt_key)
+        try:
+            box["row"] = self._run_trial(config, stage, patches=patches, extra=extra, timeout_s=timeout_s,
+                                         placement_group=placement_group, patch_file=patch_file)
+            return dict(box["row"])
+        finally:
+            if "row" not in box:
+                with self._lock:
+                    self._attempts.pop(attempt_key, None)
+            done.set()
+
+    def _run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
+                   extra: dict[str, Any] | None = None, timeout_s: float | None = None,
+                   placement_group: Any = None, patch_file: str | None = None) -> dict[str, Any]:
         from infrarsi.errors import PatchError
 
         with self._lock:

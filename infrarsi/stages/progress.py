@@ -6,6 +6,7 @@ Ray Tune callback, plus the device-hours budget stopper."""
 from __future__ import annotations
 
 import math
+import pickle
 from typing import Any
 
 from ray.tune import Callback, Stopper
@@ -23,7 +24,18 @@ class _DeviceBudgetStopper(Stopper):
         return False
 
     def stop_all(self) -> bool:
+        if self.progress.harness_errors:  # stop at the first harness error (fail fast)
+            return True
         return self.budget is not None and self.progress.device_seconds >= self.budget
+
+
+def is_lost_actor(error: BaseException | None) -> bool:
+    """Whether a Tune trial's error is its trial actor's death (killed, or its node lost: Tune
+    retries the trial) rather than an exception raised by the trainable's code (a harness error:
+    the log cannot be written, the executor died...; a ``RayTaskError``)."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    return isinstance(error, RayActorError) and not isinstance(error, RayTaskError)
 
 
 class RunProgress(Callback):
@@ -40,6 +52,8 @@ class RunProgress(Callback):
         for r in history or []:
             self._account(r.status, r.step_time_s, r.device_seconds)
         self.enabled = enabled
+        self.harness_errors: list[BaseException] = []
+        """Errors raised by a trainable's code (not a trial actor's death); the first stops the run."""
         self._progress: Progress | None = None
         self._task: Any = None
 
@@ -49,6 +63,7 @@ class RunProgress(Callback):
         state = dict(self.__dict__)
         state["_progress"] = None
         state["_task"] = None
+        state["harness_errors"] = []
         return state
 
     def _account(self, status: str | None, step: float | None, device_s: float | None) -> None:
@@ -88,7 +103,27 @@ class RunProgress(Callback):
         if self._progress is not None:
             self._progress.update(self._task, completed=self.done, description=self.describe())
 
+    def _check_error(self, trial: Any) -> None:
+        error: BaseException | None
+        try:  # Tune pickled it into the trial's local folder just before calling back
+            with open(trial.pickled_error_file, "rb") as f:
+                error = pickle.load(f)
+        except Exception as e:  # unreadable: count it as the harness's (stops the run)
+            error = e
+        if not is_lost_actor(error):
+            self.harness_errors.append(error if error is not None else RuntimeError(
+                f"Ray Tune trial {getattr(trial, 'trial_id', '?')} failed without a stored error"))
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """The harness errors (read by ``raise_harness_errors``)."""
+        return self.harness_errors
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._check_error(trial)  # a lost trial actor is retried; anything else stops the run
+
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._check_error(trial)
         self.done += 1
         self.statuses["failed"] = self.statuses.get("failed", 0) + 1
         if self._progress is not None:

@@ -44,6 +44,11 @@ PROPOSAL_KEY = "__infrarsi_proposal__"
 """Reserved config key carrying a queued ``Proposal`` (as ``to_dict()``) that the searcher serves
 instead of an asked config; the trainable logs it in the row's ``extra["proposal"]``."""
 
+TRIAL_RETRIES = 3
+"""Times Ray Tune restarts a trial whose trial actor died (killed, or its node lost): the
+executor returns the first attempt's row to a retry (``attempt_key``), so nothing runs twice.
+Any other error out of a trainable is the harness's and stops the run (``RunProgress``)."""
+
 _REPORTED = ("status", "step_time_s", "peak_memory_bytes", "memory_censored", "tokens_per_s", "mfu",
              "device_seconds", "trial_id", "error")
 
@@ -68,8 +73,8 @@ def _make_trainable(executor_name: str, namespace: str, *, reserved: bool, concu
             extra["proposal"] = dict(proposal)
         pg = get_current_placement_group() if reserved else None
         row = cast(dict[str, Any], ray.get(executor.run_trial.remote(
-            cfg, "run", extra=extra, placement_group=pg,
-            patch_file=(proposal or {}).get("patch"))))
+            cfg, "run", extra=extra, placement_group=pg, patch_file=(proposal or {}).get("patch"),
+            attempt_key=ctx.get_trial_id())))
         metrics = {k: row.get(k) for k in _REPORTED}
         st = row.get("step_time_s")
         metrics["step_time_s"] = float(st) if st is not None else float("nan")
@@ -167,12 +172,14 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
                 run_config=tune.RunConfig(
                     name=f"run-{int(time.time())}", storage_path=str(paths.root / "tune"),
                     verbose=0, callbacks=[prog], stop=prog.stopper(device_budget_s(contract)),
-                    log_to_file=True, failure_config=tune.FailureConfig(fail_fast=True),
+                    log_to_file=True, failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
                 ),
             )
             with prog:
                 grid = tuner.fit()
-            raise_harness_errors(grid)  # a full disk or an unwritable log is an error, not a success
+            # a full disk or an unwritable log is an error, not a success (the first one stopped
+            # the run); so is a trial whose actor died more than TRIAL_RETRIES times
+            raise_harness_errors(prog if prog.harness_errors else grid)
             optimizer = searcher.optimizer
         optimizer.save(str(paths.optimizer_state))
     finally:

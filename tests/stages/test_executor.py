@@ -169,3 +169,66 @@ def test_a_full_disk_at_the_log_write_is_a_log_error_and_resume_logs_the_trial_i
     assert lost.extra["interrupted"] is True and lost.status == "failed"
     assert lost.device_seconds == pytest.approx(lost.world_size * (lost.ended_at - lost.started_at), abs=1e-3)
     assert after["doctor-0000"].to_dict() == before[0].to_dict()
+
+
+def test_a_retried_attempt_key_returns_the_first_rows_and_runs_nothing_twice(tmp_path: Path) -> None:
+    """Ray Tune retries a trial whose trial actor died (killed, node lost) while the executor was
+    still running it: the retry's call (same ``attempt_key``) waits for the first call and gets
+    its row; the trial is run and logged once. Surrogate trials held 0.3 s each, no Ray."""
+    import threading
+
+    import yaml
+
+    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.stages.init import init_stage
+    from infrarsi.study.trial_log import read_trials, rows
+
+    data = yaml.safe_load(SURROGATE.read_text())
+    data["surrogate"]["wall_clock_scale"] = 0.3 / 200  # ~0.3 s a trial (about 200 simulated s)
+    data["search_space"] = str((SURROGATE.parent / data["search_space"]).resolve())
+    wl = tmp_path / "slow.yaml"
+    wl.write_text(yaml.safe_dump(data))
+    d = tmp_path / "study"
+    init_stage(wl, d)
+    ex = StudyExecutor(d)
+    got: dict[str, dict] = {}
+    try:
+        base = ex.full_config(dict(ex.workload.baseline))
+        first = threading.Thread(target=lambda: got.update(first=ex.run_trial(base, "run", attempt_key="t_00001")))
+        first.start()
+        while not list((d / "inflight").glob("*.json")):  # the first attempt is in flight
+            threading.Event().wait(0.01)
+        got["retry"] = ex.run_trial(base, "run", attempt_key="t_00001")  # waits for the first
+        first.join()
+        got["later"] = ex.run_trial(base, "run", attempt_key="t_00001")  # after it ended
+        got["other"] = ex.run_trial(base, "run", attempt_key="t_00002")
+        got["unkeyed"] = ex.run_trial(base, "run")
+    finally:
+        ex.close()
+    assert got["retry"] == got["first"] == got["later"]
+    logged = [r.trial_id for r in rows(read_trials(d))]
+    assert logged == ["run-0000", "run-0001", "run-0002"] == [
+        got["first"]["trial_id"], got["other"]["trial_id"], got["unkeyed"]["trial_id"]]
+
+
+def test_an_attempt_that_raised_leaves_its_key_free_for_the_retry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first call that raised (a harness error) logged nothing: a retry with its key runs."""
+    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.stages.init import init_stage
+    from infrarsi.study.trial_log import read_trials, rows
+
+    d = tmp_path / "study"
+    init_stage(SURROGATE, d)
+    ex = StudyExecutor(d)
+    try:
+        base = ex.full_config(dict(ex.workload.baseline))
+        monkeypatch.setattr(ex.runner, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+        with pytest.raises(RuntimeError, match="boom"):
+            ex.run_trial(base, "run", attempt_key="t_00001")
+        monkeypatch.undo()
+        ex.markers.done("run-0000")  # what resume would log as interrupted
+        row = ex.run_trial(base, "run", attempt_key="t_00001")
+    finally:
+        ex.close()
+    assert row["status"] == "ok" and [r.trial_id for r in rows(read_trials(d))] == [row["trial_id"]]

@@ -221,3 +221,56 @@ def test_a_capacity_above_the_devices_memory_is_refused_before_any_trial(tmp_pat
     assert r.returncode == 2, r.stderr[-2000:]
     err = r.stderr.replace("\n", "")
     assert "memory_capacity" in err and "0.50GiB" in err.replace(" ", "")
+
+
+def test_a_tune_trial_actor_killed_mid_trial_is_retried_without_running_twice(
+        ray_local: str, tmp_path: Path) -> None:
+    """Surrogate trials held ~4 s each (``surrogate.wall_clock_scale``), two at once: a Ray Tune
+    trial actor SIGKILLed while its trial runs in the executor. The run goes on (it used to stop
+    with exit 1, a 'harness error'); Tune retries that trial, whose retry gets the first
+    attempt's row; the budget is met with every trial id and every Tune trial logged once."""
+    data = yaml.safe_load(SURROGATE.read_text())
+    data["surrogate"]["wall_clock_scale"] = 0.02
+    data["search_space"] = str(ROOT / "search_spaces" / "surrogate_gpu.yaml")
+    workload = tmp_path / "slow.yaml"
+    workload.write_text(yaml.safe_dump(data))
+    study = tmp_path / "study"
+    r = _cli("init", str(workload), "--study", str(study))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _cli("doctor", str(study), "--repeats", "2", "--address", ray_local)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    out = (tmp_path / "run.out").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "infrarsi", "run", str(study), "--trials", "4",
+                             "--concurrency", "2", "--address", ray_local], env=_env(), cwd=ROOT,
+                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    killed: list[int] = []
+    try:
+        end = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < end and not killed:
+            if _in_flight_after_a_heartbeat(study):
+                import ray
+                import ray._private.state as ray_state
+
+                mine = ray.get_runtime_context().get_job_id()
+                trainables = [int(a["Pid"]) for a in ray_state.actors().values()
+                              if a["State"] == "ALIVE" and a["JobID"] != mine and a["Pid"]
+                              and a["ActorClassName"] == "ImplicitFunc"]
+                if trainables:
+                    os.kill(trainables[0], signal.SIGKILL)
+                    killed.append(trainables[0])
+            time.sleep(0.2)
+        assert killed, "no Tune trial actor was alive while a trial was in flight"
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        out.close()
+    text = (tmp_path / "run.out").read_text()
+    assert rc == 0, text[-3000:]
+    run = [x for x in rows(read_trials(study)) if x.stage == "run"]
+    ids = [x.trial_id for x in run]
+    tune_ids = [x.extra["tune_trial_id"] for x in run]
+    assert len(run) == 4 and len(set(ids)) == 4 and len(set(tune_ids)) == 4, [(x.trial_id, x.extra) for x in run]
+    assert not list((study / "inflight").glob("*.json"))

@@ -11,6 +11,11 @@ stragglers (one slow rank sets the step time), rare random crashes (``failed``),
 the modelled peak exceeds the capacity (the capacity is then the known lower bound). A result is
 a deterministic function of (workload, config, seed, trial_id).
 
+A trial answers at once, unless the workload's ``surrogate.wall_clock_scale`` (default 0) is
+positive: the trial then holds its caller for ``scale x`` its simulated wall time in real seconds
+(``time.sleep``), so concurrent trials overlap and faults can strike a trial in flight (the soak
+benchmark, ``benchmarks/soak.py``). The row's numbers do not change with the scale.
+
 Knob handlers: the surrogate-only knobs (``tp``, ``pp``, ``flash_attention``) get handlers that
 just record the value into ``TrialBuild.runtime``, so ``infrarsi.execution.knobs.registry.check_handlers`` passes
 for ``search_spaces/surrogate_gpu.yaml``. Knobs the DeepSpeed translator already handles keep
@@ -27,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from infrarsi.errors import WorkloadError
 from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialBuild, register_knob
 from infrarsi.execution.surrogate.model import Evaluation, Problem, evaluate, problem_from_params
 from infrarsi.result import TrialResult
@@ -73,6 +79,20 @@ def problem_for(workload: Workload, memory_capacity_bytes: int | None = None) ->
         seq_len=workload.data.seq_len, params=workload.surrogate, model_size=workload.model.size,
         memory_capacity_bytes=memory_capacity_bytes, source=workload.path or workload.name,
     )
+
+
+def wall_clock_scale(workload: Workload) -> float:
+    """Real seconds a trial holds its caller per simulated second (``surrogate.wall_clock_scale``;
+    0: none). A ``WorkloadError`` naming the field when it is not a finite number >= 0."""
+    raw = workload.surrogate.get("wall_clock_scale", 0.0)
+    try:
+        scale = float(raw)
+    except (TypeError, ValueError):
+        scale = math.nan
+    if not math.isfinite(scale) or scale < 0 or isinstance(raw, bool):
+        raise WorkloadError(f"{workload.path or workload.name}: field 'surrogate.wall_clock_scale' is {raw!r}; "
+                            f"rule: a number >= 0 (real seconds per simulated second; 0 answers at once).")
+    return scale
 
 
 def _rng(config: dict[str, Any], seed: int, trial_id: str) -> np.random.Generator:
@@ -148,6 +168,7 @@ def run_surrogate(
     GPU's memory). The result is deterministic in (config, seed, trial_id) and ``simulated``.
     """
     started = time.time()
+    hold = wall_clock_scale(workload)
     problem = problem_for(workload, memory_capacity_bytes)
     rng = _rng(config, seed, trial_id)
     status, ev, m = sample_trial(problem, config, rng, measured_steps=workload.steps.measured,
@@ -182,5 +203,7 @@ def run_surrogate(
         result.tokens_per_s = problem.tokens_per_step / step
         result.mfu = ev.mfu / scale
         result.phase_times_s = {k: v * scale for k, v in ev.phase_times_s.items()}
+    if hold > 0:
+        time.sleep(hold * float(m["wall_s"]))
     result.ended_at = time.time()
     return result

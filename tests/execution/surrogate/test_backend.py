@@ -135,3 +135,24 @@ def test_space_workloads_and_handlers() -> None:
     for name in ("tp", "pp", "flash_attention"):
         assert name in KNOB_HANDLERS
     check_handlers(space.names, source=space.file)  # every knob of the space has a handler
+
+
+def test_wall_clock_scale_holds_the_trial_for_its_scaled_simulated_time(
+        wl: Workload, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``surrogate.wall_clock_scale: s`` sleeps s x the simulated wall time (device_seconds /
+    world size); the row is the same as without it; a negative or non-numeric scale is refused."""
+    import infrarsi.execution.surrogate.backend as backend
+    from infrarsi.errors import WorkloadError
+
+    slept: list[float] = []
+    monkeypatch.setattr(backend.time, "sleep", slept.append)
+    plain = run_surrogate(wl, FAST, trial_id="t1", seed=3)
+    assert slept == []
+    scaled_wl = wl.model_copy(update={"surrogate": {**wl.surrogate, "wall_clock_scale": 0.01}})
+    scaled = run_surrogate(scaled_wl, FAST, trial_id="t1", seed=3)
+    assert slept == [pytest.approx(0.01 * scaled.device_seconds / scaled.world_size)]
+    assert scaled.step_time_s == plain.step_time_s and scaled.device_seconds == plain.device_seconds
+    for bad in (-1, "fast", True, float("nan")):
+        bad_wl = wl.model_copy(update={"surrogate": {**wl.surrogate, "wall_clock_scale": bad}})
+        with pytest.raises(WorkloadError, match="wall_clock_scale"):
+            run_surrogate(bad_wl, FAST, trial_id="t1", seed=3)
