@@ -101,7 +101,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     from infrarsi.stages.common import device_budget_s, raise_harness_errors
     from infrarsi.stages.executor import StudyExecutor
     from infrarsi.stages.optimizer_factory import build_optimizer, make_searcher
-    from infrarsi.stages.progress import RunProgress
+    from infrarsi.stages.progress import RunProgress, is_lost_actor
     from infrarsi.study.contract import Contract
     from infrarsi.study.proposals import ProposalQueue
     from infrarsi.study.trial_log import read_trials
@@ -178,8 +178,14 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
             with prog:
                 grid = tuner.fit()
             # a full disk or an unwritable log is an error, not a success (the first one stopped
-            # the run); so is a trial whose actor died more than TRIAL_RETRIES times
-            raise_harness_errors(prog if prog.harness_errors else grid)
+            # the run). A trial whose actor kept dying (a node lost, more than TRIAL_RETRIES
+            # times) is not the harness's: its row is logged if the executor ran it, and the
+            # budget it left is what `run --resume` runs.
+            raise_harness_errors(prog if prog.harness_errors else _HarnessOnly(grid))
+            lost = [e for e in (getattr(grid, "errors", None) or []) if is_lost_actor(e)]
+            if lost:
+                log.warning("run.trial_actors_lost", trials=len(lost),
+                            note="their Tune actors died after retries; `infrarsi run DIR --resume` runs the budget left")
             optimizer = searcher.optimizer
         optimizer.save(str(paths.optimizer_state))
     finally:
@@ -204,6 +210,15 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
         "raw_speedup": (base / best.step_time_s) if (best and base and best.step_time_s) else None,
         "concurrency": limit,
     }
+
+
+class _HarnessOnly:
+    """A Tune ``ResultGrid`` whose ``errors`` leave out trial actors that died (not the harness's)."""
+
+    def __init__(self, grid: Any) -> None:
+        from infrarsi.stages.progress import is_lost_actor
+
+        self.errors = [e for e in (getattr(grid, "errors", None) or []) if not is_lost_actor(e)]
 
 
 def _check_capacity(contract: Any, doctor: DoctorReport) -> None:
