@@ -187,6 +187,7 @@ def test_trials_run_at_once_each_in_its_own_reservation_on_a_two_node_cluster(
     assert r.returncode == 0, r.stderr[-2000:]
     r = _cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", two_node_cluster)
     assert r.returncode == 0, r.stderr[-2000:]
+    _wait_until_free(two_node_cluster, cpus=4)  # the doctor's reservation is released asynchronously
     r = _cli("run", str(study), "--address", two_node_cluster)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout[r.stdout.index("{"):])["concurrency"] == 2
@@ -201,6 +202,14 @@ def test_trials_run_at_once_each_in_its_own_reservation_on_a_two_node_cluster(
         assert not set(a.extra["pids"]) & set(b.extra["pids"])
     asked = [x.config for x in run]
     assert len({json.dumps(c, sort_keys=True) for c in asked}) == 4  # pending configs are never asked again
+
+
+def _wait_until_free(address: str, cpus: float, timeout_s: float = 120.0) -> None:
+    """Block until the cluster at ``address`` has ``cpus`` CPUs free (a separate driver)."""
+    code = ("import sys, time, ray; ray.init(address=sys.argv[1], log_to_driver=False); end = time.time() + "
+            f"{timeout_s}\nwhile ray.available_resources().get('CPU', 0) < {cpus} and time.time() < end: time.sleep(0.5)")
+    subprocess.run([sys.executable, "-c", code, address], env=_env(), timeout=timeout_s + 60, check=True,
+                   capture_output=True)
 
 
 def test_run_refuses_a_concurrency_below_one(tmp_path: Path) -> None:
