@@ -101,9 +101,10 @@ def aggregate(
     mems = [int(r["device_memory_bytes"]) for r in answered if r.get("device_memory_bytes")]
     if mems:  # what the ranks' own devices report: the doctor's default capacity, on any cluster
         res.hardware["memory_per_device_bytes"] = min(mems)
-    names = sorted({str(r["device_name"]) for r in answered if r.get("device_name")})
-    if names:
-        res.hardware["device_name"] = names[0] if len(names) == 1 else ", ".join(names)
+    for key, field in (("device_name", "device_name"), ("cuda", "cuda_version"), ("driver", "driver_version")):
+        values = sorted({str(r[field]) for r in answered if r.get(field)})
+        if values:  # one value, or every distinct one (a mixed cluster says so)
+            res.hardware[key] = values[0] if len(values) == 1 else ", ".join(values)
     peaks = [int(r["peak_memory_bytes"]) for r in answered if r.get("peak_memory_bytes") is not None]
     res.peak_memory_bytes = max(peaks) if peaks else None
     res.memory_censored = status == "oom" or any(bool(r.get("memory_censored")) for r in answered if r.get("status") == "oom")

@@ -73,6 +73,7 @@ def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
     if device == "cuda":
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         res.device_name, res.device_memory_bytes = str(props.name), int(props.total_memory)
+        res.cuda_version, res.driver_version = str(torch.version.cuda or ""), _driver_version()
     state: dict[str, Any] = {}
     try:
         _run(spec, wl, res, monitor, telemetry, state, t_start)
@@ -314,3 +315,18 @@ def _cleanup(state: dict[str, Any], device: str) -> None:
     gc.freeze()
     if device == "cuda":
         torch.cuda.empty_cache()
+
+
+def _driver_version() -> str:
+    """The GPU driver version from NVML (empty where NVML cannot be read)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:  # no NVML (a CPU node, a container without the library)
+        return ""

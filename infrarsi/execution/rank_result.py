@@ -55,6 +55,10 @@ class RankResult:
     """The rank's accelerator (``torch.cuda.get_device_name``; empty on CPU)."""
     device_memory_bytes: int | None = None
     """Total memory of the rank's GPU, bytes (None on CPU): the study's default capacity."""
+    cuda_version: str = ""
+    """The CUDA version torch was built with on the rank (``torch.version.cuda``; empty on CPU)."""
+    driver_version: str = ""
+    """The GPU driver version on the rank's node (NVML; empty on CPU or where NVML is missing)."""
     setup_time_s: float | None = None
     """Seconds from ``run_rank`` entry to the first step (imports, model build, engine init)."""
     param_checksum: float | None = None

@@ -32,10 +32,13 @@ def _agg(ranks, timed_out=False, **kw):
 def test_the_ranks_device_memory_and_name_enter_the_hardware_record():
     """The doctor's default capacity comes from the trials' own devices (any cluster)."""
     gib = 2**30
-    res = _agg([_rank(0, device_name="NVIDIA H200", device_memory_bytes=141 * gib),
-                _rank(1, device_name="NVIDIA H200", device_memory_bytes=140 * gib)])
+    res = _agg([_rank(0, device_name="NVIDIA H200", device_memory_bytes=141 * gib, cuda_version="13.0",
+                      driver_version="580.159.04"),
+                _rank(1, device_name="NVIDIA H200", device_memory_bytes=140 * gib, cuda_version="13.0",
+                      driver_version="580.95.05")])
     assert res.hardware["memory_per_device_bytes"] == 140 * gib
-    assert res.hardware["device_name"] == "NVIDIA H200"
+    assert res.hardware["device_name"] == "NVIDIA H200" and res.hardware["cuda"] == "13.0"
+    assert res.hardware["driver"] == "580.159.04, 580.95.05"  # a mixed cluster says so
     from infrarsi.stages.doctor_analysis import device_memory_capacity_bytes
 
     assert device_memory_capacity_bytes(res.hardware) == 140 * gib
