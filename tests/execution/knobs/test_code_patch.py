@@ -273,3 +273,28 @@ def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_p
     assert ran[0]["code_dir"] == str(tree)
     logged = {r["trial_id"]: r for r in read_trials(study).to_pylist()}
     assert logged[bad["trial_id"]]["status"] == "failed"
+
+
+def test_apply_puts_every_patch_of_the_winners_set_on_the_branch(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from synthetic_study import row, write_rows
+
+    from infrarsi.stages.apply import apply
+    from infrarsi.stages.common import load_space
+    from infrarsi.study.contract import Contract
+
+    root = make_repo(tmp_path, ["none", "rope_complex", "sdpa_gqa", "rope_complex+sdpa_gqa"])
+    study = tmp_path / "study"
+    contract = init_stage(root / "workloads/dense_debug.yaml", study)
+    space = load_space(Contract.load(study), study)
+    base = space.validate(dict(contract.workload_model().baseline))
+    best = space.validate({**FAST, PATCH_KNOB: "rope_complex+sdpa_gqa"})
+    write_rows(study, [row("doctor-0", "doctor", base, 0.0, step=2.0), row("run-0", "run", best, 30.0, step=0.6)])
+    (study / "verify.json").write_text(json.dumps({"best": {"config": best, "speedup": 3.0, "ci_low": 2.8,
+                                                            "accepted": True}, "candidates": []}))
+    apply(study, root, branch="tuned")
+    text = git.Repo(root).git.show(f"tuned:{MODEL}")
+    assert "view_as_complex" in text and "enable_gqa=" in text
