@@ -162,7 +162,8 @@ class StudyExecutor:
     def _code_dir_for(self, config: dict[str, Any], patch_list: list[str],
                       patch_file: str | None = None) -> tuple[str | None, dict[str, Any]]:
         """The code dir of a config (None: the runner's own) and extra row fields; appends the
-        patch file (repository-relative, or study-relative for a proposal's) to ``patch_list``."""
+        patch files (repository-relative, every one of a set, or study-relative for a proposal's)
+        to ``patch_list``."""
         from infrarsi.errors import PatchError
         from infrarsi.execution.knobs.code_patch import config_patch, patch_relpaths, patch_set
         from infrarsi.execution.knobs.code_patch import patch_file as named_patch
@@ -172,20 +173,14 @@ class StudyExecutor:
             path = (self.paths.root / patch_file).resolve()
             if not path.is_relative_to(self.paths.root.resolve()):
                 raise PatchError(f"patch {patch_file!r}: a proposal's patch lives in the study directory.")
-            tree, sub = self._tree(f"proposal:{patch_file}", [path])
-            rels = [patch_file]
+            key, rels, files = f"proposal:{patch_file}", [patch_file], [path]
         elif name is None:
             return None, {}
         else:  # a patch or a set `a+b` (one worktree per set, keyed by the value)
-            rels = patch_relpaths(name)
-            for rel in rels:  # named in the row even when the set is refused
-                if rel not in patch_list:
-                    patch_list.append(rel)
             root = Path(self.runner.code_dir).resolve()
-            tree, sub = self._tree(name, [named_patch(root, n) for n in patch_set(name)])
-        for rel in rels:
-            if rel not in patch_list:
-                patch_list.append(rel)
+            key, rels, files = name, patch_relpaths(name), [named_patch(root, n) for n in patch_set(name)]
+        patch_list.extend(r for r in rels if r not in patch_list)  # named in the row even when refused
+        tree, sub = self._tree(key, files)
         return str(tree.path / sub), {"patch_base_sha": tree.base_sha, "patch_paths_touched": list(tree.paths_touched)}
 
     def _tree(self, name: str, patches: list[Path]) -> tuple[Any, Path]:
