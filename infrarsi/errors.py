@@ -57,6 +57,10 @@ class PatchError(UserInputError):
     """A code patch touches paths outside the contract's editable scope, or does not apply."""
 
 
+class PatchConflictError(PatchError):
+    """The patches of a patch set each apply to the base commit, but not together."""
+
+
 class ApplyError(UserInputError):
     """``apply`` refused: protected branch, dirty tree, existing branch..."""
 
@@ -92,6 +96,7 @@ __all__ = [
     "InfrarsiError",
     "KnobError",
     "LogError",
+    "PatchConflictError",
     "PatchError",
     "ProposalError",
     "SearchSpaceError",

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import git
 
-from infrarsi.errors import PatchError
+from infrarsi.errors import PatchConflictError, PatchError
 
 _DIFF_GIT = re.compile(r"^diff --git a/(.+?) b/(.+)$")
 
@@ -312,7 +312,8 @@ def _stderr(e: git.GitCommandError) -> str:
 def check_conflicts(
     repo: str | Path | git.Repo, patches: Sequence[str | Path | Patch], *, base: str = "HEAD"
 ) -> None:
-    """Raise ``PatchError`` if the patches do not apply, one after another, to ``base``.
+    """Raise ``PatchError`` if the patches do not apply, one after another, to ``base``
+    (``PatchConflictError``, a subclass, when each applies alone but not after the earlier ones).
 
     Each patch is first checked alone against ``base``; then they are applied in order in a
     temporary worktree, and the first that fails is reported with the earlier patches it
@@ -331,7 +332,7 @@ def check_conflicts(
             except git.GitCommandError as e:
                 culprits = _pairwise_culprits(repo, applied, p, base)
                 overlap = sorted(set(p.paths) & {x for a in applied for x in a.paths})
-                raise PatchError(
+                raise PatchConflictError(
                     f"patch {p.path} conflicts with {culprits or [a.path for a in applied]} "
                     f"(overlapping paths: {overlap or p.paths}): {_stderr(e)}. "
                     f"Combine them into one patch or pick one."

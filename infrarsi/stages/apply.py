@@ -109,10 +109,10 @@ def _best_patches(best: dict[str, Any], rows: list[TrialResult]) -> list[str]:
         for r in rows:
             if r.stage == stage and r.config == cfg and r.patches:
                 return list(r.patches)
-    from infrarsi.execution.knobs.code_patch import config_patch, patch_relpath
+    from infrarsi.execution.knobs.code_patch import config_patch, patch_relpaths
 
-    name = config_patch(cfg)  # a `code_patch` knob names its file even without a logged row
-    return [patch_relpath(name)] if name else []
+    name = config_patch(cfg)  # a `code_patch` knob names its file(s) even without a logged row
+    return patch_relpaths(name) if name else []
 
 
 def _resolve_patch(p: str, contract: Contract, study_dir: Path) -> Path:

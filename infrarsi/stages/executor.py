@@ -76,7 +76,9 @@ class StudyExecutor:
             pin=pin,
         )
         self._trees: dict[str, Any] = {}
-        """Patch name -> ``PatchedTree`` (one git worktree per patch per study)."""
+        """Patch name or set -> ``PatchedTree`` (one git worktree per patch or set per study)."""
+        self._conflicts: dict[str, str] = {}
+        """Patch set -> why its patches do not apply together (found once per study)."""
         self._repo_dir = ""
         """The workload's git repository (set when the first worktree is made)."""
         self._lock = threading.Lock()
@@ -147,7 +149,7 @@ class StudyExecutor:
     def _run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
                    extra: dict[str, Any] | None = None, timeout_s: float | None = None,
                    placement_group: Any = None, patch_file: str | None = None) -> dict[str, Any]:
-        from infrarsi.errors import PatchError
+        from infrarsi.errors import PatchConflictError, PatchError
 
         with self._lock:
             trial_id = self.ids.new(stage)
@@ -170,8 +172,10 @@ class StudyExecutor:
                 code_dir, patch_extra = self._code_dir_for(config, patch_list, patch_file)
             except PatchError as e:
                 patch_error = e
-        if patch_error is not None:
+        if patch_error is not None:  # refused before any rank starts: no device time spent
             result = self._failed(trial_id, stage, config, patch_list, f"code patch: {patch_error}")
+            if isinstance(patch_error, PatchConflictError):
+                result.extra["patch_conflict"] = str(patch_error)
         else:
             if timeout_s is None:
                 timeout_s = self.default_timeout_s()
@@ -195,9 +199,10 @@ class StudyExecutor:
     def _code_dir_for(self, config: dict[str, Any], patch_list: list[str],
                       patch_file: str | None = None) -> tuple[str | None, dict[str, Any]]:
         """The code dir of a config (None: the runner's own) and extra row fields; appends the
-        patch file (repository-relative, or study-relative for a proposal's) to ``patch_list``."""
+        patch files (repository-relative, every one of a set, or study-relative for a proposal's)
+        to ``patch_list``."""
         from infrarsi.errors import PatchError
-        from infrarsi.execution.knobs.code_patch import config_patch, patch_relpath
+        from infrarsi.execution.knobs.code_patch import config_patch, patch_relpaths, patch_set
         from infrarsi.execution.knobs.code_patch import patch_file as named_patch
 
         name = config_patch(config)
@@ -205,22 +210,24 @@ class StudyExecutor:
             path = (self.paths.root / patch_file).resolve()
             if not path.is_relative_to(self.paths.root.resolve()):
                 raise PatchError(f"patch {patch_file!r}: a proposal's patch lives in the study directory.")
-            tree, sub = self._tree(f"proposal:{patch_file}", path)
-            rel = patch_file
+            key, rels, files = f"proposal:{patch_file}", [patch_file], [path]
         elif name is None:
             return None, {}
-        else:
-            tree, sub = self._tree(name, named_patch(Path(self.runner.code_dir).resolve(), name))
-            rel = patch_relpath(name)
-        if rel not in patch_list:
-            patch_list.append(rel)
+        else:  # a patch or a set `a+b` (one worktree per set, keyed by the value)
+            root = Path(self.runner.code_dir).resolve()
+            key, rels, files = name, patch_relpaths(name), [named_patch(root, n) for n in patch_set(name)]
+        patch_list.extend(r for r in rels if r not in patch_list)  # named in the row even when refused
+        tree, sub = self._tree(key, files)
         return str(tree.path / sub), {"patch_base_sha": tree.base_sha, "patch_paths_touched": list(tree.paths_touched)}
 
-    def _tree(self, name: str, patch: Path) -> tuple[Any, Path]:
-        """The worktree of patch ``name`` (the file ``patch``; made on first use) and the code dir inside it."""
+    def _tree(self, name: str, patches: list[Path]) -> tuple[Any, Path]:
+        """The worktree of patch (or set) ``name`` (the files ``patches``, applied in order; made on
+        first use) and the code dir inside it. A set whose patches do not apply together raises
+        ``PatchConflictError`` (remembered: asked again, it is refused without a new check)."""
         import git
 
-        from infrarsi.patches import create_worktree
+        from infrarsi.errors import PatchConflictError
+        from infrarsi.patches import check_conflicts, create_worktree
 
         code_root = Path(self.runner.code_dir).resolve()
         try:
@@ -232,8 +239,16 @@ class StudyExecutor:
                              f"workload's code committed to git.") from None
         self._repo_dir = str(repo.working_tree_dir)
         sub = code_root.relative_to(Path(self._repo_dir).resolve())
+        if name in self._conflicts:
+            raise PatchConflictError(self._conflicts[name])
         if name not in self._trees:
-            self._trees[name] = create_worktree(repo, [patch], globs=self.contract.editable.globs)
+            if len(patches) > 1:
+                try:
+                    check_conflicts(repo, patches)
+                except PatchConflictError as e:
+                    self._conflicts[name] = str(e)
+                    raise
+            self._trees[name] = create_worktree(repo, patches, globs=self.contract.editable.globs)
             log.info("patch.worktree", patch=name, path=str(self._trees[name].path),
                      base_sha=self._trees[name].base_sha)
         return self._trees[name], sub

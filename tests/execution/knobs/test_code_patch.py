@@ -180,3 +180,121 @@ def test_apply_puts_the_winners_patch_on_the_branch(tmp_path: Path) -> None:
     assert "view_as_complex" in repo.git.show(f"tuned:{MODEL}")
     assert "view_as_complex" not in (root / MODEL).read_text()  # the checkout is untouched
     assert PATCH_KNOB in repo.git.show(f"tuned:infrarsi/{contract.study}/knobs.yaml")
+
+
+def _conflicting_pair(root: Path) -> None:
+    """Patches ``twice`` and ``plus_one`` edit the same line of the model (each applies alone),
+    and ``ident`` an unrelated line."""
+    repo = git.Repo(root)
+    line = '    out = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)\n'
+    _diff_patch(repo, "twice", line, line.replace(".flatten(-2)", ".flatten(-2) * 2"))
+    _diff_patch(repo, "plus_one", line, line.replace(".flatten(-2)", ".flatten(-2) + 1"))
+    _diff_patch(repo, "ident", "class RMSNorm(nn.Module):\n", "class RMSNorm(nn.Module):  # norm\n")
+    _commit(repo, "more patches")
+
+
+def test_patch_set_syntax() -> None:
+    from infrarsi.execution.knobs.code_patch import patch_relpaths, patch_set
+
+    assert patch_set("none") == [] and patch_set("a") == ["a"]
+    assert patch_set("rope_complex+moe_batched_experts") == ["rope_complex", "moe_batched_experts"]
+    assert patch_relpaths("a+b") == ["workloads/patches/a.diff", "workloads/patches/b.diff"]
+    for bad in ("a+a", "a+", "+a", "a+none", "a+b.diff", "a+../b"):
+        with pytest.raises(KnobError, match="not a patch name or set"):
+            patch_set(bad)
+
+
+def test_a_conflicting_set_in_the_space_is_refused_at_init_and_a_compatible_one_is_kept(tmp_path: Path) -> None:
+    from infrarsi.errors import PatchConflictError
+    from infrarsi.execution.knobs.code_patch import check_space_patches, set_conflicts
+
+    root = make_repo(tmp_path, ["none", "twice", "plus_one", "ident", "twice+ident", "twice+plus_one"])
+    _conflicting_pair(root)
+    assert set(set_conflicts(root, ["twice+ident", "twice+plus_one", "plus_one+twice"])) == {
+        "twice+plus_one", "plus_one+twice"}
+    space = root / "search_spaces/deepspeed_dense.yaml"
+    with pytest.raises(PatchConflictError) as e:
+        init_stage(root / "workloads/dense_debug.yaml", tmp_path / "study")
+    msg = str(e.value)
+    assert "twice+plus_one" in msg and "plus_one.diff conflicts with" in msg and "twice+ident'" not in msg
+    assert not (tmp_path / "study" / "contract.yaml").exists()
+    # Without the conflicting set the space passes; each patch file is returned once.
+    data = yaml.safe_load(space.read_text())
+    data["knobs"][-1]["values"] = ["none", "twice", "ident", "twice+ident"]
+    files = check_space_patches(data, root, ["workloads/**"])
+    assert [Path(f).name for f in files] == ["twice.diff", "ident.diff"]
+
+
+def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_path: Path) -> None:
+    """A set that conflicts (here the space's check at init was bypassed) is refused before any
+    rank starts: a ``failed`` row with ``patch_conflict``, no device time, both patches named;
+    a set that applies runs on one worktree holding both patches."""
+    from infrarsi.stages.common import copy_space
+    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.study.contract import Contract
+    from infrarsi.study.trial_log import read_trials
+
+    root = make_repo(tmp_path, ["none", "twice", "plus_one", "ident", "twice+ident", "twice+plus_one"])
+    _conflicting_pair(root)
+    study = tmp_path / "study"
+    contract = Contract.create(root / "workloads/dense_debug.yaml", study_dir=study,
+                               search_space=root / "search_spaces/deepspeed_dense.yaml",
+                               memory_capacity_bytes=1 << 30)
+    contract.save(study)
+    copy_space(contract, study)
+    ex = StudyExecutor(study, check=False)
+    ran: list[dict] = []
+
+    def fake_run(config: dict, **kw: object) -> object:  # no Ray: record what would have run
+        from infrarsi.result import TrialResult
+
+        ran.append({"config": config, **kw})
+        return TrialResult(trial_id=str(kw["trial_id"]), stage=str(kw["stage"]), config=config,
+                           status="ok", patches=list(kw["patches"]), world_size=2, device_seconds=1.0)
+
+    ex.runner.run = fake_run  # type: ignore[method-assign]
+    try:
+        bad = ex.run_trial({**FAST, PATCH_KNOB: "twice+plus_one"}, "run")
+        again = ex.run_trial({**FAST, PATCH_KNOB: "twice+plus_one"}, "run")
+        good = ex.run_trial({**FAST, PATCH_KNOB: "twice+ident"}, "run")
+        tree = ex._trees["twice+ident"].path
+        text = (tree / MODEL).read_text()
+        assert ".flatten(-2) * 2" in text and "class RMSNorm(nn.Module):  # norm" in text
+        assert "twice+plus_one" not in ex._trees
+    finally:
+        ex.close()
+    for row in (bad, again):
+        assert row["status"] == "failed" and row["device_seconds"] == 0.0
+        assert "plus_one.diff conflicts with" in row["extra"]["patch_conflict"]
+        assert row["patches"] == ["workloads/patches/twice.diff", "workloads/patches/plus_one.diff"]
+    assert [r["config"][PATCH_KNOB] for r in ran] == ["twice+ident"]  # the conflict never reached the runner
+    assert good["status"] == "ok"
+    assert good["patches"] == ["workloads/patches/twice.diff", "workloads/patches/ident.diff"]
+    assert ran[0]["code_dir"] == str(tree)
+    logged = {r["trial_id"]: r for r in read_trials(study).to_pylist()}
+    assert logged[bad["trial_id"]]["status"] == "failed"
+
+
+def test_apply_puts_every_patch_of_the_winners_set_on_the_branch(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from synthetic_study import row, write_rows
+
+    from infrarsi.stages.apply import apply
+    from infrarsi.stages.common import load_space
+    from infrarsi.study.contract import Contract
+
+    root = make_repo(tmp_path, ["none", "rope_complex", "sdpa_gqa", "rope_complex+sdpa_gqa"])
+    study = tmp_path / "study"
+    contract = init_stage(root / "workloads/dense_debug.yaml", study)
+    space = load_space(Contract.load(study), study)
+    base = space.validate(dict(contract.workload_model().baseline))
+    best = space.validate({**FAST, PATCH_KNOB: "rope_complex+sdpa_gqa"})
+    write_rows(study, [row("doctor-0", "doctor", base, 0.0, step=2.0), row("run-0", "run", best, 30.0, step=0.6)])
+    (study / "verify.json").write_text(json.dumps({"best": {"config": best, "speedup": 3.0, "ci_low": 2.8,
+                                                            "accepted": True}, "candidates": []}))
+    apply(study, root, branch="tuned")
+    text = git.Repo(root).git.show(f"tuned:{MODEL}")
+    assert "view_as_complex" in text and "enable_gqa=" in text
