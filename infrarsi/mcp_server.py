@@ -1,5 +1,6 @@
-"""``infrarsi mcp DIR``: a Model Context Protocol server over one study, so that coding agents
-can drive it with the tools ``state``, ``predict``, ``propose`` and ``report``.
+"""``infrarsi mcp DIR``: a Model Context Protocol server over one study, for coding agents.
+
+Coding agents drive the study with the tools ``state``, ``predict``, ``propose`` and ``report``.
 
 The tools are the proposal protocol (``infrarsi.stages.propose``) and the report stage, nothing
 more: a proposal the server accepts was checked against the contract exactly as ``infrarsi

@@ -1,6 +1,7 @@
-"""``infrarsi state``, ``infrarsi propose`` and ``infrarsi mcp``: the proposal protocol on the
-command line, for coding agents and people (``infrarsi.stages.propose``), and as an MCP server
-(``infrarsi.mcp_server``)."""
+"""The proposal protocol on the command line: ``infrarsi state``, ``propose`` and ``mcp``.
+
+For coding agents and people: ``state`` and ``propose`` call ``infrarsi.stages.propose``, and
+``mcp`` serves the same tools as an MCP server (``infrarsi.mcp_server``)."""
 
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None
     log.info("doctor.done", median_step_time_s=report.baseline_step_time_s,
              cv=report.step_time_s.run_to_run_cv if report.step_time_s else None, loss_tolerance=atol,
              memory_capacity=contract.memory_capacity.describe())
-    from infrarsi.stages.tune import add_to_bank
+    from infrarsi.stages.bank_feed import add_to_bank
 
     add_to_bank(paths.root, stage="doctor")  # the experience bank (never fails the stage)
     return report

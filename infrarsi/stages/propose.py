@@ -1,5 +1,6 @@
-"""The proposal protocol: what an outside agent (an LLM coding agent, a person) reads from a
-study, and how it asks the study to try something.
+"""The proposal protocol: what an outside agent reads from a study, and how it proposes.
+
+An outside agent (an LLM coding agent, a person) reads the study and asks it to try something:
 
 - ``study_state(DIR, predict=[...])``: the trials, the best so far (and verify's confidence
   interval once verify ran), the budget left, the editable scope, the queued proposals, and the

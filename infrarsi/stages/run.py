@@ -198,7 +198,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
     ok = [r for r in final if r.status == "ok" and r.step_time_s]
     best = min(ok, key=lambda r: r.step_time_s or math.inf) if ok else None
     base = _baseline_step(paths)
-    from infrarsi.stages.tune import add_to_bank
+    from infrarsi.stages.bank_feed import add_to_bank
 
     add_to_bank(paths.root, stage="run")  # the experience bank (never fails the stage)
     return {

@@ -3,7 +3,7 @@
 Every stage in order on one study directory (init, doctor, run, verify, report). A stage whose
 output already exists is skipped, so re-running ``tune`` on the same directory resumes where it
 stopped (``run`` resumes from the log). Each stage adds the study to the experience bank as it
-ends, and ``tune`` once more at the end (``add_to_bank``): the bank the contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
+ends, and ``tune`` once more at the end (``infrarsi.stages.bank_feed.add_to_bank``): the bank the contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
 disables it), which warm-starts later studies of similar workloads on other hardware."""
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def tune_stage(
     ``analytic_prior``, ``loss_guard``, ``bank``, ...) only apply when the study has no contract
     yet (see ``init_stage``)."""
     from infrarsi.execution.runner import init_ray as ensure_ray
+    from infrarsi.stages.bank_feed import add_to_bank
     from infrarsi.stages.doctor import doctor_stage
     from infrarsi.stages.init import check_init_options, init_stage
     from infrarsi.stages.report import write_report
@@ -72,25 +73,3 @@ def tune_stage(
     write_report(paths.root)
     return {"run": run_summary, "verify": verify, "report_html": str(paths.report_html),
             "report_md": str(paths.report_md), "bank": add_to_bank(paths.root)}
-
-
-def add_to_bank(study_dir: str | Path, *, stage: str = "tune") -> dict[str, Any]:
-    """Ingest the study into the bank its contract names (``switches.bank``); every stage calls
-    it when it ends (doctor, run, verify, tune: cheap, and idempotent since a study keeps one
-    file). Never fails the stage: a bank error is logged as a warning and returned. Returns
-    ``{"root", "rows"}``, ``{"disabled": True}`` (the switch is off) or ``{"error"}``."""
-    from infrarsi.study.bank import Bank
-    from infrarsi.study.contract import Contract
-
-    root: str | None = None
-    try:
-        root = Contract.load(study_dir, check_files=False).switches_in_force().bank
-        if root is None:
-            return {"disabled": True}
-        bank = Bank(root)
-        n = bank.add_study(study_dir)
-    except Exception as e:  # the study's results stand even when the bank cannot take them
-        log.warning("bank.add_failed", bank=root, study=str(study_dir), stage=stage, error=str(e))
-        return {"root": root, "error": str(e)}
-    log.info("bank.added", bank=bank.uri, study=str(study_dir), stage=stage, rows=n, atomic=bank.atomic_writes)
-    return {"root": bank.uri, "rows": n}

@@ -173,7 +173,7 @@ def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, round
                 "and every candidate trial kept the invariants",
     }
     write_json_atomic(paths.verify, result)
-    from infrarsi.stages.tune import add_to_bank
+    from infrarsi.stages.bank_feed import add_to_bank
 
     add_to_bank(paths.root, stage="verify")  # the experience bank (never fails the stage)
     return result

@@ -13,7 +13,7 @@ contract; its default at init is ``$INFRARSI_BANK`` or ``~/.cache/infrarsi/bank`
 Each study's file is named by its study key (``study_key``: the contract's hash without the
 calibrations doctor adds, so one study keeps one file across its stages), so ingesting a study
 again replaces its rows: ingest is idempotent. Every stage feeds the bank (doctor, run, verify,
-tune: ``infrarsi.stages.tune.add_to_bank``) and ``infrarsi bank ingest DIR`` adds a study by hand.
+tune: ``infrarsi.stages.bank_feed.add_to_bank``) and ``infrarsi bank ingest DIR`` adds a study by hand.
 Writes are atomic where the filesystem allows: a local or pyarrow/fsspec filesystem gets a
 ``*.tmp`` file renamed over the old one (a rename is atomic on a local disk and HDFS; an fsspec
 ``move`` may be a copy and a delete), an object store (S3, GCS) gets the object written directly,

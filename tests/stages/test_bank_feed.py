@@ -11,9 +11,9 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "stages" / "surroga
 
 
 def test_doctor_feeds_the_contracts_bank(tmp_path: Path) -> None:
+    from infrarsi.stages.bank_feed import add_to_bank
     from infrarsi.stages.doctor import doctor_stage
     from infrarsi.stages.init import init_stage
-    from infrarsi.stages.tune import add_to_bank
 
     study = tmp_path / "study"
     init_stage(FIXTURE, study, bank=(tmp_path / "bank").as_uri())

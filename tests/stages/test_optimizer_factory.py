@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from synthetic_study import BASE, BEST, ROOT, make_study, row, write_rows
 
 from infrarsi.search import AskInfo, Optimizer, Outcome
+from infrarsi.stages.bank_feed import add_to_bank
 from infrarsi.stages.optimizer_factory import bank_warm_start_configs, build_optimizer
-from infrarsi.stages.tune import add_to_bank
 from infrarsi.study.bank import Bank
 from infrarsi.study.contract import Contract
 from infrarsi.study.switches import StudySwitches

@@ -15,10 +15,10 @@ import pytest
 
 from infrarsi.errors import ConfigError
 from infrarsi.search import Optimizer
+from infrarsi.stages.bank_feed import add_to_bank
 from infrarsi.stages.executor import StudyExecutor
 from infrarsi.stages.init import init_stage
 from infrarsi.stages.optimizer_factory import bank_warm_start_configs, build_optimizer
-from infrarsi.stages.tune import add_to_bank
 from infrarsi.study.bank import Bank
 from infrarsi.study.contract import Contract
 from infrarsi.study.doctor_report import DoctorReport, StepTimeNoise
