@@ -42,7 +42,6 @@ import heapq
 import json
 import math
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -52,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.machine import cpu_model
+from benchmarks.machine import cpu_model, git_state
 from benchmarks.peers import Observation
 from benchmarks.problems import PROBLEMS, BenchProblem
 from benchmarks.search_efficiency import InfrarsiPeer, search_core_sha
@@ -298,17 +297,6 @@ def _json_safe(x: Any) -> Any:
     return x
 
 
-def _git() -> tuple[str, bool]:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                    capture_output=True, text=True, check=True).stdout.strip())
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown", False
-    return sha, dirty
-
-
 def _f(x: float | None, fmt: str = ".3f") -> str:
     return "never" if x is None or not math.isfinite(x) else format(x, fmt)
 
@@ -387,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     unknown = [p for p in problems if p not in PROBLEMS]
     if unknown:
         raise SystemExit(f"unknown problem(s) {unknown}; known: {list(PROBLEMS)}")
-    commit, dirty = _git()  # the code that runs (read before the runs: a commit during them does not count)
+    commit, dirty = git_state()  # the code that runs (read before the runs: a commit during them does not count)
     runs = []
     for p in problems:
         for s in range(seeds):
@@ -428,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 def _resummarise(out: Path) -> dict[str, Any]:
     """The summary and .md of the runs saved in ``out``, rebuilt by this version of ``summarise``."""
     result = json.loads((out / "concurrency.json").read_text())
-    commit, dirty = _git()
+    commit, dirty = git_state()
     result["meta"]["summarised"] = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {commit}"
                                     f"{' (with uncommitted changes)' if dirty else ''}")
     result["summary"] = _json_safe(summarise(result["runs"], result["meta"]["slots"]))

@@ -34,7 +34,6 @@ import json
 import math
 import os
 import shlex
-import subprocess
 import sys
 import threading
 import time
@@ -46,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.machine import cpu_model  # noqa: E402
+from benchmarks.machine import cpu_model, git_state  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 """Where ``reproduce.md`` and ``reproduce.jsonl`` are written by default."""
@@ -184,18 +183,6 @@ def shutdown_cluster(cluster: Any) -> None:
 
     ray.shutdown()
     cluster.shutdown()
-
-
-def _git() -> tuple[str, bool]:
-    """(short HEAD sha, dirty tracked files) of this repository; ("unknown", False) outside git."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                    capture_output=True, text=True, check=True).stdout.strip())
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown", False
-    return sha, dirty
 
 
 def study_row(study_dir: str | Path) -> dict[str, Any]:
@@ -388,7 +375,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             shutdown_cluster(cluster)
     wall = time.time() - t0
     row = study_row(out)
-    commit, dirty = _git()
+    commit, dirty = git_state()
     row.update({
         "date_utc": f"{stamp:%Y-%m-%d %H:%M}", "workload_file": str(path), "wall_s": wall, "quick": bool(args.quick),
         "trials_requested": settings["trials"], "settings": settings, "commit": commit, "dirty": dirty,

@@ -368,7 +368,9 @@ class Soak:
         held = [int(a["Pid"]) for a in self.actors()]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-        gone = _wait_gone(held, 120)
+        from benchmarks.machine import wait_gone
+
+        gone = wait_gone(held, 120)
         self._fault(ph, "harness_sigkill", in_flight=flying, actors_of_harness=len(held),
                     actor_processes_outliving_it=gone)
         return True
@@ -429,25 +431,6 @@ class Soak:
         import ray
 
         ray.shutdown()
-
-
-def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
-    import psutil
-
-    def alive() -> list[int]:
-        out = []
-        for p in pids:
-            try:
-                if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
-            except psutil.NoSuchProcess:
-                pass
-        return out
-
-    end = time.monotonic() + timeout_s
-    while alive() and time.monotonic() < end:
-        time.sleep(0.5)
-    return alive()
 
 
 # ------------------------------------------------------------------------------- studies

@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
+from benchmarks.machine import wait_gone
 from infrarsi.study.trial_log import read_trials, rows
 
 pytestmark = pytest.mark.integration
@@ -54,24 +54,6 @@ def _other_jobs_actors() -> dict[str, int]:
     mine = ray.get_runtime_context().get_job_id()
     return {a["ActorID"]: int(a["Pid"]) for a in ray_state.actors().values()
             if a["State"] == "ALIVE" and a["JobID"] != mine and a["Pid"]}
-
-
-def _alive(pids: list[int]) -> list[int]:
-    out = []
-    for p in pids:
-        try:
-            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def _wait_gone(pids: list[int], timeout_s: float = 120.0) -> list[int]:
-    end = time.monotonic() + timeout_s
-    while _alive(pids) and time.monotonic() < end:
-        time.sleep(0.5)
-    return _alive(pids)
 
 
 def _in_flight_after_a_heartbeat(study: Path) -> list[dict]:
@@ -127,7 +109,7 @@ def test_sigkill_mid_study_on_the_debug_workload_then_resume_loses_and_duplicate
             proc.wait(timeout=60)
         out.close()
     assert held, "the running harness held no Ray actors (the executor and the ranks)"
-    assert _wait_gone(list(held.values())) == [], "processes of the killed harness outlived it"
+    assert wait_gone(list(held.values())) == [], "processes of the killed harness outlived it"
 
     before = rows(read_trials(study))
     killed = {m["trial_id"] for m in _in_flight_after_a_heartbeat(study)}
@@ -150,7 +132,7 @@ def test_sigkill_mid_study_on_the_debug_workload_then_resume_loses_and_duplicate
     assert len(counted) == 2, [(x.trial_id, x.status, x.error[:200]) for x in run_rows]
     assert all(x.device_seconds > 0 for x in counted)
     assert not list((study / "inflight").glob("*.json"))
-    assert _wait_gone(list(_other_jobs_actors().values())) == []  # resume released its actors too
+    assert wait_gone(list(_other_jobs_actors().values())) == []  # resume released its actors too
 
 
 def test_an_unwritable_study_directory_stops_run_with_a_clear_error(
