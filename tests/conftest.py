@@ -50,6 +50,20 @@ def repo_root() -> Path:
 
 
 @pytest.fixture
+def study(tmp_path: Path) -> Path:
+    """An initialised surrogate study (``tests/fixtures/stages/surrogate_small.yaml``) with two
+    editable knobs (``micro_batch_size``, ``zero_stage``), a 4-trial budget and no bank: what the
+    proposal protocol's tests (CLI, Python API, MCP server) start from. A test module may define
+    its own ``study`` instead."""
+    from infrarsi.stages.init import init_stage
+
+    d = tmp_path / "study"
+    init_stage(TESTS_DIR / "fixtures" / "stages" / "surrogate_small.yaml", d,
+               editable_knobs=["micro_batch_size", "zero_stage"], trials=4, bank="off")
+    return d
+
+
+@pytest.fixture
 def make_unwritable() -> Iterator[Callable[[Path], None]]:
     """``make_unwritable(dir)``: nobody may create files in ``dir`` until the test ends.
 

@@ -11,19 +11,10 @@ from pathlib import Path
 import pytest
 
 from infrarsi.mcp_server import build_server, tool_text
-from infrarsi.stages.init import init_stage
 from infrarsi.study.proposals import ProposalQueue
 
 mcp = pytest.importorskip("mcp")
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "stages" / "surrogate_small.yaml"
-
-
-@pytest.fixture
-def study(tmp_path: Path) -> Path:
-    d = tmp_path / "study"
-    init_stage(FIXTURE, d, editable_knobs=["micro_batch_size", "zero_stage"], trials=4, bank="off")
-    return d
 
 
 def _client(target: object) -> object:

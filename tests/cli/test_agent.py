@@ -10,20 +10,10 @@ from malformed import refused
 from typer.testing import CliRunner
 
 from infrarsi.cli import app
-from infrarsi.stages.init import init_stage
-
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "stages" / "surrogate_small.yaml"
 
 
 def _invoke(*args: str):
     return CliRunner().invoke(app, list(args))
-
-
-@pytest.fixture
-def study(tmp_path: Path) -> Path:
-    d = tmp_path / "study"
-    init_stage(FIXTURE, d, editable_knobs=["micro_batch_size", "zero_stage"], trials=5, bank="off")
-    return d
 
 
 def test_propose_queues_and_state_shows_it_as_json(study: Path) -> None:
@@ -34,7 +24,7 @@ def test_propose_queues_and_state_shows_it_as_json(study: Path) -> None:
     assert res.exit_code == 0, res.output
     state = json.loads(res.output)
     assert state["proposals"]["queued"][0]["asked"] == {"micro_batch_size": 2}
-    assert state["budget"]["run_trials_left"] == 5
+    assert state["budget"]["run_trials_left"] == 4
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -11,19 +11,10 @@ from pathlib import Path
 import pytest
 
 from infrarsi.errors import PatchError, ProposalError, SearchSpaceError, UserInputError
-from infrarsi.stages.init import init_stage
 from infrarsi.stages.propose import propose, study_state
 from infrarsi.study.proposals import ProposalQueue
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "stages" / "surrogate_small.yaml"
-
-
-@pytest.fixture
-def study(tmp_path: Path) -> Path:
-    d = tmp_path / "study"
-    init_stage(FIXTURE, d, editable_knobs=["micro_batch_size", "zero_stage"], trials=4, bank="off")
-    return d
 
 
 def test_a_proposal_inside_the_scope_is_queued_with_the_baseline_filled_in(study: Path) -> None:
