@@ -33,8 +33,8 @@ The surrogate workload sets ``surrogate.wall_clock_scale`` so each simulated tri
 Tune trial for a scaled copy of its simulated wall time (a few seconds): trials overlap and
 faults meet trials in flight.
 
-Accounting (``account``, from the log afterwards plus what the soak saw while it ran) is
-defined in ``FIELDS`` and written to ``benchmarks/results/soak.json`` and ``soak.md``.
+Accounting (``benchmarks/soak_accounting.py: account``, from the log afterwards plus what the soak saw
+while it ran) is defined in ``FIELDS`` and written to ``benchmarks/results/soak.json`` and ``soak.md``.
 """
 
 from __future__ import annotations
@@ -43,216 +43,23 @@ import argparse
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.machine import cpu_model, git_state
+from benchmarks.soak_accounting import FIELDS, account, tune_reported_ids
+from benchmarks.soak_cluster import LocalCluster, cli, soak_env
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 SURROGATE = ROOT / "tests" / "fixtures" / "stages" / "surrogate_small.yaml"
 DENSE = ROOT / "workloads" / "dense_debug.yaml"
-_RUN_ID = re.compile(r"^run-(\d+)$")
-
-FIELDS: dict[str, str] = {
-    "trials_requested": "the run budget (--trials) of the phase",
-    "trials_counted": "run rows that are not interrupted: what counts against the budget",
-    "budget_met": "trials_counted == trials_requested",
-    "trials_interrupted": "run rows logged by `run --resume` for trials in flight at a harness kill",
-    "trials_started": "distinct run trial ids known to have started: every id in the log, every "
-                      "in-flight marker the soak saw (polled every 0.2 s) or found left over, and "
-                      "every id below the largest one (ids are allocated in order, never reused)",
-    "trials_lost": "started trial ids with no row in the log at the end, plus Tune trials that "
-                   "reported a result to Tune with no row carrying their tune_trial_id, plus "
-                   "in-flight markers left over at the end",
-    "lost_ids": "the ids counted in trials_lost",
-    "trials_duplicated": "extra rows: for each trial id logged more than once, and for each "
-                         "tune_trial_id carried by more than one non-interrupted row, the copies "
-                         "beyond the first",
-    "duplicated_ids": "the ids counted in trials_duplicated",
-    "tune_trials_reported": "Tune trials (tune/*/*/result.json not empty) that reported a result "
-                            "(a retried Tune trial keeps its id; Tune's driver writes these files, "
-                            "so a SIGKILLed harness may leave some unwritten: a lower bound)",
-    "statuses": "run rows by status (interrupted rows under 'interrupted')",
-    "device_seconds": "sum of device_seconds of run rows by status; 'interrupted' is a lower "
-                      "bound (each counts its devices up to its in-flight marker's last heartbeat)",
-    "device_seconds_total": "sum over every run row, interrupted included (a lower bound)",
-    "faults_injected": "faults the soak injected, by kind (oom: oom rows produced by the capacity)",
-    "faults": "every fault with its time (s since the phase began), target and what it hit",
-    "harness_runs": "each `infrarsi run` process: resume or not, exit code, why it ended, seconds",
-    "max_in_flight": "most in-flight markers the soak saw at once (the concurrency reached)",
-}
-
-
-# --------------------------------------------------------------------------------- accounting
-def _get(row: Any, name: str, default: Any = None) -> Any:
-    if isinstance(row, dict):
-        return row.get(name, default)
-    return getattr(row, name, default)
-
-
-def account(rows: Iterable[Any], *, requested: int, markers_seen: Iterable[str] = (),
-            leftover_markers: Iterable[str] = (), tune_reported: Iterable[str] = (),
-            stage: str = "run") -> dict[str, Any]:
-    """The loss/duplicate/budget/device-time accounting of one phase (see ``FIELDS``).
-
-    ``rows``: the study's log rows (``TrialResult`` or dicts; other stages are ignored);
-    ``markers_seen``: trial ids of in-flight markers observed while it ran; ``leftover_markers``:
-    marker ids still on disk at the end; ``tune_reported``: Tune trial ids that reported a result."""
-    run = [r for r in rows if _get(r, "stage") == stage]
-    extra = [dict(_get(r, "extra") or {}) for r in run]
-    interrupted = [bool(e.get("interrupted")) for e in extra]
-    ids = [str(_get(r, "trial_id")) for r in run]
-    logged = set(ids)
-    started = set(logged) | set(markers_seen) | set(leftover_markers)
-    numbers = [int(m.group(1)) for m in (_RUN_ID.match(t) for t in started) if m]
-    if numbers:
-        started |= {f"{stage}-{n:04d}" for n in range(max(numbers) + 1)}
-    lost = sorted(started - logged)
-    tune_ids = [e.get("tune_trial_id") for e, i in zip(extra, interrupted, strict=True) if not i]
-    lost += sorted(f"tune:{t}" for t in set(tune_reported) - {t for t in tune_ids if t})
-    lost += sorted(f"marker:{t}" for t in set(leftover_markers))
-    dup: list[str] = []
-    for t in sorted(set(ids)):
-        dup += [t] * (ids.count(t) - 1)
-    present = [t for t in tune_ids if t]
-    for t in sorted(set(present)):
-        dup += [f"tune:{t}"] * (present.count(t) - 1)
-    statuses: dict[str, int] = {}
-    device: dict[str, float] = {}
-    for r, i in zip(run, interrupted, strict=True):
-        key = "interrupted" if i else str(_get(r, "status"))
-        statuses[key] = statuses.get(key, 0) + 1
-        device[key] = device.get(key, 0.0) + float(_get(r, "device_seconds") or 0.0)
-    counted = sum(1 for i in interrupted if not i)
-    return {
-        "trials_requested": int(requested), "trials_counted": counted,
-        "budget_met": counted == int(requested), "trials_interrupted": sum(interrupted),
-        "trials_started": len(started), "trials_lost": len(lost), "lost_ids": lost,
-        "trials_duplicated": len(dup), "duplicated_ids": dup,
-        "tune_trials_reported": len(set(tune_reported)),
-        "statuses": dict(sorted(statuses.items())),
-        "device_seconds": {k: round(v, 3) for k, v in sorted(device.items())},
-        "device_seconds_total": round(sum(device.values()), 3),
-    }
-
-
-def tune_reported_ids(study: Path) -> list[str]:
-    """Tune trial ids whose trial directory under ``study/tune`` has a non-empty result.json
-    (Tune writes its own trial id into each result's ``trial_id``; else the directory's name,
-    ``<trainable>_<8 hex id>_<n>_...``, gives it)."""
-    out = []
-    for res in sorted((study / "tune").glob("*/*/result.json")):
-        try:
-            text = res.read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            try:
-                tid = json.loads(line).get("trial_id") or _tune_id_of(res.parent.name)
-            except json.JSONDecodeError:
-                continue
-            if tid:
-                out.append(str(tid))
-                break
-    return out
-
-
-def _tune_id_of(dirname: str) -> str | None:
-    m = re.search(r"_([0-9a-f]{8})_\d+_", dirname)
-    return m.group(1) if m else None
-
-
-# ------------------------------------------------------------------------------ the cluster
-_CLUSTER = r"""
-import json, sys
-from ray.cluster_utils import Cluster
-cpus = int(sys.argv[1]); n = int(sys.argv[2])
-c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "memory": 0}, connect=False)
-workers = {}
-for _ in range(n):
-    node = c.add_node(num_cpus=cpus); workers[node.node_id] = node
-c.wait_for_nodes()
-def say(**kw): print(json.dumps(kw), flush=True)
-say(address=c.address, head=c.head_node.node_id, workers=sorted(workers))
-try:
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        if cmd["op"] == "remove":
-            node = workers.pop(cmd["node_id"], None)
-            if node is None:
-                say(ok=False, error="unknown or head node"); continue
-            c.remove_node(node, allow_graceful=False)
-            new = c.add_node(num_cpus=cpus); workers[new.node_id] = new
-            c.wait_for_nodes()
-            say(ok=True, removed=cmd["node_id"], added=new.node_id, workers=sorted(workers))
-        elif cmd["op"] == "quit":
-            break
-finally:
-    c.shutdown()
-"""
-
-
-class LocalCluster:
-    """A ``ray.cluster_utils.Cluster`` (head without CPUs + ``workers`` raylets) in a child process."""
-
-    def __init__(self, workers: int = 2, cpus: int = 2) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", _CLUSTER, str(cpus), str(workers)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env())
-        first = self._answer()
-        self.address: str = first["address"]
-        self.head: str = first["head"]
-        self.workers: list[str] = list(first["workers"])
-
-    def _answer(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the soak's Ray cluster process ended")
-        return dict(json.loads(line))
-
-    def remove(self, node_id: str) -> dict[str, Any]:
-        """SIGKILL a worker raylet and its processes; a fresh raylet of the same size replaces it."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"op": "remove", "node_id": node_id}) + "\n")
-        self.proc.stdin.flush()
-        ans = self._answer()
-        if ans.get("ok"):
-            self.workers = list(ans["workers"])
-        return ans
-
-    def close(self) -> None:
-        if self.proc.poll() is None and self.proc.stdin is not None:
-            try:
-                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                self.proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def _env() -> dict[str, str]:
-    path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1", "INFRARSI_BANK": "off",
-            "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
-
-
-def _cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([sys.executable, "-m", "infrarsi", *args], capture_output=True, text=True,
-                       env=_env(), timeout=timeout, cwd=ROOT)
-    if r.returncode != 0:
-        raise RuntimeError(f"infrarsi {' '.join(args)} exited {r.returncode}: {r.stderr[-3000:]}")
-    return r
 
 
 # ------------------------------------------------------------------------------- the phases
@@ -385,7 +192,7 @@ class Soak:
             out = ph.study.parent / f"{ph.name}-run{len(ph.runs)}.log"
             t_start = time.monotonic()
             with out.open("wb") as fh:
-                proc = subprocess.Popen([sys.executable, "-m", "infrarsi", *args], env=_env(), cwd=ROOT,
+                proc = subprocess.Popen([sys.executable, "-m", "infrarsi", *args], env=soak_env(), cwd=ROOT,
                                         stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
                 why = self._drive(ph, proc, plan, t_start)
             rc = proc.returncode
@@ -475,9 +282,9 @@ def surrogate_phase(work: Path, rng: random.Random, *, trials: int, address: str
     wl.write_text(yaml.safe_dump(data))
     cap, q = surrogate_capacity(rng)
     study = work / "surrogate"
-    _cli("init", str(wl), "--study", str(study), "--memory-capacity", str(cap), "--trials", str(trials),
+    cli("init", str(wl), "--study", str(study), "--memory-capacity", str(cap), "--trials", str(trials),
          "--no-analytic-prior")  # the prior's memory formulas would steer the search clear of OOMs
-    _cli("doctor", str(study), "--repeats", "2", "--address", address)
+    cli("doctor", str(study), "--repeats", "2", "--address", address)
     kinds = ["actor_kill"] * max(2, trials // 20) + ["raylet_kill"] * max(2, trials // 30) + \
         ["harness_sigkill"] * max(1, trials // 60)
     ph = Phase("surrogate", study, trials, _plan(rng, trials, kinds), ["--concurrency", "2"],
@@ -496,9 +303,9 @@ def debug_phase(work: Path, rng: random.Random, *, trials: int, address: str, fu
     wl = work / "dense_soak.yaml"
     wl.write_text(yaml.safe_dump(data))
     study = work / "debug"
-    _cli("init", str(wl), "--study", str(study), "--knob", "zero_stage", "--knob", "micro_batch_size",
+    cli("init", str(wl), "--study", str(study), "--knob", "zero_stage", "--knob", "micro_batch_size",
          "--memory-capacity", "160MiB", "--trials", str(trials))
-    _cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", address)
+    cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", address)
     kinds = ["actor_kill", "harness_sigkill"] + (["raylet_kill"] if full else [])
     plan = _plan(rng, trials, kinds, lo=1) if trials > len(kinds) + 3 else \
         [(1 + i, k) for i, k in enumerate(kinds)]
@@ -528,13 +335,6 @@ def summarize(ph: Phase) -> dict[str, Any]:
         "actor_classes_seen": sorted(ph.actor_classes),
         "seconds": round(time.monotonic() - ph.t0, 1),
     }
-
-
-def _git_sha() -> str:
-    r = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True, cwd=ROOT).stdout.strip()
-    return r.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def write_results(result: dict[str, Any], out: Path) -> None:
@@ -575,7 +375,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--work", type=Path, default=None, help="where the studies go (default: a temp dir)")
     a = ap.parse_args(argv)
-    from benchmarks.machine import cpu_model
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     trials = a.trials or (60 if a.quick else 120)
@@ -600,9 +399,10 @@ def main(argv: list[str] | None = None) -> int:
         if soak is not None:
             soak.close()
         cluster.close()
+    sha, dirty = git_state()
     result = {
         "command": "python -m benchmarks.soak " + " ".join(sys.argv[1:] if argv is None else argv),
-        "commit": _git_sha(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "commit": sha + ("-dirty" if dirty else ""), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "machine": {"cpu": cpu_model(), "cpus": os.cpu_count()}, "seed": a.seed,
         "cluster": "ray.cluster_utils.Cluster: head (0 CPUs, no memory resource) + 2 worker raylets x 2 CPUs",
         "seconds": round(time.monotonic() - t0, 1), "work_dir": str(work), "phases": phases,
