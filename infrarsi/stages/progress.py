@@ -97,6 +97,12 @@ class RunProgress(Callback):
         if self._progress is not None:
             self._progress.stop()
 
+    def set_done(self, done: int) -> None:
+        """Trials of the budget done so far (read from the log when a Tune run starts)."""
+        self.done = done
+        if self._progress is not None:
+            self._progress.update(self._task, completed=self.done, description=self.describe())
+
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         self.done += 1
         self._account(result.get("status"), result.get("step_time_s"), result.get("device_seconds"))

@@ -49,6 +49,12 @@ TRIAL_RETRIES = 3
 executor returns the first attempt's row to a retry (``attempt_key``), so nothing runs twice.
 Any other error out of a trainable is the harness's and stops the run (``RunProgress``)."""
 
+TOPUP_ROUNDS = 2
+"""Further Ray Tune runs within one ``run`` for the budget left by trials whose actors died beyond
+Tune's retries (Tune ends such a trial in error, and one whose actor dies as a reused actor is
+handed to it may not be retried at all): each runs the trials still missing, while the wall-time
+and device budgets last. What is still missing after them is ``run --resume``'s."""
+
 _REPORTED = ("status", "step_time_s", "peak_memory_bytes", "memory_censored", "tokens_per_s", "mfu",
              "device_seconds", "trial_id", "error")
 
@@ -153,40 +159,52 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
         if remaining == 0:
             log.info("run.budget_done", trials=len(done_run))
         else:
-            searcher = make_searcher(optimizer, info_key=INFO_KEY, proposals=ProposalQueue(paths.root),
-                                     proposal_key=PROPOSAL_KEY)
-            limiter = ConcurrencyLimiter(searcher, max_concurrent=limit)
-            log.info("run.start", trials=remaining, concurrency=limit, reserved=reserved)
             baseline_s = _baseline_step(paths)
             prog = RunProgress(total=budget, done=len(done_run), baseline_step_time_s=baseline_s,
                                enabled=progress, history=done_run)
             wall = time_budget_s if time_budget_s is not None else contract.budgets.wall_time_s
-            tuner = tune.Tuner(
-                tune.with_resources(
-                    _make_trainable(name, namespace, reserved=reserved, concurrency=limit),
-                    trial_resources(spec) if reserved else {"cpu": 0, "memory": 1}),
-                tune_config=tune.TuneConfig(
-                    search_alg=limiter, num_samples=remaining, metric="step_time_s", mode="min",
-                    time_budget_s=wall, max_concurrent_trials=limit, reuse_actors=True,
-                ),
-                run_config=tune.RunConfig(
-                    name=f"run-{int(time.time())}", storage_path=str(paths.root / "tune"),
-                    verbose=0, callbacks=[prog], stop=prog.stopper(device_budget_s(contract)),
-                    log_to_file=True, failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
-                ),
-            )
+            stopper = prog.stopper(device_budget_s(contract))
+            t_start = time.monotonic()
             with prog:
-                grid = tuner.fit()
-            # a full disk or an unwritable log is an error, not a success (the first one stopped
-            # the run). A trial whose actor kept dying (a node lost, more than TRIAL_RETRIES
-            # times) is not the harness's: its row is logged if the executor ran it, and the
-            # budget it left is what `run --resume` runs.
-            raise_harness_errors(prog if prog.harness_errors else _HarnessOnly(grid))
-            lost = [e for e in (getattr(grid, "errors", None) or []) if is_lost_actor(e)]
-            if lost:
-                log.warning("run.trial_actors_lost", trials=len(lost),
+                for round_ in range(1 + TOPUP_ROUNDS):
+                    searcher = make_searcher(optimizer, info_key=INFO_KEY, proposals=ProposalQueue(paths.root),
+                                             proposal_key=PROPOSAL_KEY)
+                    limiter = ConcurrencyLimiter(searcher, max_concurrent=limit)
+                    log.info("run.start", trials=remaining, concurrency=limit, reserved=reserved, round=round_)
+                    prog.set_done(budget - remaining)
+                    wall_left = None if wall is None else max(1.0, wall - (time.monotonic() - t_start))
+                    tuner = tune.Tuner(
+                        tune.with_resources(
+                            _make_trainable(name, namespace, reserved=reserved, concurrency=limit),
+                            trial_resources(spec) if reserved else {"cpu": 0, "memory": 1}),
+                        tune_config=tune.TuneConfig(
+                            search_alg=limiter, num_samples=remaining, metric="step_time_s", mode="min",
+                            time_budget_s=wall_left, max_concurrent_trials=limit, reuse_actors=True,
+                        ),
+                        run_config=tune.RunConfig(
+                            name=f"run-{int(time.time())}-{round_}", storage_path=str(paths.root / "tune"),
+                            verbose=0, callbacks=[prog], stop=stopper,
+                            log_to_file=True, failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
+                        ),
+                    )
+                    grid = tuner.fit()
+                    # a full disk or an unwritable log is an error, not a success (the first one
+                    # stopped the run). A trial whose actor kept dying (killed, or its node lost,
+                    # beyond Tune's retries) is not the harness's: its row is logged if the
+                    # executor ran it, and the budget it left is run by another Tune run here.
+                    raise_harness_errors(prog if prog.harness_errors else _HarnessOnly(grid))
+                    optimizer = searcher.optimizer
+                    lost = [e for e in (getattr(grid, "errors", None) or []) if is_lost_actor(e)]
+                    remaining = budget - _counted_run_rows(paths)
+                    wall_spent = wall is not None and time.monotonic() - t_start >= wall
+                    if not topup_needed(lost_actors=len(lost), remaining=remaining, round_=round_,
+                                        wall_spent=wall_spent, device_spent=stopper.stop_all()):
+                        break
+                    log.warning("run.topup", trials=remaining, lost_actors=len(lost), round=round_ + 1,
+                                note="trial actors died beyond Tune's retries; running the budget they left")
+            if lost and remaining > 0:
+                log.warning("run.trial_actors_lost", trials=len(lost), left=remaining,
                             note="their Tune actors died after retries; `infrarsi run DIR --resume` runs the budget left")
-            optimizer = searcher.optimizer
         optimizer.save(str(paths.optimizer_state))
     finally:
         try:
@@ -210,6 +228,22 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
         "raw_speedup": (base / best.step_time_s) if (best and base and best.step_time_s) else None,
         "concurrency": limit,
     }
+
+
+def topup_needed(*, lost_actors: int, remaining: int, round_: int, wall_spent: bool, device_spent: bool) -> bool:
+    """Whether ``run`` starts another Tune run after round ``round_`` (0 = the first): only when trial
+    actors were lost, run trials are still missing from the budget, rounds are left
+    (``TOPUP_ROUNDS``) and neither the wall-time nor the device budget is spent."""
+    return lost_actors > 0 and remaining > 0 and round_ < TOPUP_ROUNDS and not wall_spent and not device_spent
+
+
+def _counted_run_rows(paths: StudyPaths) -> int:
+    """Run rows that count against the budget (every run row but those logged as interrupted)."""
+    from infrarsi.study.trial_log import read_trials
+    from infrarsi.study.trial_log import rows as rows_from_table
+
+    return sum(1 for r in rows_from_table(read_trials(paths.root))
+               if r.stage == "run" and not r.extra.get("interrupted"))
 
 
 class _HarnessOnly:

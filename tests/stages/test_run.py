@@ -265,3 +265,20 @@ def test_a_tune_trial_actor_killed_mid_trial_is_retried_without_running_twice(
     tune_ids = [x.extra["tune_trial_id"] for x in run]
     assert len(run) == 4 and len(set(ids)) == 4 and len(set(tune_ids)) == 4, [(x.trial_id, x.extra) for x in run]
     assert not list((study / "inflight").glob("*.json"))
+
+
+@pytest.mark.parametrize(("lost", "remaining", "round_", "wall", "device", "expected"), [
+    (1, 1, 0, False, False, True),   # an actor lost beyond Tune's retries left a trial missing
+    (0, 1, 0, False, False, False),  # missing for another reason (the wall-time budget ended it)
+    (1, 0, 0, False, False, False),  # the budget is met
+    (1, 1, 2, False, False, False),  # no rounds left (TOPUP_ROUNDS = 2): run --resume's
+    (1, 1, 0, True, False, False),   # the wall-time budget is spent
+    (1, 1, 0, False, True, False),   # the device budget is spent
+])
+def test_run_tops_up_the_budget_lost_actors_left_only_while_budgets_last(
+        lost: int, remaining: int, round_: int, wall: bool, device: bool, expected: bool) -> None:
+    from infrarsi.stages.run import TOPUP_ROUNDS, topup_needed
+
+    assert TOPUP_ROUNDS == 2
+    assert topup_needed(lost_actors=lost, remaining=remaining, round_=round_, wall_spent=wall,
+                        device_spent=device) is expected
