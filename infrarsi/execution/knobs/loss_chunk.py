@@ -67,13 +67,18 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(logits) if want_grad else None
         total = torch.zeros((), dtype=torch.float32, device=logits.device)
         for i in range(0, logits.shape[0], chunk):
-            x = logits[i:i + chunk].to(torch.float32, copy=True)  # never the logits themselves
+            # one fp32 buffer per chunk (never the logits themselves), worked on in place
+            x = logits[i:i + chunk].to(torch.float32, copy=True)
             t, ok = targets[i:i + chunk], valid[i:i + chunk]
             tc = t.clamp(min=0).unsqueeze(1)
-            lse = torch.logsumexp(x, dim=-1)
-            total += ((lse - x.gather(1, tc).squeeze(1)) * ok).sum()
+            target_logit = x.gather(1, tc).squeeze(1)
+            m = x.amax(dim=-1, keepdim=True)
+            e = x.sub_(m).exp_()  # exp(x - max)
+            s = e.sum(dim=-1, keepdim=True)
+            lse = (m + s.log()).squeeze(1)
+            total += ((lse - target_logit) * ok).sum()
             if grad is not None:
-                p = x.sub_(lse.unsqueeze(1)).exp_()  # softmax, in the chunk's fp32 copy
+                p = e.div_(s)  # softmax
                 p.scatter_add_(1, tc, torch.full_like(tc, -1, dtype=p.dtype))
                 p.mul_((ok.to(p.dtype) / denom).unsqueeze(1))
                 grad[i:i + chunk] = p
