@@ -5,6 +5,7 @@
 # tune (doctor x2 + honest change, 8 run trials, verify 1 round, the device's own memory as the
 # capacity); a summary (baseline/best/reference MFU,
 # per-trial setup_time_s and end_checks_time_s, loss spread vs the baseline).
+# S0 checks that the search space's code patches apply (no GPU needed, always run).
 # Every step has its own timeout and is skipped when too little budget is left. Without CUDA
 # (or with GPU_CHECK_CUDA=0) every CUDA step says it is skipped and the script exits 0.
 # GPU_CHECK_TRIALS sets S5's run-trial budget (default 8); GPU_CHECK_VERIFY=0 skips S5's verify
@@ -59,6 +60,18 @@ print('torch', torch.__version__, vs)"
 say "CUDA available: $CUDA"
 
 skip() { say "$1: SKIPPED (no CUDA)"; }
+# S0 (no GPU needed, runs with GPU_CHECK_CUDA=0 too): the code patches of the workload's search
+# space apply to this checkout's HEAD, alone and in their sets (init's own check), so a patch that
+# no longer applies shows here in seconds instead of as a refused S5.
+step "S0 code patches of $WL's search space apply" 60 10 "$PY" - "$WL" <<'PY'
+import sys
+from infrarsi.execution.knobs.code_patch import check_space_patches, patch_names
+from infrarsi.workload import Workload
+wl = Workload.from_yaml(sys.argv[1])
+space = wl.search_space_path()
+files = check_space_patches(space, ".", ["workloads/**"])
+print(f"S0: {space}: {len(patch_names(space))} code_patch values, {len(files)} patch files apply:", *files, sep="\n  ")
+PY
 STEPS=" ${GPU_CHECK_STEPS-S1 S2 S3 S4 S5} "
 want() { case "$STEPS" in *" $1 "*) return 0 ;; *) say "$1: SKIPPED (not in GPU_CHECK_STEPS)"; return 1 ;; esac; }
 trial() {  # trial NAME JSON-FILE MAX_S ARGS...: infrarsi trial of dense_1gpu, its row logged to $RUN/trials/

@@ -24,7 +24,8 @@ loss, so all ranks stop at the same step).
 
 Harness-owned measures (anti reward hacking): tokens and sequences fed to the model are counted
 by a forward pre-hook, optimizer steps by a step post-hook on the real torch optimizer (once
-per optimizer step), the loss is computed by the harness from the logits (the workload's
+per optimizer step), the loss is computed by the harness from the logits (chunked over the tokens
+with the ``loss_chunk_tokens`` knob; the workload's
 reported loss is kept apart as ``workload_loss``), and each rank reports a checksum of its
 replicated parameters.
 """
@@ -50,6 +51,7 @@ from infrarsi.execution.data_sources import make_source
 from infrarsi.execution.flops import flops_per_token, peak_flops_per_s
 from infrarsi.execution.job_loader import check_job, import_entry
 from infrarsi.execution.knobs.deepspeed import build_trial
+from infrarsi.execution.knobs.loss_chunk import LOSS_CHUNK_KNOB, chunked_cross_entropy
 from infrarsi.execution.memory import MemoryMonitor, is_oom
 from infrarsi.execution.rank_result import RankResult
 from infrarsi.execution.seams import HONEST, Seams
@@ -187,6 +189,7 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     vocab = shape.vocab_size
     job_loss = job.loss
+    loss_chunk = int(build.runtime.get(LOSS_CHUNK_KNOB, 0))
     for step in range(total_steps):
         dist.barrier()
         t0 = time.perf_counter()
@@ -204,7 +207,10 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
         for i, (inp, tgt) in enumerate(batches):
             clock.mark()
             logits = job.forward(engine, inp)
-            loss = F.cross_entropy(logits.float().reshape(-1, vocab), tgt.reshape(-1))
+            if loss_chunk:  # the same mean cross-entropy, a chunk of tokens at a time (less memory)
+                loss = chunked_cross_entropy(logits, tgt, loss_chunk)
+            else:
+                loss = F.cross_entropy(logits.float().reshape(-1, vocab), tgt.reshape(-1))
             ntok = tgt.numel()
             loss_sum += loss.detach().double() * ntok
             if job_loss is not None:  # the job's own training loss is back-propagated

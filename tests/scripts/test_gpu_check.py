@@ -31,6 +31,8 @@ def test_without_cuda_every_cuda_step_is_skipped(tmp_path: Path) -> None:
     for s in ("S1 plain-PyTorch reference", "S2 baseline trial", "S3 fast trial", "S4 OOM trial", "S5 tune"):
         assert f"{s}: SKIPPED (no CUDA)" in out.stdout, out.stdout
     assert "SUMMARY" in out.stdout and "no trials ran" in out.stdout
+    # S0 needs no GPU: the space's code patches (workloads/patches/, alone and in sets) apply to HEAD
+    assert "apply: rc=0" in out.stdout and "workloads/patches/compile_block.diff" in out.stdout, out.stdout
     assert (tmp_path / "run" / "gpu_check.log").is_file()
 
 

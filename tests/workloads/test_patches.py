@@ -8,6 +8,10 @@ committed code (outputs and gradients, within tolerance), and every shipped sear
   over zero-padded expert blocks.
 - ``sdpa_gqa``: grouped-query attention inside ``scaled_dot_product_attention(enable_gqa=True)``
   instead of repeating keys and values.
+- ``compile_block``: ``torch.compile`` around each dense block (the attention sub-layer of a MoE
+  block), tested with the ``aot_eager`` backend.
+- Selective checkpointing of attention only is the ``activation_checkpointing: selective`` knob
+  value, not a patch; its test is here with the library's.
 """
 
 from __future__ import annotations
@@ -139,6 +143,99 @@ def test_sdpa_gqa_model_same_loss_and_grads(tmp_path: Path, n_kv_heads: int | No
     for n, p in mb.named_parameters():
         assert p.grad is not None
         torch.testing.assert_close(p.grad, ga[n].grad, rtol=1e-4, atol=1e-6, msg=n)
+
+
+# ---- compile_block
+
+COMPILE = "compile_block"
+
+
+def test_compile_block_patch_is_in_scope_and_compiles_the_blocks() -> None:
+    assert check_scope(patch_path(COMPILE), ["workloads/**"]) == ["workloads/models/dense/model.py"]
+    assert "target.compile()" in patch_path(COMPILE).read_text()
+
+
+def _train_step(m: torch.nn.Module, tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    logits = m(tokens[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+    loss.backward()
+    return loss
+
+
+@pytest.mark.parametrize(("family", "checkpointing"), [("dense", "none"), ("dense", "selective"),
+                                                        ("dense", "full"), ("moe", "none")])
+def test_compile_block_model_same_loss_and_grads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 family: str, checkpointing: str) -> None:
+    """The patch's ``compile()`` runs with backend ``aot_eager``: Dynamo's graph capture and AOT
+    autograd's traced forward and backward (what the patch changes about the program), without
+    Inductor's C++ code generation, which takes minutes on a 2-core CPU; the GPU check runs the
+    real backend."""
+    import torch._dynamo
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: real(*a, **{**k, "backend": "aot_eager"}))
+    torch._dynamo.reset()
+    sub = "models.dense.model" if family == "dense" else "models.moe.model"
+    patched = patched_module(COMPILE, tmp_path, sub)
+    base = committed if family == "dense" else committed_moe
+    over = {"n_layers": 2, "dim": 64, "n_heads": 4, "vocab_size": 256, "ffn_hidden": 96, "expert_hidden": 64}
+    args = base.FLAVOURS["debug"].with_overrides(over)
+    build_a = committed.Transformer if family == "dense" else committed_moe.build_moe_transformer
+    build_b = patched.Transformer if family == "dense" else patched.build_moe_transformer
+    torch.manual_seed(0)
+    ma = build_a(args, checkpointing)
+    torch.manual_seed(0)
+    mb = build_b(args, checkpointing)
+    compiled = [n for n, m in mb.named_modules() if getattr(m, "_compiled_call_impl", None) is not None]
+    assert compiled == (["layers.0", "layers.1"] if family == "dense" else ["layers.0.attention", "layers.1.attention"])
+    assert [n for n, _ in ma.named_parameters()] == [n for n, _ in mb.named_parameters()]  # names kept
+    tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(2))
+    for _ in range(2):  # the second call runs the cached graph
+        la, lb = _train_step(ma, tokens, 256), _train_step(mb, tokens, 256)
+        torch.testing.assert_close(lb, la, rtol=0, atol=1e-5)
+    ga = dict(ma.named_parameters())
+    for n, p in mb.named_parameters():
+        assert p.grad is not None
+        torch.testing.assert_close(p.grad, ga[n].grad, rtol=1e-4, atol=1e-5, msg=n)
+    if family == "dense" and checkpointing == "none":  # bf16 weights and activations compile and train too
+        mb.to(torch.bfloat16)
+        assert torch.isfinite(_train_step(mb, tokens, 256))
+
+
+# ---- selective checkpointing of attention only (a value of the activation_checkpointing knob)
+
+
+@pytest.mark.parametrize("family", ["dense", "moe"])
+def test_selective_checkpointing_recomputes_attention_only_same_loss_and_grads(family: str) -> None:
+    """``activation_checkpointing: selective`` (no patch: a model build option) checkpoints the
+    attention sub-layer of every block and nothing else, and trains to the same numbers."""
+    from torch.utils import checkpoint as ckpt
+
+    from workloads.models import build_model
+
+    over = {"n_layers": 2, "dim": 64, "n_heads": 4, "vocab_size": 256, "ffn_hidden": 96, "expert_hidden": 64}
+    tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(2))
+    runs = {}
+    for mode in ("none", "selective"):
+        torch.manual_seed(0)
+        m = build_model(family, "debug", over, {"activation_checkpointing": mode})
+        seen: list[str] = []
+        real = ckpt.checkpoint
+
+        def spy(fn, *a, _seen=seen, _real=real, **k):  # type: ignore[no-untyped-def]
+            _seen.append(getattr(fn, "__name__", type(fn).__name__))
+            return _real(fn, *a, **k)
+
+        committed.checkpoint = spy  # the name the model module calls
+        try:
+            loss = _train_step(m, tokens, 256)
+        finally:
+            committed.checkpoint = real
+        runs[mode] = (loss, dict(m.named_parameters()), seen)
+    assert runs["none"][2] == [] and runs["selective"][2] == ["_attn", "_attn"]  # attention of each block only
+    torch.testing.assert_close(runs["selective"][0], runs["none"][0], rtol=0, atol=1e-6)
+    for n, p in runs["selective"][1].items():
+        torch.testing.assert_close(p.grad, runs["none"][1][n].grad, rtol=1e-5, atol=1e-7, msg=n)
 
 
 # ---- the library as shipped

@@ -2,12 +2,13 @@
 
 ``registry`` defines ``register_knob``, ``KnobContext``, ``TrialBuild`` and ``check_handlers``;
 ``deepspeed`` registers the built-in DeepSpeed and runtime knobs, ``code_patch`` the ``code_patch``
-knob. Importing ``infrarsi.execution.knobs`` (or any of its modules) fills the registry.
+knob, ``loss_chunk`` the ``loss_chunk_tokens`` knob (the harness's chunked cross-entropy).
+Importing ``infrarsi.execution.knobs`` (or any of its modules) fills the registry.
 """
 
 from __future__ import annotations
 
-from infrarsi.execution.knobs import code_patch, deepspeed
+from infrarsi.execution.knobs import code_patch, deepspeed, loss_chunk
 from infrarsi.execution.knobs.registry import (
     KNOB_HANDLERS,
     KnobContext,
@@ -25,5 +26,6 @@ __all__ = [
     "check_handlers",
     "code_patch",
     "deepspeed",
+    "loss_chunk",
     "register_knob",
 ]
