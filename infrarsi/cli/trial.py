@@ -94,6 +94,7 @@ def trial(
     Exits 0 when the trial's status is ok, 1 for any other status (oom, failed, timeout, nan),
     2 on bad input.
     """
+    from infrarsi.execution.knobs.code_patch import config_patch, patched_code
     from infrarsi.execution.runner import TrialRunner
     from infrarsi.stages.init import workload_space_path
     from infrarsi.study.trial_log import TrialLogWriter
@@ -112,7 +113,11 @@ def trial(
         # file and field), then the baseline with the --set overrides
         runner.validate(dict(wl.baseline), where=f"{workload}: field `baseline`")
         full = runner.validate({**wl.baseline, **overrides}, where="--set")
-        res = runner.run(full, trial_id=tid, stage="trial", timeout_s=timeout_s)
+        # a code patch runs in a temporary worktree with it applied, as in a study
+        with patched_code(runner.code_dir, config_patch(full)) as code:
+            res = runner.run(full, trial_id=tid, stage="trial", timeout_s=timeout_s,
+                             code_dir=code.code_dir, patches=code.patches)
+            res.extra.update(code.extra)
     if log is not None:
         with TrialLogWriter(log) as writer:
             writer.write(res)

@@ -23,8 +23,10 @@ some other way (a warm start, a hand-written config) and conflicts is logged ``f
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +72,8 @@ def patch_set(value: Any) -> list[str]:
 @register_knob(PATCH_KNOB)
 def code_patch(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     """``none`` or the name of a patch ``workloads/patches/<name>.diff``. Record-only: sets
-    runtime ``code_patch``; the study executor runs the trial in a patched git worktree."""
+    runtime ``code_patch``; the study executor (and ``infrarsi trial``, through ``patched_code``) runs the
+    trial in a patched git worktree."""
     build.runtime[PATCH_KNOB] = check_patch_name(value)
 
 
@@ -114,6 +117,52 @@ def config_patch(config: dict[str, Any]) -> str | None:
     """The patch name or set a config asks for, or None for ``none`` / no such knob."""
     v = config.get(PATCH_KNOB, NO_PATCH)
     return None if v is None or str(v) == NO_PATCH else check_patch_name(v)
+
+
+@dataclass(frozen=True)
+class PatchedCode:
+    """The code a one-off trial runs: the workload's own, or a patched worktree of it."""
+
+    code_dir: str | None
+    """The code dir inside the patched worktree (None: the runner's own, unpatched)."""
+    patches: list[str] = field(default_factory=list)
+    """Repository-relative patch files applied, in order (the row's ``patches`` column)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Row fields: ``patch_base_sha`` and ``patch_paths_touched``."""
+
+
+@contextlib.contextmanager
+def patched_code(code_dir: str | Path, value: Any) -> Iterator[PatchedCode]:
+    """The code for a config's ``code_patch`` ``value`` outside a study (``infrarsi trial``): for
+    ``none``, the untouched ``code_dir``; for a patch or a set, a temporary git worktree of the
+    repository holding ``code_dir`` with the patches applied in order (a set that does not apply
+    together is a ``PatchConflictError``), removed on exit. No scope globs: a one-off trial has no
+    contract (``init`` checks a study's patches against its editable globs)."""
+    name = None if value is None or str(value) == NO_PATCH else check_patch_name(value)
+    if name is None:
+        yield PatchedCode(code_dir=None)
+        return
+    import git
+
+    from infrarsi.patches import check_conflicts, patched_worktree
+
+    root = Path(code_dir).resolve()
+    try:
+        repo = git.Repo(str(root), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise PatchError(f"knob {PATCH_KNOB!r} value {name!r}: {root} is not in a git repository; code "
+                         f"patches need the workload's code committed to git.") from None
+    sub = root.relative_to(Path(str(repo.working_tree_dir)).resolve())
+    files = [patch_file(root, n) for n in patch_set(name)]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise PatchError(f"knob {PATCH_KNOB!r} value {name!r}: patch file(s) {missing} do not exist; "
+                         f"name a file {PATCH_DIR}/<name>{PATCH_SUFFIX} of the workload's repository.")
+    if len(files) > 1:
+        check_conflicts(repo, files)
+    with patched_worktree(repo, files) as tree:
+        yield PatchedCode(code_dir=str(tree.path / sub), patches=patch_relpaths(name),
+                          extra={"patch_base_sha": tree.base_sha, "patch_paths_touched": list(tree.paths_touched)})
 
 
 def check_space_patches(space: Any, code_root: str | Path, globs: Sequence[str]) -> list[str]:

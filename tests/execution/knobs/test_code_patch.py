@@ -298,3 +298,47 @@ def test_apply_puts_every_patch_of_the_winners_set_on_the_branch(tmp_path: Path)
     apply(study, root, branch="tuned")
     text = git.Repo(root).git.show(f"tuned:{MODEL}")
     assert "view_as_complex" in text and "enable_gqa=" in text
+
+
+def test_patched_code_is_a_temporary_worktree_with_the_patch_and_none_is_the_own_code(tmp_path: Path) -> None:
+    from infrarsi.execution.knobs.code_patch import patched_code
+
+    root = make_repo(tmp_path, ["none", "rope_complex"])
+    with patched_code(root, "none") as own:
+        assert own.code_dir is None and own.patches == []
+    with patched_code(root, "rope_complex") as code:
+        tree = Path(str(code.code_dir))
+        assert "view_as_complex" in (tree / MODEL).read_text()
+        assert code.patches == ["workloads/patches/rope_complex.diff"]
+        assert code.extra["patch_base_sha"] == git.Repo(root).head.commit.hexsha
+    assert not tree.exists()  # removed on exit
+    assert "view_as_complex" not in (root / MODEL).read_text()
+    with pytest.raises(PatchError, match="do not exist"), patched_code(root, "no_such_patch"):
+        pass
+    plain = tmp_path / "plain"
+    shutil.copytree(root / "workloads", plain / "workloads", ignore=shutil.ignore_patterns(".git"))
+    with pytest.raises(PatchError, match="not in a git repository"), patched_code(plain, "rope_complex"):
+        pass
+
+
+@pytest.mark.integration
+def test_infrarsi_trial_runs_a_code_patch_in_a_worktree(tmp_path: Path, ray_local: str) -> None:
+    """``infrarsi trial --set code_patch=NAME`` runs the patched code (it used to record the patch
+    in the config and run the untouched code): the broken patch fails in the ranks."""
+    import subprocess
+    import sys
+
+    from infrarsi.study.trial_log import read_trials, rows
+
+    root = make_repo(tmp_path, ["none", "boom"])
+    study = tmp_path / "log"
+    exe = Path(sys.executable).with_name("infrarsi")
+    proc = subprocess.run([str(exe), "trial", "workloads/dense_debug.yaml", "--set", "code_patch=boom",
+                           "--set", "zero_stage=0", "--log", str(study), "--address", ray_local],
+                          capture_output=True, text=True, timeout=600, cwd=root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the trial is not ok
+    (row,) = rows(read_trials(study))
+    assert row.status == "failed" and "boom patch is applied" in row.error, row.error[-2000:]
+    assert row.patches == ["workloads/patches/boom.diff"]
+    assert row.extra["patch_base_sha"] == git.Repo(root).head.commit.hexsha
+    assert [p for p in git.Repo(root).git.worktree("list").splitlines() if "infrarsi-wt-" in p] == []
