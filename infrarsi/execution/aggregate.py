@@ -10,7 +10,9 @@ Pure functions (no Ray), so that the rules are unit-tested on their own:
 - ``peak_memory_bytes`` = max over ranks (for oom, the known lower bound).
 - loss, tokens and optimizer steps come from the harness counters of rank 0.
 - ``extra["end_checks_time_s"]`` = max over ranks of the end-of-trial checks' seconds;
-  ``extra["device_used_peak_bytes"]`` = max over ranks of the GPU's used-memory peak (``memory.py``).
+  ``extra["device_used_peak_bytes"]`` = max over ranks of the GPU's used-memory peak (``memory.py``);
+- ``extra["leftover_device_bytes"]`` = max over ranks of the GPU memory still allocated after the
+  trial's cleanup (the pool recycles a group that leaves too much).
 """
 
 from __future__ import annotations
@@ -123,6 +125,9 @@ def aggregate(
     used = [int(r["device_used_peak_bytes"]) for r in answered if r.get("device_used_peak_bytes") is not None]
     if used:
         res.extra["device_used_peak_bytes"] = max(used)
+    leftover = [int(r["leftover_device_bytes"]) for r in answered if r.get("leftover_device_bytes") is not None]
+    if leftover:
+        res.extra["leftover_device_bytes"] = max(leftover)
     checks = [float(r["end_checks_time_s"]) for r in answered if r.get("end_checks_time_s") is not None]
     if checks:
         res.extra["end_checks_time_s"] = max(checks)

@@ -7,7 +7,10 @@ next trial) when:
 
 - its last trial ended in ``oom``, ``failed``, ``nan`` or ``timeout`` (the process may hold
   leaked memory, a poisoned allocator, a broken communicator or a hung collective);
-- the next trial needs another environment (env-var knobs are read at process start).
+- the next trial needs another environment (env-var knobs are read at process start);
+- its last trial left more than ``LEFTOVER_RECYCLE_BYTES`` allocated on a rank's GPU after its
+  cleanup: the next trial would start with that memory taken, so its peak (and an ``oom``) would be
+  wrong (DeepSpeed ZeRO-3 engines leave their model states behind after ``destroy()``).
 
 A trial in another code directory (a patched worktree) reuses the group: the rank loop imports
 the ``workloads`` package afresh from the trial's ``code_dir`` on every trial, so interleaved
@@ -27,6 +30,10 @@ log = get_logger(__name__)
 
 RECYCLE_STATUSES = frozenset({"oom", "failed", "nan", "timeout", "invariant_violation"})
 """Trial statuses after which the group's processes are not reused."""
+
+LEFTOVER_RECYCLE_BYTES = 256 * 2**20
+"""A group whose last trial left more device memory than this allocated on a rank (after its
+cleanup) is recycled: 256 MiB, far below a model's states, far above PyTorch's own small caches."""
 
 
 @dataclass
@@ -88,13 +95,19 @@ class WorkerPool:
         self._group, self._key = group, key
         return group, False
 
-    def release(self, group: TrialGroup, status: str) -> None:
-        """Return a group after a trial; recycles it after a bad status (or always when not warm)."""
+    def release(self, group: TrialGroup, status: str, *, leftover_bytes: int | None = None) -> None:
+        """Return a group after a trial; recycles it after a bad status, when the trial left more
+        than ``LEFTOVER_RECYCLE_BYTES`` of device memory allocated (``leftover_bytes``, the max over
+        ranks), or always when not warm."""
         if group is not self._group:
             group.kill()
             return
-        if status in RECYCLE_STATUSES or not group.alive:
-            if group.alive:
+        leaked = leftover_bytes is not None and leftover_bytes > LEFTOVER_RECYCLE_BYTES
+        if status in RECYCLE_STATUSES or leaked or not group.alive:
+            if group.alive and leaked and status not in RECYCLE_STATUSES:
+                log.info("recycling worker group: the trial left device memory allocated",
+                         leftover_bytes=leftover_bytes)
+            elif group.alive:
                 log.info("recycling worker group after trial status", status=status)
             self.stats.recycles += 1
             group.kill()

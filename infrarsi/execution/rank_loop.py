@@ -96,6 +96,8 @@ def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
         res.device_used_peak_bytes = monitor.device_used_peak_bytes
         res.telemetry = telemetry.stop()
         _cleanup(state, device)
+        if device == "cuda":  # what this trial leaves to the next one in this process
+            res.leftover_device_bytes = int(torch.cuda.memory_allocated())
     return asdict(res)
 
 

@@ -51,6 +51,11 @@ class RankResult:
     """GPU only: peak of the device's used memory during the trial over its value before the
     model was built, inside PyTorch's allocator or not (the ``device_used`` measure of
     ``memory.py``); None on CPU or when the device cannot be read."""
+    leftover_device_bytes: int | None = None
+    """GPU only: bytes PyTorch still had allocated on the device after the trial's cleanup (engine
+    destroyed, references dropped): what the next trial in this process would start with. DeepSpeed
+    ZeRO-3 engines leave their model states behind (measured on an H200: +22 GiB per 1.5e9-parameter
+    trial); the pool recycles a group that leaves more than ``pool.LEFTOVER_RECYCLE_BYTES``."""
     device_name: str = ""
     """The rank's accelerator (``torch.cuda.get_device_name``; empty on CPU)."""
     device_memory_bytes: int | None = None

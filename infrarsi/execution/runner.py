@@ -311,7 +311,7 @@ class TrialRunner:
         except BaseException:  # KeyboardInterrupt: release everything, then stop
             pool.release(group, "failed")
             raise
-        pool.release(group, res.status)
+        pool.release(group, res.status, leftover_bytes=res.extra.get("leftover_device_bytes"))
         log.info("trial done", trial_id=trial_id, status=res.status, step_time_s=res.step_time_s,
                  peak_memory_bytes=res.peak_memory_bytes, warm=warm)
         return res

@@ -330,3 +330,9 @@ def test_a_raylet_killed_mid_trial_fails_the_trial_and_frees_its_devices(repo_ro
     assert got["ranks_on_victim"] and got["pids_left"] == [] and not got["pool_group"], got
     assert got["device_seconds"] == pytest.approx(2 * got["wall_s"]) and got["device_seconds"] > 0
     assert got["free_cpus"] == 2
+
+
+def test_the_device_memory_a_trial_left_allocated_is_the_max_over_ranks():
+    res = _agg([_rank(0, leftover_device_bytes=0), _rank(1, leftover_device_bytes=22 * 2**30)])
+    assert res.extra["leftover_device_bytes"] == 22 * 2**30
+    assert "leftover_device_bytes" not in _agg([_rank(0), _rank(1)]).extra  # CPU ranks do not measure it

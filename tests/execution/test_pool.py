@@ -62,3 +62,36 @@ def test_pool_with_real_training_reuses_then_recycles_after_oom(ray_local):
         oom = small.run(cfg, trial_id="real-oom")
         assert oom.status == "oom" and oom.memory_censored, oom.error
         assert small.pool.group is None and small.pool.stats.recycles == 1
+
+
+class _StandInGroup:
+    """Only what ``WorkerPool`` asks of a ``TrialGroup`` (the pool's logic is under test, not Ray)."""
+
+    def __init__(self, spec, **_: object) -> None:
+        self.spec, self.alive, self.start_time_s = spec, True, 0.1
+
+    def start(self) -> _StandInGroup:
+        return self
+
+    def kill(self) -> None:
+        self.alive = False
+
+    def shutdown(self) -> None:
+        self.alive = False
+
+
+@pytest.mark.parametrize(("leftover", "recycled"), [(None, False), (0, False), (2**20, False), (22 * 2**30, True)])
+def test_a_group_whose_trial_left_device_memory_allocated_is_recycled(monkeypatch, leftover, recycled) -> None:
+    """A DeepSpeed ZeRO-3 engine leaves its model states allocated after ``destroy()`` (+22 GiB per
+    trial of a 1.5e9-parameter model on an H200): the next trial would start with them taken."""
+    import infrarsi.execution.pool as pool_mod
+    from infrarsi.execution.group import GroupSpec
+
+    monkeypatch.setattr(pool_mod, "TrialGroup", _StandInGroup)
+    pool = pool_mod.WorkerPool(GroupSpec(workers=1))
+    first, warm = pool.acquire()
+    assert warm is False
+    pool.release(first, "ok", leftover_bytes=leftover)
+    second, warm = pool.acquire()
+    assert warm is (not recycled) and (second is first) is (not recycled)
+    assert first.alive is (not recycled) and pool.stats.recycles == int(recycled)
