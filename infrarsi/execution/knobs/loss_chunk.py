@@ -21,7 +21,7 @@ In a search space (a memory saver)::
 
     - name: loss_chunk_tokens
       type: choice
-      values: [0, 4096]
+      values: [0, 1024]
       memory: saver
 """
 
