@@ -206,32 +206,27 @@ def test_compile_block_model_same_loss_and_grads(tmp_path: Path, monkeypatch: py
 
 
 @pytest.mark.parametrize("family", ["dense", "moe"])
-def test_selective_checkpointing_recomputes_attention_only_same_loss_and_grads(family: str) -> None:
+def test_selective_checkpointing_recomputes_attention_only_same_loss_and_grads(
+        family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``activation_checkpointing: selective`` (no patch: a model build option) checkpoints the
     attention sub-layer of every block and nothing else, and trains to the same numbers."""
-    from torch.utils import checkpoint as ckpt
-
     from workloads.models import build_model
 
     over = {"n_layers": 2, "dim": 64, "n_heads": 4, "vocab_size": 256, "ffn_hidden": 96, "expert_hidden": 64}
     tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(2))
+    real = committed.checkpoint
     runs = {}
     for mode in ("none", "selective"):
+        seen: list[str] = []
+
+        def spy(fn, *a, _seen=seen, **k):  # type: ignore[no-untyped-def]
+            _seen.append(getattr(fn, "__name__", type(fn).__name__))
+            return real(fn, *a, **k)
+
+        monkeypatch.setattr(committed, "checkpoint", spy)  # the name the model module calls
         torch.manual_seed(0)
         m = build_model(family, "debug", over, {"activation_checkpointing": mode})
-        seen: list[str] = []
-        real = ckpt.checkpoint
-
-        def spy(fn, *a, _seen=seen, _real=real, **k):  # type: ignore[no-untyped-def]
-            _seen.append(getattr(fn, "__name__", type(fn).__name__))
-            return _real(fn, *a, **k)
-
-        committed.checkpoint = spy  # the name the model module calls
-        try:
-            loss = _train_step(m, tokens, 256)
-        finally:
-            committed.checkpoint = real
-        runs[mode] = (loss, dict(m.named_parameters()), seen)
+        runs[mode] = (_train_step(m, tokens, 256), dict(m.named_parameters()), seen)
     assert runs["none"][2] == [] and runs["selective"][2] == ["_attn", "_attn"]  # attention of each block only
     torch.testing.assert_close(runs["selective"][0], runs["none"][0], rtol=0, atol=1e-6)
     for n, p in runs["selective"][1].items():
