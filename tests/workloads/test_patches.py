@@ -16,6 +16,7 @@ committed code (outputs and gradients, within tolerance), and every shipped sear
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import git
@@ -214,19 +215,22 @@ def test_selective_checkpointing_recomputes_attention_only_same_loss_and_grads(
 
     over = {"n_layers": 2, "dim": 64, "n_heads": 4, "vocab_size": 256, "ffn_hidden": 96, "expert_hidden": 64}
     tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(2))
-    real = committed.checkpoint
     runs = {}
     for mode in ("none", "selective"):
-        seen: list[str] = []
-
-        def spy(fn, *a, _seen=seen, **k):  # type: ignore[no-untyped-def]
-            _seen.append(getattr(fn, "__name__", type(fn).__name__))
-            return real(fn, *a, **k)
-
-        monkeypatch.setattr(committed, "checkpoint", spy)  # the name the model module calls
         torch.manual_seed(0)
         m = build_model(family, "debug", over, {"activation_checkpointing": mode})
+        # the module the blocks' code lives in (other tests may have re-imported the package)
+        mod = sys.modules[type(m.layers[0]).__module__]  # type: ignore[index]
+        real = mod.checkpoint
+        seen: list[str] = []
+
+        def spy(fn, *a, _seen=seen, _real=real, **k):  # type: ignore[no-untyped-def]
+            _seen.append(getattr(fn, "__name__", type(fn).__name__))
+            return _real(fn, *a, **k)
+
+        monkeypatch.setattr(mod, "checkpoint", spy)  # the name Block.forward calls
         runs[mode] = (_train_step(m, tokens, 256), dict(m.named_parameters()), seen)
+        monkeypatch.undo()
     assert runs["none"][2] == [] and runs["selective"][2] == ["_attn", "_attn"]  # attention of each block only
     torch.testing.assert_close(runs["selective"][0], runs["none"][0], rtol=0, atol=1e-6)
     for n, p in runs["selective"][1].items():
