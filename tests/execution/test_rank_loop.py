@@ -34,14 +34,20 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
     """Under ZeRO-3 the model is built inside ``deepspeed.zero.Init``: each parameter is created
     bf16 and partitioned as soon as its module is built. It must start from the very weights
     ZeRO-2's whole build rounds to bf16 (draws in fp32, no bf16 RoPE tables) and so train
-    bitwise alike: the same losses, checksum and eval loss (2 gloo ranks)."""
+    bitwise alike: the same losses, checksum and eval loss (2 gloo ranks). A third run adds
+    ``loss_chunk_tokens`` (the harness's loss 64 tokens at a time, 4 chunks per micro-batch): the
+    same first loss and, within bf16 rounding of the logit gradient, the same training."""
     from tests.execution.spawn_harness import make_spec, run_specs
 
     cfgs = [{"zero_stage": 2, "micro_batch_size": 2, "dtype": "bf16"},
-            {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16"}]
+            {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16"},
+            {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16", "loss_chunk_tokens": 64}]
     specs = [make_spec("workloads/dense_debug.yaml", c, warmup=0, measured=2, trial_id=str(i)) for i, c in enumerate(cfgs)]
-    z2, z3 = run_specs(specs)
-    assert [r["status"] for r in z2 + z3] == ["ok"] * 4, [r["error"][-500:] for r in z2 + z3]
+    z2, z3, chunked = run_specs(specs)
+    assert [r["status"] for r in z2 + z3 + chunked] == ["ok"] * 6, [r["error"][-500:] for r in z2 + z3 + chunked]
     assert z3[0]["loss"] == z2[0]["loss"]
     assert z3[0]["param_checksum"] == z2[0]["param_checksum"]
     assert z3[0]["eval_loss"] == z2[0]["eval_loss"]
+    assert chunked[0]["loss"][0] == pytest.approx(z3[0]["loss"][0], rel=1e-6)
+    assert chunked[0]["loss"] == pytest.approx(z3[0]["loss"], rel=1e-4)
+    assert chunked[0]["loss"][1] != chunked[0]["loss"][0]  # it trained

@@ -16,6 +16,7 @@ committed code (outputs and gradients, within tolerance), and every shipped sear
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import git
@@ -206,11 +207,10 @@ def test_compile_block_model_same_loss_and_grads(tmp_path: Path, monkeypatch: py
 
 
 @pytest.mark.parametrize("family", ["dense", "moe"])
-def test_selective_checkpointing_recomputes_attention_only_same_loss_and_grads(family: str) -> None:
+def test_selective_checkpointing_recomputes_attention_only_same_loss_and_grads(
+        family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``activation_checkpointing: selective`` (no patch: a model build option) checkpoints the
     attention sub-layer of every block and nothing else, and trains to the same numbers."""
-    from torch.utils import checkpoint as ckpt
-
     from workloads.models import build_model
 
     over = {"n_layers": 2, "dim": 64, "n_heads": 4, "vocab_size": 256, "ffn_hidden": 96, "expert_hidden": 64}
@@ -219,19 +219,18 @@ def test_selective_checkpointing_recomputes_attention_only_same_loss_and_grads(f
     for mode in ("none", "selective"):
         torch.manual_seed(0)
         m = build_model(family, "debug", over, {"activation_checkpointing": mode})
+        # the module the blocks' code lives in (other tests may have re-imported the package)
+        mod = sys.modules[type(m.layers[0]).__module__]  # type: ignore[index]
+        real = mod.checkpoint
         seen: list[str] = []
-        real = ckpt.checkpoint
 
         def spy(fn, *a, _seen=seen, _real=real, **k):  # type: ignore[no-untyped-def]
             _seen.append(getattr(fn, "__name__", type(fn).__name__))
             return _real(fn, *a, **k)
 
-        committed.checkpoint = spy  # the name the model module calls
-        try:
-            loss = _train_step(m, tokens, 256)
-        finally:
-            committed.checkpoint = real
-        runs[mode] = (loss, dict(m.named_parameters()), seen)
+        monkeypatch.setattr(mod, "checkpoint", spy)  # the name Block.forward calls
+        runs[mode] = (_train_step(m, tokens, 256), dict(m.named_parameters()), seen)
+        monkeypatch.undo()
     assert runs["none"][2] == [] and runs["selective"][2] == ["_attn", "_attn"]  # attention of each block only
     torch.testing.assert_close(runs["selective"][0], runs["none"][0], rtol=0, atol=1e-6)
     for n, p in runs["selective"][1].items():

@@ -3,7 +3,8 @@
 With a 128k vocabulary the logits are the largest activation of a step, and the plain loss
 ``F.cross_entropy(logits.float(), targets)`` holds several more copies of them: an fp32 copy,
 the fp32 log-softmax saved for backward, and in backward an fp32 gradient of each before the cast
-back to the logits' dtype (about 14 bytes per logit for bf16 logits, on top of the logits).
+back to the logits' dtype (measured: 6x the bf16 logits' size above them, against 1.8x chunked;
+``benchmarks/results/loss_chunk.md``).
 ``chunked_cross_entropy`` computes the same mean cross-entropy ``chunk_tokens`` rows at a time:
 each chunk's log-sum-exp, loss and gradient ``(softmax - onehot) / n`` are computed in fp32
 and the gradient is written, in the logits' dtype, into one buffer the size of the logits that
@@ -21,7 +22,7 @@ In a search space (a memory saver)::
 
     - name: loss_chunk_tokens
       type: choice
-      values: [0, 4096]
+      values: [0, 1024]
       memory: saver
 """
 
