@@ -30,6 +30,7 @@ Usage::
     python -m benchmarks.concurrency                 # 2 problems x 8 seeds, N = 24, 4 slots
     python -m benchmarks.concurrency --quick         # smoke: surrogate_1node, 2 seeds, N = 8
     python -m benchmarks.concurrency --seeds 16 --trials 32 --problems surrogate_2node
+    python -m benchmarks.concurrency --seeds 16 --problems surrogate_1node surrogate_2node tabular_dense_debug --workers 2
 
 Results: ``benchmarks/results/concurrency.json`` (summary and every run) and ``concurrency.md``.
 """
