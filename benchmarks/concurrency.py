@@ -30,6 +30,7 @@ Usage::
     python -m benchmarks.concurrency                 # 2 problems x 8 seeds, N = 24, 4 slots
     python -m benchmarks.concurrency --quick         # smoke: surrogate_1node, 2 seeds, N = 8
     python -m benchmarks.concurrency --seeds 16 --trials 32 --problems surrogate_2node
+    python -m benchmarks.concurrency --seeds 16 --problems surrogate_1node surrogate_2node tabular_dense_debug --workers 2
 
 Results: ``benchmarks/results/concurrency.json`` (summary and every run) and ``concurrency.md``.
 """
@@ -45,6 +46,7 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -362,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--max-factor", type=float, default=2.0,
                     help="the multi-slot run stops at this many times N trials if it has not reached the target")
     ap.add_argument("--within", type=float, default=0.02, help="within_sim_wall_s: best-found/oracle <= 1 + this")
+    ap.add_argument("--workers", type=int, default=1, help="parallel processes (one thread each)")
     ap.add_argument("--out", type=Path, default=OUT, help="results directory")
     ap.add_argument("--summarise-only", action="store_true",
                     help="rebuild the summary and .md from the runs in <out>/concurrency.json (no new runs)")
@@ -376,14 +379,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if unknown:
         raise SystemExit(f"unknown problem(s) {unknown}; known: {list(PROBLEMS)}")
     commit, dirty = git_state()  # the code that runs (read before the runs: a commit during them does not count)
+    jobs = [(p, s, n, args.slots, args.max_factor, args.within) for p in problems for s in range(seeds)]
     runs = []
-    for p in problems:
-        for s in range(seeds):
-            r = run_pair(p, s, n, args.slots, args.max_factor, args.within)
-            runs.append(r)
-            print(f"{p} seed {s}: time c1/c{args.slots} {_f(r['time_ratio'], '.2f')}, best/oracle@{n} "
-                  f"c1 {_f(r['c1']['ratio_at_n'])} c{args.slots} {_f(r[f'c{args.slots}']['ratio_at_n'])} "
-                  f"({r['wall_s']:.0f} s)", flush=True)
+
+    def show(r: dict[str, Any]) -> None:
+        print(f"{r['problem']} seed {r['seed']}: time c1/c{args.slots} {_f(r['time_ratio'], '.2f')}, best/oracle@{n} "
+              f"c1 {_f(r['c1']['ratio_at_n'])} c{args.slots} {_f(r[f'c{args.slots}']['ratio_at_n'])} "
+              f"({r['wall_s']:.0f} s)", flush=True)
+
+    if args.workers <= 1:
+        for job in jobs:
+            runs.append(run_pair(*job))
+            show(runs[-1])
+    else:  # each (problem, seed) is deterministic: the same runs as one process, in the same order
+        with ProcessPoolExecutor(args.workers) as ex:
+            for r in ex.map(run_pair, *zip(*jobs, strict=True)):
+                runs.append(r)
+                show(r)
     cmd = " ".join(["python -m benchmarks.concurrency", *(sys.argv[1:] if argv is None else argv)])
     meta = {
         "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": cmd.strip(),

@@ -18,6 +18,7 @@ trials on them with a deadline.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +57,10 @@ class GroupSpec:
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables set in each worker before torch is imported."""
     threads: int = 1
-    """``torch.set_num_threads`` in each worker at start."""
+    """``torch.set_num_threads`` in each worker at start (a pinned rank: the cores it holds)."""
+    pin_cores: bool = True
+    """Each rank leases ``ceil(cpus_per_worker)`` cores of its node alone and pins itself to them
+    (``core_lease``; unpinned, with the reason in ``TrialGroup.infos``, when they are not free)."""
 
     @classmethod
     def from_resources(cls, res: ResourcesSpec, env: dict[str, str] | None = None, threads: int = 1) -> GroupSpec:
@@ -188,7 +192,8 @@ class TrialGroup:
                         placement_group=pg, placement_group_bundle_index=spec.bundle_of(rank)
                     ),
                     max_restarts=0,
-                ).remote(rank, spec.workers, spec.device, spec.env, spec.threads)
+                ).remote(rank, spec.workers, spec.device, spec.env, spec.threads,
+                         math.ceil(spec.cpus_per_worker) if spec.pin_cores else 0)
             )
         self.infos = self._get([a.info.remote() for a in self.actors], "start the worker actors")
         port = self._get([self.actors[0].free_port.remote()], "find a free port on rank 0")[0]
@@ -249,6 +254,17 @@ class TrialGroup:
     @property
     def node_ids(self) -> list[str]:
         return [str(i["node_id"]) for i in self.infos]
+
+    @property
+    def cpu_pinned(self) -> bool:
+        """Whether every rank holds its CPU cores alone and is pinned to them (``core_lease``)."""
+        return bool(self.infos) and all(bool(i.get("cpu_pinned")) for i in self.infos)
+
+    @property
+    def cpu_pin_note(self) -> str:
+        """Why ranks run unpinned (``rank N: reason``, one per unpinned rank; empty when all are pinned)."""
+        return "; ".join(f"rank {i['rank']}: {i.get('cpu_pin_note') or 'unpinned'}"
+                         for i in self.infos if not i.get("cpu_pinned"))
 
     @property
     def placement_group_id(self) -> str | None:

@@ -332,6 +332,7 @@ class TrialRunner:
             "warm": warm, "acquire_s": acquire_s, "group_start_s": group.start_time_s if not warm else 0.0,
             "trial_wall_s": run.wall_s, "pids": group.pids, "actor_ids": group.actor_ids,
             "placement_group_id": group.placement_group_id, "node_ids": group.node_ids,
+            "cpu_pinned": group.cpu_pinned, "cpu_pin_note": group.cpu_pin_note,
             "group_trials_run": group.trials_run, "memory_capacity_bytes": self.memory_capacity_bytes,
             "code_shipped": "code_package" in spec,
             "code_digest": spec["code_package"]["digest"] if "code_package" in spec else None,

@@ -2,8 +2,11 @@
 
 One actor per rank, placed in its own placement-group bundle (see ``group.py``). Its life:
 
-1. ``__init__``: set the environment (before torch is imported, so that ``OMP_NUM_THREADS`` and
-   friends take effect) and the torch thread count.
+1. ``__init__``: take the rank's exclusive CPU cores (``core_lease``: pinned to them, or unpinned
+   and the reason recorded), set the environment (before torch is imported, so that
+   ``OMP_NUM_THREADS`` and friends take effect) and the torch thread count. On cuda the rank's
+   GPUs are the ones Ray assigned (its ``CUDA_VISIBLE_DEVICES``); an environment given for the
+   trial cannot replace them.
 2. ``info`` / ``free_port``: where it runs, so the group can rendezvous at rank 0's address.
 3. ``init_process_group``: ``torch.distributed`` with gloo (CPU) or nccl (CUDA) and a timeout.
 4. ``run(spec, entry)``: one trial, by calling the entry function (default
@@ -64,8 +67,16 @@ def failed_rank_result(rank: int, status: str, error: str) -> dict[str, Any]:
 class TrainWorker:
     """One rank of a trial group (wrapped with ``ray.remote`` by ``TrialGroup``)."""
 
-    def __init__(self, rank: int, world_size: int, device: str, env: dict[str, str], threads: int = 1) -> None:
-        os.environ.update({k: str(v) for k, v in env.items()})
+    def __init__(self, rank: int, world_size: int, device: str, env: dict[str, str], threads: int = 1,
+                 cores: int = 0) -> None:
+        from infrarsi.execution.core_lease import CoreLease, acquire
+
+        self.cores = acquire(cores) if cores > 0 else CoreLease(wanted=0, note="not requested")
+        """This rank's CPU cores (``core_lease``); held until the process ends or ``shutdown``."""
+        if self.cores.pinned:  # torch's threads on the cores the rank holds, no more, no fewer
+            threads = len(self.cores.cores)
+        owned = {"CUDA_VISIBLE_DEVICES"} if device == "cuda" else set()  # Ray's GPU assignment owns it
+        os.environ.update({k: str(v) for k, v in env.items() if k not in owned})
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         self.rank = rank
         """Global rank of this worker (also its bundle index)."""
@@ -93,6 +104,7 @@ class TrainWorker:
             "pid": os.getpid(),
             "actor_id": ctx.get_actor_id(),
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            **self.cores.record(),
         }
 
     def free_port(self) -> int:
@@ -180,6 +192,7 @@ class TrainWorker:
             if dist.is_initialized():
                 dist.destroy_process_group()
             self._pg_ready = False
+        self.cores.release()
         return True
 
 

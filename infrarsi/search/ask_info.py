@@ -15,10 +15,11 @@ from typing import Any
 
 from infrarsi.errors import UserInputError
 
-PHASES = ("baseline", "warm_start", "design", "bo", "bo-local", "replicate", "repair", "proposal")
+PHASES = ("baseline", "warm_start", "design", "bo", "bo-local", "bo-prior", "replicate", "repair", "proposal")
 """Why a config was asked: the baseline; a warm-start config given to the optimizer
 (``initial_configs``); a space-filling design point; the acquisition's best (``bo``), or its best
-near the incumbent (``bo-local``); a re-measurement of the incumbent (``replicate``); a
+near the incumbent (``bo-local``); the analytic prior's pick while trials are pending before the
+step-time model exists (``bo-prior``); a re-measurement of the incumbent (``replicate``); a
 memory-saving repair of a candidate that would not fit (``repair``); a config proposed from
 outside the optimizer (``proposal``: an agent or a person, ``Optimizer.add_pending``)."""
 

@@ -14,7 +14,10 @@ oom/failed/timeout/nan/invariant_violation is never proposed again; a config tol
 again once every other config has been tried or is predicted to fail (``repeat_below_p``), and
 as a replicate while it is the incumbent with a single trusted measurement (``intensify``).
 A single ``ask()`` keeps that schedule (local turns, the replicate) while other trials are
-pending; with pending configs its model-based pick is qLogNEI with them as ``X_pending``.
+pending; with pending configs its model-based pick is qLogNEI with them as ``X_pending``. With
+an analytic prior, an ask with trials pending before the step-time model exists gives one design
+turn to the prior's own pick (``bo-prior``), and takes the prior's pick instead of more design
+points once the design is asked but too few results are in (``_prior_turn``).
 Slow outliers among the step times (stragglers) are left out of the step-time model
 (``models/outliers``); a config measured only as an outlier may be proposed again.
 
@@ -366,7 +369,8 @@ class Optimizer:
             n_seen = len({self.space.key(o.config) for o in self.observations} | taken)
             time_ready = self.models.time.model is not None
             if n_seen < self.n_init or not time_ready:
-                info = self._design_pick(configs, X, taken)
+                prior_turn = self._prior_turn(taken, design_done=n_seen >= self.n_init)
+                info = self._prior_pick(configs, X) if prior_turn else self._design_pick(configs, X, taken)
                 infos.append(info)
                 taken.add(self.space.key(info.config))
                 continue
@@ -386,6 +390,34 @@ class Optimizer:
                 infos.append(info)
                 taken.add(self.space.key(info.config))
         return infos
+
+    def _prior_turn(self, taken: set[str], design_done: bool) -> bool:
+        """Whether a design-stage ask with trials pending goes to the analytic prior's pick.
+
+        Sequentially the first model-based pick comes after the design's results. With trials
+        pending, the asks of the first wave are made before any result, so the analytic prior (the
+        only model there is) gets its pick within that wave rather than a wave later: once (the
+        first ask with a trial pending and no prior pick yet), and for every ask that finds the
+        design complete (pending configs counted) but too few ok results for a step-time model.
+        Never without pending trials (the sequential schedule is unchanged) or without a prior."""
+        if self.prior is None or not taken:
+            return False
+        return design_done or not any(i.phase == "bo-prior" for i in self.ask_infos.values())
+
+    def _prior_pick(self, configs: list[dict[str, Any]], X: torch.Tensor) -> AskInfo:
+        """The best config by constrained log-EI under the analytic prior alone (``_PriorOnly``):
+        its log step time with sd ``prior_time_noise_sd``, against the best of the prior's step
+        times of the baseline and of the configs told ok."""
+        base = self.baseline if self.baseline is not None else self.space.default_config()
+        refs = [base, *(o.config for o in self._ok())]
+        ref = float(self._X(refs)[:, self.encoder.dim].min())
+        mem = self.models.memory
+        noise = float(mem.model.likelihood.noise_sd.detach()) if mem.model is not None else 0.0
+        mem_pred = mem.pred if mem.pred is not None else _PriorOnly(self.encoder.dim + 1, self.settings.prior_only_memory_sd)
+        scores = acquisition.analytic_scores(_PriorOnly(self.encoder.dim, self.settings.prior_time_noise_sd), mem_pred,
+                                             noise, X, ref, self.feasibility.p_ok(configs))
+        i = int(np.argmax(scores.log_score))
+        return self._ask_info(configs[i], "bo-prior", scores, i)
 
     def _local_turn(self) -> bool:
         every = self.settings.local_every

@@ -153,6 +153,15 @@ def test_exception_in_a_rank_is_failed_with_its_text(ray_local):
     with WorkerPool(GroupSpec(workers=2)) as pool:
         group, warm = pool.acquire(code_dir=STANDINS)
         assert not warm
+        # each rank holds its cores alone and is pinned to them, or runs unpinned and says why
+        # (other Ray clusters on this machine may hold the cores: never a wait)
+        pinned = [i for i in group.infos if i["cpu_pinned"]]
+        for i in pinned:
+            assert psutil.Process(i["pid"]).cpu_affinity() == i["cpu_cores"] and len(i["cpu_cores"]) == 1
+        assert len({c for i in pinned for c in i["cpu_cores"]}) == len(pinned)  # no core shared
+        assert group.cpu_pinned == (len(pinned) == 2)
+        assert all(f"rank {i['rank']}: " in group.cpu_pin_note and i["cpu_pin_note"]
+                   for i in group.infos if not i["cpu_pinned"])
         spec = {"trial_id": "boom", "code_dir": STANDINS, "workload": {}, "config": {}}
         run = group.run(spec, timeout_s=60, entry="standins:boom")
         status, error = classify(run.rank_results, run.timed_out)

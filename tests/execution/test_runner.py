@@ -212,5 +212,8 @@ def test_a_pinned_runner_keeps_fresh_groups_in_one_reservation(ray_local, dense_
         assert runner.pool.stats.groups_started == 2
     assert all(r.status == "ok" for r in rows), [r.error for r in rows]
     assert rows[0].extra["placement_group_id"] == rows[1].extra["placement_group_id"]
+    for row in rows:  # the row says whether its ranks ran on cores of their own, and if not, why
+        assert (row.extra["cpu_pinned"] is True and row.extra["cpu_pin_note"] == "") or (
+            row.extra["cpu_pinned"] is False and "rank " in row.extra["cpu_pin_note"])
     assert rows[0].extra["pids"] != rows[1].extra["pids"]
     assert len(set(rows[0].extra["node_ids"])) == 1 and rows[0].extra["node_ids"] == rows[1].extra["node_ids"]

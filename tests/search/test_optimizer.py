@@ -18,6 +18,7 @@ from search_synthetic import (
     DENSE,
     TINY,
     TINY_CAP,
+    SyntheticPrior,
     memory_bytes,
     run,
     step_time_s,
@@ -594,3 +595,26 @@ def test_fuzz_ask_never_raises_on_valid_spaces(text: str, data: st.DataObject) -
                 failed.add(space.key(cfg))
     best = opt.best()
     assert best is None or space.validate(best) == best
+
+
+def test_with_a_prior_the_first_wave_of_pending_trials_holds_the_priors_pick() -> None:
+    """Trials asked before any result (a cluster's first wave): the analytic prior, the only model
+    there is, gets a pick in that wave (``bo-prior``: fast by the prior and likely to fit), and the
+    picks after the design, while fewer than two results are in, are the prior's too. One at a
+    time (nothing pending) the schedule is the sequential one: no ``bo-prior`` asks."""
+    space = SearchSpace.from_yaml(DENSE)
+    opt = Optimizer(space, memory_capacity=CAPACITY, seed=3, baseline=BASELINE, prior=SyntheticPrior(), n_init=4)
+    wave = [opt.ask() for _ in range(4)]
+    phases = [opt.info(c).phase for c in wave]  # type: ignore[union-attr]
+    assert phases == ["baseline", "bo-prior", "design", "design"]
+    pick = wave[1]
+    assert step_time_s(pick) < step_time_s(space.validate(BASELINE)) and memory_bytes(pick) <= CAPACITY
+    opt.tell(wave[0], run(wave[0]))  # one result, three pending: the design is asked, no time model yet
+    nxt = opt.ask()
+    assert opt.last_ask_info.phase == "bo-prior" and space.key(nxt) not in {space.key(c) for c in wave}  # type: ignore[union-attr]
+
+    seq = Optimizer(space, memory_capacity=CAPACITY, seed=3, baseline=BASELINE, prior=SyntheticPrior(), n_init=4)
+    for _ in range(7):
+        c = seq.ask()
+        assert seq.last_ask_info.phase != "bo-prior"  # type: ignore[union-attr]
+        seq.tell(c, run(c))
