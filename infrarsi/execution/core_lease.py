@@ -5,8 +5,8 @@ processes, so two trials on one node could run on the same physical cores and sl
 step times. A rank therefore takes a lease on ``n`` of the cores its process may use: one lock
 file per core in a node-local directory (``lease_dir``: ``/tmp/infrarsi-cores-<uid>``, or
 ``$INFRARSI_CORE_LEASE_DIR``), each held with a non-blocking exclusive ``fcntl.flock``. With all
-``n`` held it pins every thread of the process to them (``os.sched_setaffinity``) and sets torch's
-thread count to ``n``. The lock dies with its file descriptor, so a rank that crashes or is
+``n`` held it pins every thread of the process to them (``os.sched_setaffinity``); the rank's torch
+thread count stays the ``threads_per_worker`` knob's. The lock dies with its file descriptor, so a rank that crashes or is
 killed frees its cores without any cleanup; ``release`` frees them earlier.
 
 Acquisition never blocks: when fewer than ``n`` cores are free (more Ray CPUs declared than the
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,8 +120,9 @@ def acquire(n: int, *, directory: Path | None = None, pin: bool = True) -> CoreL
 
 
 def pin_process(cores: tuple[int, ...]) -> None:
-    """Pin every thread of this process to ``cores`` (threads started later inherit it), and set
-    torch's intra-op threads to their number when torch is imported."""
+    """Pin every thread of this process to ``cores`` (threads started later inherit it). The thread
+    count stays the caller's: a trial's ``threads_per_worker`` is a knob (more threads than cores
+    held share those cores, never another trial's)."""
     ids = [0]
     with contextlib.suppress(OSError):
         ids = [int(t) for t in os.listdir("/proc/self/task")]
@@ -131,9 +131,6 @@ def pin_process(cores: tuple[int, ...]) -> None:
             os.sched_setaffinity(tid, cores)
         except ProcessLookupError:  # the thread ended meanwhile
             continue
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(len(cores))
 
 
 def _ranges(cores: list[int]) -> str:

@@ -57,7 +57,8 @@ class GroupSpec:
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables set in each worker before torch is imported."""
     threads: int = 1
-    """``torch.set_num_threads`` in each worker at start (a pinned rank: the cores it holds)."""
+    """``torch.set_num_threads`` in each worker at start (the ``threads_per_worker`` knob; a pinned
+    rank's threads share the cores it holds)."""
     pin_cores: bool = True
     """Each rank leases ``ceil(cpus_per_worker)`` cores of its node alone and pins itself to them
     (``core_lease``; unpinned, with the reason in ``TrialGroup.infos``, when they are not free)."""

@@ -73,8 +73,6 @@ class TrainWorker:
 
         self.cores = acquire(cores) if cores > 0 else CoreLease(wanted=0, note="not requested")
         """This rank's CPU cores (``core_lease``); held until the process ends or ``shutdown``."""
-        if self.cores.pinned:  # torch's threads on the cores the rank holds, no more, no fewer
-            threads = len(self.cores.cores)
         owned = {"CUDA_VISIBLE_DEVICES"} if device == "cuda" else set()  # Ray's GPU assignment owns it
         os.environ.update({k: str(v) for k, v in env.items() if k not in owned})
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
