@@ -72,11 +72,14 @@ def test_first_asks_after_baseline_are_the_banks_best_from_other_hardware(tmp_pa
     # THIRD (1.1/2.05); box-c's TEMPTING (its own hardware) and the oom config are left out.
     assert [space.key(c) for c in asked] == [space.key(space.validate(c)) for c in (BEST, SECOND, THIRD)]
     assert origins[1] is not None and origins[1].source_study == "b"
+    # the bank's trials also reach the models; one ok trial ranks nothing yet: both weights are 1
+    assert opt.transfer is not None
     assert opt.info(SECOND) == AskInfo(config=space.validate(SECOND), phase="warm_start", ask_index=1,
-                                       warm_start_origin=origins[1])
+                                       warm_start_origin=origins[1], transfer_weights=(1.0, 1.0))
     nxt = opt.ask()
     assert opt.last_ask_info.phase != "warm_start"
-    assert space.key(nxt) not in {space.key(c) for c in asked}
+    # the transfer shortens the design, so the incumbent's replicate may come this early
+    assert space.key(nxt) not in {space.key(c) for c in asked} or opt.last_ask_info.phase == "replicate"
 
 
 def test_baseline_comes_first_and_tried_priors_are_skipped(tmp_path: Path, bank: Bank) -> None:
