@@ -208,8 +208,16 @@ def test_warm_start_revalidates_configs_invalid_in_the_new_space(tmp_path: Path)
     assert [r[0] for r in used.rows] == ["a", "a", "a"]
     assert "dropped unknown knob sequence_parallel" in used.rows[0][4] and "tried: run-0 (ok); 2.50x" in used.rows[0][5]
     assert used.rows[1][4] == "valid as measured" and used.rows[1][5].startswith("not tried")
-    dropped = next(b for b in blocks if isinstance(b, Table) and b is not used)
+    dropped = next(b for b in blocks if isinstance(b, Table) and "why invalid here" in b.headers)
     assert dropped.rows[0][0] == "a, run-0" and "micro_batch_size" in dropped.rows[0][2]
+    # the same bank inside the models: study a's ok and oom trials (13; run-0 dropped), and run-0's weights
+    assert record["transfer"]["sources"] == [{"study": "a", "key": record["transfer"]["sources"][0]["key"],
+                                              "similarity": 1.0, "rows": 12, "dropped": 1, "own_prior": True}]
+    sources = next(b for b in blocks if isinstance(b, Table) and "trials used" in b.headers)
+    assert sources.rows == [["a", "1", "12", "1", "yes"]]
+    weights = next(b for b in blocks if isinstance(b, Table) and "residual weight" in b.headers)
+    assert info.transfer_weights is not None
+    assert weights.rows == [["run-0", f"{info.transfer_weights[0]:.2f}", f"{info.transfer_weights[1]:.2f}"]]
 
 
 def test_a_bank_that_cannot_be_written_never_fails_the_stage(tmp_path: Path) -> None:
