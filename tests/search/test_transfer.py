@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from search_synthetic import BASELINE, CAPACITY, DENSE, SyntheticPrior, memory_bytes, run, step_time_s
+from search_synthetic import (
+    BASELINE,
+    CAPACITY,
+    DENSE,
+    SyntheticPrior,
+    memory_bytes,
+    run,
+    step_time_s,
+)
 
 from infrarsi.search import Optimizer, OptimizerSettings, SearchSpace
 from infrarsi.search.encoding import Encoder
