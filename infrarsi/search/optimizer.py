@@ -401,7 +401,7 @@ class Optimizer:
 
     def _n_init(self) -> int:
         """The design's size now: ``settings.transfer_n_init`` while a bank transfer holds weight."""
-        if self.transfer is not None and self.transfer.active:
+        if self.transfer is not None and self.transfer.active and self.settings.transfer_n_init is not None:
             return min(self.n_init, self.settings.transfer_n_init)
         return self.n_init
 

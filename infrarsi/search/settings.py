@@ -114,9 +114,11 @@ class OptimizerSettings:
     transfer: bool = True
     """Use a bank ``TransferPrior`` given to the optimizer inside the models (``search.transfer``);
     False ignores it (the ablation: the warm-start configs alone)."""
-    transfer_n_init: int = 2
+    transfer_n_init: int | None = None
     """Distinct configs in the initial design while a bank transfer prior holds weight
-    (``search.transfer``; the baseline included, warm-start configs counted)."""
+    (``search.transfer``; the baseline included, warm-start configs counted; None: the cold
+    design's size). Measured at 2 (``benchmarks/results/transfer.md``): the intensification turn
+    then came right after the warm-start configs and re-ran a mediocre one; not the default."""
     transfer_rank_tie_log: float = 0.03
     """Two trials whose log step times differ by at most this do not count when the transfer
     weight is chosen by ranking (timing noise, ~3%)."""
@@ -172,13 +174,15 @@ class OptimizerSettings:
         for name in ("censoring", "pairing", "intensify", "transfer"):
             _rule(isinstance(getattr(self, name), bool), name, "must be true or false", getattr(self, name))
         _rule(self.n_init is None or _count(self.n_init), "n_init", "must be None or an integer >= 0", self.n_init)
+        _rule(self.transfer_n_init is None or _count(self.transfer_n_init), "transfer_n_init",
+              "must be None or an integer >= 0", self.transfer_n_init)
         _rule(_count(self.candidate_cap) and self.candidate_cap >= 2, "candidate_cap", "must be an integer >= 2",
               self.candidate_cap)
         _rule(self.num_threads is None or (_count(self.num_threads) and self.num_threads >= 1), "num_threads",
               "must be None or an integer >= 1", self.num_threads)
         for name in ("local_every", "repeat_check_max", "local_radius", "enumeration_limit", "design_pool",
                      "batch_choices", "pair_sources", "pair_source_scan", "repair_max_steps", "prior_fit_iters",
-                     "outlier_max_tests", "outlier_min_points", "transfer_n_init"):
+                     "outlier_max_tests", "outlier_min_points"):
             _rule(_count(getattr(self, name)), name, "must be an integer >= 0", getattr(self, name))
         for name in ("repeat_below_p", "pairing_trigger", "pairing_target", "outlier_max_fraction"):
             v = getattr(self, name)

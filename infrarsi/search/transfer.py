@@ -26,8 +26,9 @@ study's own trials rank it worse). The centre's prediction is the source-only mo
 analytic prior with log coefficients ``w * centre`` (the centre used is ``w * centre``); the
 residual's is the fitted prior plus ``w * residual(x)``. A bank that ranks this study's configs badly (another regime, scrambled
 outcomes) loses its weight after a few trials and the search is the cold one again; a faithful
-one keeps it. While the weight is above 0 the space-filling design is shortened to
-``transfer_n_init`` distinct configs (the bank already says where to look).
+one keeps it. While a weight is above 0 the space-filling design can be shortened to
+``transfer_n_init`` distinct configs (off by default: measured, it made the search re-run a
+mediocre warm-start incumbent early; ``benchmarks/results/transfer.md``).
 
 Rank-based weighting was chosen over a multi-task GP: it needs no joint hyperparameter fit
 (cheap, deterministic, the same asks after save/restore), it is invariant to the scale
