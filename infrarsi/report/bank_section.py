@@ -5,6 +5,9 @@ entries used, with their repairs, and entries dropped as invalid here) and from 
 ``AskInfo`` phase is ``warm_start`` (``extra["ask_info"]``, with the ``WarmStartOrigin``). A used
 entry is "tried" when a run trial measured its config; its effect is that trial's step time
 against this study's baseline, next to the step time it had relative to its own baseline.
+The bank's studies used inside the models (``record["transfer"]``, ``search.transfer``) are
+listed with the rows each gave, and the transfer's weights over the study (each run trial's
+``AskInfo.transfer_weights``: the coefficient centre's and the residual's, 1 = fully trusted).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ def bank_blocks(data: StudyData) -> list[Block]:
             record = {}
     used = list(record.get("used") or [])
     dropped = list(record.get("dropped") or [])
+    transfer = record.get("transfer") if isinstance(record.get("transfer"), dict) else None
     runs = [r for r in data.trials if r.stage == "run"]
     known = {_key(u.get("config")) for u in used}
     for r in runs:  # warm starts a record does not hold (a study from before the record, a changed bank)
@@ -45,7 +49,7 @@ def bank_blocks(data: StudyData) -> list[Block]:
         if isinstance(origin, dict) and _key(r.config) not in known:
             used.append({**origin, "config": r.config})
             known.add(_key(r.config))
-    if not used and not dropped:
+    if not used and not dropped and not transfer:
         return []
     base_s = data.doctor.baseline_step_time_s if data.doctor else None
     rows = []
@@ -68,10 +72,41 @@ def bank_blocks(data: StudyData) -> list[Block]:
     if rows:
         blocks.append(Table(["source study", "source trial", "step time / its baseline", "similarity",
                              "re-validation", "here"], rows))
+    blocks += _transfer_blocks(transfer, runs)
     if dropped:
         blocks.append(Table(["dropped bank entry (source study, trial)", "config as measured", "why invalid here"],
                             [[f"{d.get('source_study')}, {d.get('trial_id')}", _key(d.get("bank_config")),
                               str(d.get("reason") or "")[:240]] for d in dropped]))
+    return blocks
+
+
+def _transfer_blocks(transfer: dict[str, Any] | None, runs: list[Any]) -> list[Block]:
+    """The transfer inside the models: its sources, and its weights over the study's run trials."""
+    sources = list((transfer or {}).get("sources") or [])
+    if not sources:
+        return []
+    weights = []
+    for r in runs:
+        raw = r.extra.get("ask_info")
+        tw = raw.get("transfer_weights") if isinstance(raw, dict) else None
+        if isinstance(tw, (list, tuple)) and len(tw) == 2:
+            weights.append((r.trial_id, float(tw[0]), float(tw[1])))
+    if weights:
+        first, last = weights[0], weights[-1]
+        effect = (f"Weights (coefficient centre, residual) went from ({first[1]:.2f}, {first[2]:.2f}) at "
+                  f"{first[0]} to ({last[1]:.2f}, {last[2]:.2f}) at {last[0]}, as this study's own trials "
+                  f"ranked the transferred predictions (0: dropped, the cold model).")
+    else:
+        effect = "No run trial recorded its weights yet."
+    blocks: list[Block] = [Para(f"Transfer inside the models: {sum(int(s.get('rows') or 0) for s in sources)} bank "
+                                f"trials of {len(sources)} similar studies centred the analytic prior's "
+                                f"coefficients and gave a residual mean. {effect}")]
+    blocks.append(Table(["source study", "similarity", "trials used", "dropped (invalid here)", "its own prior"],
+                        [[str(s.get("study")), _f(s.get("similarity")), str(s.get("rows")), str(s.get("dropped")),
+                          "yes" if s.get("own_prior") else "no (this study's stood in)"] for s in sources]))
+    if weights:
+        blocks.append(Table(["trial", "coefficient-centre weight", "residual weight"],
+                            [[t, f"{c:.2f}", f"{w:.2f}"] for t, c, w in weights]))
     return blocks
 
 

@@ -100,6 +100,9 @@ class AskInfo:
     """The constrained log expected improvement the config scored (higher is better)."""
     warm_start_origin: WarmStartOrigin | None = None
     """For a warm-start config: where it was measured before (None if the caller gave no origin)."""
+    transfer_weights: tuple[float, float] | None = None
+    """The bank transfer's weights in the models when the config was asked, each in [0, 1]:
+    (prior-coefficient centre, transferred residual) (``search.transfer``; None: no transfer prior)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict with every field (``from_dict`` inverts it)."""
@@ -108,6 +111,7 @@ class AskInfo:
         out["repair_of"] = None if self.repair_of is None else dict(self.repair_of)
         out["repair_moves"] = list(self.repair_moves)
         out["warm_start_origin"] = None if self.warm_start_origin is None else self.warm_start_origin.to_dict()
+        out["transfer_weights"] = None if self.transfer_weights is None else list(self.transfer_weights)
         return out
 
     @classmethod
@@ -131,7 +135,16 @@ class AskInfo:
             predicted_peak_memory_bytes=_float(raw.get("predicted_peak_memory_bytes")),
             p_ok=_float(raw.get("p_ok")), log_acquisition=_float(raw.get("log_acquisition")),
             warm_start_origin=WarmStartOrigin.from_dict(origin) if isinstance(origin, Mapping) and origin else None,
+            transfer_weights=_weights(raw.get("transfer_weights")),
         )
+
+
+def _weights(value: Any) -> tuple[float, float] | None:
+    """A saved ``transfer_weights`` pair (None when absent or malformed)."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return None
+    a, b = _float(value[0]), _float(value[1])
+    return None if a is None or b is None else (a, b)
 
 
 def _float(value: Any) -> float | None:

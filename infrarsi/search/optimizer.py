@@ -25,7 +25,8 @@ Every tunable is a field of ``OptimizerSettings`` (``settings``). The optimizer 
 collaborators and hands them what they need: the model inputs and the analytic prior's
 coefficient fits (``priors.features.PriorFeatures``), the candidate pool
 (``candidates.CandidatePool``), the models (``modelset.ModelSet``, ``models.feasibility``);
-``persistence`` reads and writes its saved state.
+``persistence`` reads and writes its saved state. A bank transfer prior (``transfer``) enters the
+models through ``PriorFeatures``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from infrarsi.search.priors.features import PriorFeatures
 from infrarsi.search.priors.mean import PriorMean
 from infrarsi.search.settings import OptimizerSettings
 from infrarsi.search.space import SearchSpace
+from infrarsi.search.transfer import TransferModel, TransferPrior
 
 
 class _Unset(enum.Enum):
@@ -107,6 +109,9 @@ class Optimizer:
             ``space``, repeated, or already told or pending when their turn comes are skipped.
         initial_origins: where each initial config was measured before (same order; may be
             shorter, and an entry may be None), recorded in its ``AskInfo.warm_start_origin``.
+        transfer: similar studies' trials from the experience bank, used inside the models
+            (``transfer``: prior coefficients and a rank-weighted residual mean); needs ``prior``
+            (ignored without one). None or no sources: the optimizer is exactly the cold one.
         censoring, pairing, n_init, candidate_cap, num_threads, local_every, intensify: the
             ``OptimizerSettings`` fields of the same names; given here, they override ``settings``.
     """
@@ -115,6 +120,7 @@ class Optimizer:
                  baseline: Mapping[str, Any] | None = None, *, settings: OptimizerSettings | None = None,
                  prior: PriorMean | None = None, initial_configs: Sequence[Mapping[str, Any]] = (),
                  initial_origins: Sequence[WarmStartOrigin | None] = (),
+                 transfer: TransferPrior | None = None,
                  censoring: bool | _Unset = _UNSET, pairing: bool | _Unset = _UNSET,
                  n_init: int | _Unset | None = _UNSET, candidate_cap: int | _Unset = _UNSET,
                  num_threads: int | _Unset | None = _UNSET, local_every: int | _Unset = _UNSET,
@@ -146,7 +152,12 @@ class Optimizer:
         self.feasibility = FeasibilityModel(settings=self.settings)
         self.prior = prior
         """Analytic prior mean of both models (``infrarsi.search.priors.mean``), or None."""
-        self.prior_features = PriorFeatures(space, self.encoder, prior, self.memory_capacity, self.settings)
+        self.transfer: TransferModel | None = None
+        """The bank transfer inside the models (``transfer``), or None."""
+        if transfer is not None and transfer.sources and prior is not None and self.settings.transfer:
+            self.transfer = TransferModel(transfer, self.encoder, prior, self.settings)
+        self.prior_features = PriorFeatures(space, self.encoder, prior, self.memory_capacity, self.settings,
+                                            transfer=self.transfer)
         """Model inputs of configs and the prior's fitted coefficients."""
         self.pool = CandidatePool(space, self.prior_features, self.baseline, self.settings)
         """The configs each ask scores."""
@@ -293,7 +304,8 @@ class Optimizer:
         return AskInfo(config=dict(config), phase=phase, ask_index=self.n_asks,
                        repair_of=None if repair_of is None else dict(repair_of), repair_moves=tuple(repair_moves),
                        original_p_fit=original_p_fit, paired=paired, warm_start_origin=warm_start_origin,
-                       **predictions)
+                       transfer_weights=None if self.transfer is None else
+                       (self.transfer.centre_weight, self.transfer.residual_weight), **predictions)
 
     # ------------------------------------------------------------------- ask
     def ask(self, n: int | None = None) -> dict[str, Any] | list[dict[str, Any]]:
@@ -368,8 +380,8 @@ class Optimizer:
             # distinct configs: replicates (the doctor's baseline runs) do not use up the design
             n_seen = len({self.space.key(o.config) for o in self.observations} | taken)
             time_ready = self.models.time.model is not None
-            if n_seen < self.n_init or not time_ready:
-                prior_turn = self._prior_turn(taken, design_done=n_seen >= self.n_init)
+            if n_seen < self._n_init() or not time_ready:
+                prior_turn = self._prior_turn(taken, design_done=n_seen >= self._n_init())
                 info = self._prior_pick(configs, X) if prior_turn else self._design_pick(configs, X, taken)
                 infos.append(info)
                 taken.add(self.space.key(info.config))
@@ -379,7 +391,7 @@ class Optimizer:
                 if float(np.max(s.p_fit * s.p_ok)) < self.settings.repeat_below_p:  # only likely failures are left
                     configs, X = self._candidates(failed | taken)
             # one config at a time (trials running, or not): the local/replicate turn as when sequential
-            if k == 1 and not infos and n_seen >= self.n_init + 2 and self._local_turn():
+            if k == 1 and not infos and n_seen >= self._n_init() + 2 and self._local_turn():
                 inc = self._unconfirmed_incumbent()
                 # a failed replicate is never asked again; a pending one is already re-measuring it
                 if inc is not None and self.space.key(inc) not in failed | taken:
@@ -418,6 +430,12 @@ class Optimizer:
                                              noise, X, ref, self.feasibility.p_ok(configs))
         i = int(np.argmax(scores.log_score))
         return self._ask_info(configs[i], "bo-prior", scores, i)
+
+    def _n_init(self) -> int:
+        """The design's size now: ``settings.transfer_n_init`` while a bank transfer holds weight."""
+        if self.transfer is not None and self.transfer.active and self.settings.transfer_n_init is not None:
+            return min(self.n_init, self.settings.transfer_n_init)
+        return self.n_init
 
     def _local_turn(self) -> bool:
         every = self.settings.local_every
@@ -584,6 +602,10 @@ class Optimizer:
             "prior_fit_keys": features["fit_keys"],
             "time_outliers": sorted(self.time_outliers),
             "time_trim_key": self.time_trim_key,
+            "transfer": None if self.transfer is None else {
+                "record": self.transfer.record.to_dict(), "residual_state": self.transfer.residual_state,
+                "weights": [self.transfer.centre_weight, self.transfer.residual_weight],
+                "weight_history": [list(h) for h in self.transfer.weight_history]},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -608,6 +630,13 @@ class Optimizer:
         self.models.load_state_dict(state.get("models") or {})
         self.time_outliers = {int(i) for i in state.get("time_outliers") or []}
         self.time_trim_key = state.get("time_trim_key")
+        saved = state.get("transfer")
+        if saved and self.prior is not None and self.settings.transfer:  # the saved fit, not a refit: the same asks as before
+            self.transfer = TransferModel(TransferPrior.from_dict(saved["record"]), self.encoder, self.prior,
+                                          self.settings, residual_state=saved.get("residual_state"))
+            self.transfer.centre_weight, self.transfer.residual_weight = (float(w) for w in saved["weights"])
+            self.transfer.weight_history = [(int(n), float(c), float(r)) for n, c, r in saved.get("weight_history") or []]
+            self.prior_features.transfer = self.transfer
         self.prior_features.load_state_dict(state.get("prior_coefficients"), state.get("prior_fit_keys"))
 
     @classmethod

@@ -110,6 +110,19 @@ class OptimizerSettings:
     prior_fit_iters: int = 60
     """L-BFGS iterations of a coefficient fit."""
 
+    # ------------------------------------- transfer from the experience bank
+    transfer: bool = True
+    """Use a bank ``TransferPrior`` given to the optimizer inside the models (``search.transfer``);
+    False ignores it (the ablation: the warm-start configs alone)."""
+    transfer_n_init: int | None = None
+    """Distinct configs in the initial design while a bank transfer prior holds weight
+    (``search.transfer``; the baseline included, warm-start configs counted; None: the cold
+    design's size). Measured at 2 (``benchmarks/results/transfer.md``): the intensification turn
+    then came right after the warm-start configs and re-ran a mediocre one; not the default."""
+    transfer_rank_tie_log: float = 0.03
+    """Two trials whose log step times differ by at most this do not count when the transfer
+    weight is chosen by ranking (timing noise, ~3%)."""
+
     # ------------------------------------------------------------ the GPs
     full_refit_growth: float = 1.4
     """A full refit of a GP happens when its data grew by this factor since the last full one."""
@@ -158,9 +171,11 @@ class OptimizerSettings:
     weight 1; an invariant violation, weight 3, makes it 3/4)."""
 
     def __post_init__(self) -> None:
-        for name in ("censoring", "pairing", "intensify"):
+        for name in ("censoring", "pairing", "intensify", "transfer"):
             _rule(isinstance(getattr(self, name), bool), name, "must be true or false", getattr(self, name))
         _rule(self.n_init is None or _count(self.n_init), "n_init", "must be None or an integer >= 0", self.n_init)
+        _rule(self.transfer_n_init is None or _count(self.transfer_n_init), "transfer_n_init",
+              "must be None or an integer >= 0", self.transfer_n_init)
         _rule(_count(self.candidate_cap) and self.candidate_cap >= 2, "candidate_cap", "must be an integer >= 2",
               self.candidate_cap)
         _rule(self.num_threads is None or (_count(self.num_threads) and self.num_threads >= 1), "num_threads",
@@ -181,7 +196,7 @@ class OptimizerSettings:
             v = getattr(self, name)
             _rule(_number(v) and v > 0, name, "must be a finite number > 0", v)
         for name in ("design_distance_weight", "config_deviation_sd", "acquisition_config_sd", "outlier_min_log",
-                     "outlier_screen_z", "outlier_z"):
+                     "outlier_screen_z", "outlier_z", "transfer_rank_tie_log"):
             v = getattr(self, name)
             _rule(_number(v) and v >= 0, name, "must be a finite number >= 0", v)
         _rule(_number(self.full_refit_growth) and self.full_refit_growth >= 1.0, "full_refit_growth", "must be >= 1",

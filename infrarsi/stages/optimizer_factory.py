@@ -16,6 +16,14 @@ not allowed here, a broken constraint) is dropped. The choice, repairs and drops
 ``DIR/bank_warm_start.json`` and in each warm-start trial's ``AskInfo`` (``WarmStartOrigin.repairs``),
 for the report's audit.
 
+Transfer inside the models: with the bank on and an analytic prior, the bank's trials of similar
+studies also reach the models (``infrarsi.stages.bank_transfer`` reads them into a
+``search.transfer.TransferPrior``: prior coefficients fitted on those studies, and a transferred
+residual mean, each weighted by how well it ranks this study's own trials). What was used is
+recorded under ``transfer`` in ``DIR/bank_warm_start.json``; each ask's weights are in its
+``AskInfo.transfer_weights``. Without a bank (or with nothing similar in it) the optimizer is
+exactly the cold one.
+
 Analytic prior: the optimizer also gets the workload's analytic prior mean
 (``infrarsi.workload_prior``: ZeRO / activation / FLOPs formulas whose coefficients are fitted on
 the study's trials), unless the model shape is unknown or the contract's ``switches.analytic_prior`` is off.
@@ -33,6 +41,7 @@ import structlog
 
 from infrarsi.result import TrialResult
 from infrarsi.search import AskInfo, Optimizer, Outcome, WarmStartOrigin
+from infrarsi.stages.bank_transfer import bank_transfer_prior
 from infrarsi.workload_prior import prior_for_workload
 
 log = structlog.get_logger(__name__)
@@ -131,23 +140,24 @@ def bank_warm_start_configs(contract: Any, space: Any, rows: Sequence[TrialResul
 
 
 def record_warm_start(study_dir: str | Path, used: list[dict[str, Any]], dropped: list[dict[str, Any]],
-                      bank: str | None) -> None:
+                      bank: str | None, transfer: dict[str, Any] | None = None) -> None:
     """Write ``DIR/bank_warm_start.json`` (the report's audit reads it) when the selection
-    differs from the recorded one; never raises (a read-only study only loses the record)."""
+    differs from the recorded one; never raises (a read-only study only loses the record).
+    ``transfer``: the bank's studies used inside the models (``bank_transfer_prior``'s summary)."""
     from infrarsi.study.paths import StudyPaths
 
     path = StudyPaths(Path(study_dir)).bank_warm_start
     keep = ("config", "bank_config", "repairs", "reason", "relative_step_time", "relative_peak_memory",
             "similarity", "source_study", "source_key", "trial_id", "hardware_fingerprint")
     record = {"bank": bank, "used": [{k: p.get(k) for k in keep if k != "reason"} for p in used],
-              "dropped": [{k: p.get(k) for k in keep} for p in dropped]}
+              "dropped": [{k: p.get(k) for k in keep} for p in dropped], "transfer": transfer}
     try:
         if path.exists():
             old = json.loads(path.read_text())
             old.pop("at", None)
             if old == json.loads(json.dumps(record, default=str)):
                 return
-        if not (used or dropped or path.exists()):
+        if not (used or dropped or transfer or path.exists()):
             return
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps({**record, "at": time.time()}, indent=2, default=str))
@@ -170,15 +180,21 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     cap = contract.memory_capacity.optimizer_memory_capacity_bytes
     baseline = baseline_config(contract, d)
     warm, dropped = bank_warm_start_selection(contract, space, rows, bank_root=bank_root, baseline=baseline)
-    if not bank_disabled(contract) and d.is_dir():
-        record_warm_start(d, warm, dropped, str(bank_root or contract.switches_in_force().bank))
     analytic = prior_for_workload(contract.workload_model(), enabled=contract.switches_in_force().analytic_prior)
+    transfer, transfer_summary = None, None
+    if analytic is not None and not bank_disabled(contract):
+        transfer, transfer_summary = bank_transfer_prior(
+            contract, space, bank_root=bank_root if bank_root is not None else contract.switches_in_force().bank,
+            baseline=baseline, hardware=study_hardware(rows), revalidate=revalidate_config,
+            num_params=next((r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None))
+    if not bank_disabled(contract) and d.is_dir():
+        record_warm_start(d, warm, dropped, str(bank_root or contract.switches_in_force().bank), transfer_summary)
     if warm or dropped:
         log.info("bank.warm_start", configs=len(warm), dropped=len(dropped),
                  repaired=sum(1 for p in warm if p["repairs"]), sources=sorted({str(p["source_study"]) for p in warm}))
     warm_start: list[Mapping[str, Any]] = [p["config"] for p in warm]
     opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline,
-                    prior=analytic, initial_configs=warm_start,
+                    prior=analytic, initial_configs=warm_start, transfer=transfer,
                     initial_origins=[WarmStartOrigin.from_dict(p) for p in warm])
     for r in rows:
         if r.extra.get("interrupted") or not r.config:

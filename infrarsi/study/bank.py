@@ -400,7 +400,9 @@ class Bank:
             ``status`` (ok | oom), ``relative_step_time`` (step time over that study's baseline;
             None for oom), ``relative_peak_memory`` (peak over that study's capacity; a lower
             bound when ``memory_censored``), ``memory_censored``, ``similarity`` in (0, 1],
-            ``source_study``, ``source_key``, ``trial_id``, ``hardware_fingerprint``.
+            ``source_study``, ``source_key``, ``trial_id``, ``hardware_fingerprint``, and the
+            absolute ``step_time_s``, ``peak_memory_bytes``, ``memory_capacity_bytes`` and the
+            source's ``study_dir`` (for ``infrarsi.stages.bank_transfer``).
         """
         if exclude_study is None and isinstance(workload, Contract):
             exclude_study = study_key(workload)
@@ -433,6 +435,8 @@ class Bank:
                 "memory_censored": bool(rec["memory_censored"]),
                 "similarity": math.exp(-dist), "source_study": rec["study"], "source_key": rec["study_id"],
                 "trial_id": rec["trial_id"], "hardware_fingerprint": rec["hardware_fingerprint"],
+                "step_time_s": rec["step_time_s"], "peak_memory_bytes": rec["peak_memory_bytes"],
+                "memory_capacity_bytes": rec["memory_capacity_bytes"], "study_dir": rec["study_dir"],
             })
         out.sort(key=lambda x: (-x["similarity"], x["relative_step_time"] or math.inf))
         return out[:max_rows]

@@ -5,13 +5,17 @@ columns: the fitted prior's log step time and its log(peak / capacity) (``models
 Without one, it is the encoded config alone. The prior's terms are cached per config; its time
 coefficients are refitted on the trusted ok step times and its memory coefficients on every
 memory observation (OOMs as censored rows), each only when its data changed.
+
+With a bank transfer (``search.transfer.TransferModel``), the coefficient fits are centred on the
+similar studies' coefficients and the time column adds the transferred residual, times the
+transfer's weight (which each time fit re-chooses from the study's ok trials).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -22,6 +26,9 @@ from infrarsi.search.priors.mean import PriorMean, fit_log_coefficients, log_pri
 from infrarsi.search.settings import OptimizerSettings
 from infrarsi.search.space import SearchSpace
 
+if TYPE_CHECKING:
+    from infrarsi.search.transfer import TransferModel
+
 KINDS = ("time", "memory")
 """The prior's two term sets: step time and peak memory."""
 
@@ -30,7 +37,7 @@ class PriorFeatures:
     """Model inputs of configs (``inputs``) and the prior's fitted log coefficients."""
 
     def __init__(self, space: SearchSpace, encoder: Encoder, prior: PriorMean | None, memory_capacity: float,
-                 settings: OptimizerSettings) -> None:
+                 settings: OptimizerSettings, transfer: TransferModel | None = None) -> None:
         self.space = space
         self.encoder = encoder
         self.prior = prior
@@ -44,6 +51,16 @@ class PriorFeatures:
         self.fit_keys: dict[str, str | None] = {"time": None, "memory": None}
         """Fingerprint of the data each coefficient set was fitted on."""
         self._term_rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.transfer = transfer if prior is not None else None
+        """The bank transfer (``search.transfer``), or None; never without a prior."""
+
+    def _coef(self, kind: str, k: int) -> np.ndarray:
+        """The current log coefficients of ``kind`` (before a fit: the transfer's centre, else 0)."""
+        c = self.coefficients[kind]
+        if c is not None:
+            return c
+        centre = None if self.transfer is None else self.transfer.centre(kind)
+        return np.zeros(k) if centre is None or len(centre) != k else centre
 
     def _require_prior(self) -> PriorMean:
         if self.prior is None:
@@ -66,10 +83,10 @@ class PriorFeatures:
 
     def augment(self, X: torch.Tensor, T: np.ndarray, M: np.ndarray) -> torch.Tensor:
         """``X`` plus the fitted prior's log step time and log(peak / capacity) columns."""
-        kt, km = T.shape[1], M.shape[1]
-        ct, cm = self.coefficients["time"], self.coefficients["memory"]
-        off_t = log_prior_sum(T, np.zeros(kt) if ct is None else ct)
-        off_m = log_prior_sum(M / self.memory_capacity, np.zeros(km) if cm is None else cm)
+        off_t = log_prior_sum(T, self._coef("time", T.shape[1]))
+        off_m = log_prior_sum(M / self.memory_capacity, self._coef("memory", M.shape[1]))
+        if self.transfer is not None:
+            off_t = off_t + self.transfer.offset(X)
         return torch.cat([X, off_t.reshape(-1, 1), off_m.reshape(-1, 1)], dim=-1)
 
     def inputs(self, configs: Sequence[Mapping[str, Any]]) -> torch.Tensor:
@@ -87,9 +104,15 @@ class PriorFeatures:
         if key != self.fit_keys["time"]:
             T, _ = self.terms(configs)
             s = self.settings
+            centre = None
+            if self.transfer is not None:  # the weight first: it scales the centre and the residual
+                X = self.encoder.encode(configs)
+                self.transfer.update_weight(X, T, log_prior_sum(T, self._coef("time", T.shape[1])), y)
+                y = y - self.transfer.offset(X).numpy()
+                centre = self.transfer.centre("time")
             self.coefficients["time"] = fit_log_coefficients(
                 T, y, noise_sd=s.prior_time_noise_sd, warm=self.coefficients["time"], prior_sd=s.prior_time_coef_sd,
-                max_iter=s.prior_fit_iters)
+                max_iter=s.prior_fit_iters, centre=centre)
             self.fit_keys["time"] = key
 
     def fit_memory(self, configs: Sequence[Mapping[str, Any]], log_rel_peaks: Sequence[float],
@@ -105,7 +128,7 @@ class PriorFeatures:
             self.coefficients["memory"] = fit_log_coefficients(
                 M, np.array(log_rel_peaks), np.array(censored), noise_sd=s.prior_memory_noise_sd,
                 scale=self.memory_capacity, warm=self.coefficients["memory"], prior_sd=s.prior_memory_coef_sd,
-                max_iter=s.prior_fit_iters)
+                max_iter=s.prior_fit_iters, centre=None if self.transfer is None else self.transfer.centre("memory"))
             self.fit_keys["memory"] = key
 
     def state_dict(self) -> dict[str, Any]:

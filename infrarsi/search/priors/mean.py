@@ -62,7 +62,8 @@ def log_prior_sum(terms: np.ndarray | torch.Tensor, log_coef: np.ndarray | torch
 def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray | None = None, *,
                          noise_sd: float, scale: float = 1.0, warm: np.ndarray | None = None,
                          prior_sd: float = DEFAULT_SETTINGS.prior_time_coef_sd,
-                         max_iter: int = DEFAULT_SETTINGS.prior_fit_iters) -> np.ndarray:
+                         max_iter: int = DEFAULT_SETTINGS.prior_fit_iters,
+                         centre: np.ndarray | None = None) -> np.ndarray:
     """MAP log coefficients ``u`` of ``y ~ log(sum_k exp(u_k) * terms_k / scale)``.
 
     Args:
@@ -72,17 +73,21 @@ def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray 
         noise_sd: sd of ``y`` around the prior sum.
         scale: divides the sum (the capacity, for log(peak / capacity)).
         warm: starting point (the previous fit), or None for zeros.
-        prior_sd: sd of the ``N(0, prior_sd^2)`` prior on each ``u_k``.
+        prior_sd: sd of the ``N(centre_k, prior_sd^2)`` prior on each ``u_k``.
         max_iter: L-BFGS iterations.
+        centre: ``(k,)`` the prior's means (None: zeros, the nominal figures; ``search.transfer``
+            centres them on coefficients fitted to similar studies).
 
     Returns:
-        ``(k,)`` log coefficients; a column that is zero on every row stays at its prior (0).
+        ``(k,)`` log coefficients; a column that is zero on every row stays at its prior mean.
     """
     F = torch.as_tensor(np.asarray(terms, dtype=float) / scale, dtype=torch.float64)
     Y = torch.as_tensor(np.asarray(y, dtype=float), dtype=torch.float64)
     cens = torch.zeros_like(Y, dtype=torch.bool) if censored is None else torch.as_tensor(np.asarray(censored, dtype=bool))
     k = F.shape[1]
-    start = np.zeros(k) if warm is None or len(warm) != k else np.asarray(warm, dtype=float)
+    mu = np.zeros(k) if centre is None or len(centre) != k else np.asarray(centre, dtype=float)
+    start = mu.copy() if warm is None or len(warm) != k else np.asarray(warm, dtype=float)
+    mu_t = torch.as_tensor(mu, dtype=torch.float64)
     u = torch.tensor(start, dtype=torch.float64, requires_grad=True)
     if F.shape[0] == 0:
         return start.copy()
@@ -95,7 +100,7 @@ def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray 
         z = (pred - Y) / noise_sd
         obs = 0.5 * z[~cens] ** 2
         cen = -log_ndtr(z[cens])
-        loss = obs.sum() + cen.sum() + 0.5 * ((u / prior_sd) ** 2).sum()
+        loss = obs.sum() + cen.sum() + 0.5 * (((u - mu_t) / prior_sd) ** 2).sum()
         loss.backward()
         return loss
 

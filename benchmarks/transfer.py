@@ -1,0 +1,385 @@
+"""Transfer from the experience bank: trials to within 3% of the oracle on new hardware and size, with and without a bank.
+
+Each task builds a bank on a source problem (hardware X, model size A) and tunes a target (Y, B)
+on the surrogate backend (simulated trials, ``benchmarks/problems.py``):
+
+1. **Bank.** For each source seed, infrarsi's ``Optimizer`` (cold) runs ``--source-trials`` trials
+   of the source problem; they are written as a real study directory (``Contract.create`` plus the
+   trial log, ``TrialLogWriter``) and ingested with the real ``Bank.add_study`` into a temporary
+   bank. The **unrelated** bank holds the same studies with their ok step times permuted at
+   random among their trials (configs and memory real, the step-time ranking scrambled: a bank
+   whose optimum is somewhere else).
+2. **Target.** A target study directory is created from the target workload (``Contract.create``,
+   bank switch on or off) with one doctor baseline trial (what ``doctor`` logs first), and its
+   optimizer comes from the stages' own ``build_optimizer`` (warm-start configs and the transfer
+   prior exactly as ``infrarsi run`` gets them). Arms: ``cold`` (bank off), ``bank`` (warm-start
+   configs + transfer inside the models), ``queue_only`` (the bank's warm-start configs, models
+   without the transfer: ``OptimizerSettings.transfer=False``), ``unrelated`` (the scrambled bank,
+   everything on).
+
+**Measured.** After each trial (the doctor baseline is trial 1), ``Optimizer.best()`` is scored by
+its noiseless step time over the oracle (the best noiseless feasible config, by enumeration).
+Trials to within 3% = the first trial count at which that ratio is <= 1.03. A run that never gets
+there within ``--budget`` trials is censored and counted as ``budget + 1`` (so a median that lands
+on a censored run reads ``> budget``); the number of censored runs is reported with each median.
+
+Usage::
+
+    python -m benchmarks.transfer                     # every task, 8 seeds, budget 24
+    python -m benchmarks.transfer --quick             # smoke: one task, 2 seeds, budget 6
+    python -m benchmarks.transfer --tasks hw_size --seeds 16 --workers 2
+
+Writes ``benchmarks/results/transfer.json`` and ``transfer.md`` (a hand-written ``## Notes``
+section at the end of the ``.md`` is kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from benchmarks.machine import git_state
+from benchmarks.problems import ROOT, BenchProblem, surrogate_problem
+
+OUT = Path(__file__).resolve().parent / "results"
+THRESHOLD = 1.03
+"""Within 3% of the oracle."""
+ARMS = ("cold", "bank", "queue_only", "unrelated")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A surrogate workload derived from ``workloads/surrogate_dense_1node.yaml``."""
+
+    gpu: str
+    """Surrogate GPU kind (``execution.surrogate.model.GPUS``)."""
+    capacity: str
+    """Memory capacity per device (e.g. ``40GB``: a smaller card of the same kind)."""
+    size: str
+    """Model size (``execution.surrogate.model.MODELS``)."""
+    devices: int
+    """Devices (8 per node)."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.devices} x {self.gpu} {self.capacity}, {self.size}"
+
+    def write(self, folder: Path, name: str) -> Path:
+        """The variant's workload YAML in ``folder``."""
+        base = yaml.safe_load((ROOT / "workloads" / "surrogate_dense_1node.yaml").read_text())
+        base.update(name=name, memory_capacity=self.capacity, search_space=str(ROOT / "search_spaces/surrogate_gpu.yaml"))
+        base["model"] = {**base["model"], "size": self.size}
+        base["surrogate"] = {**base["surrogate"], "gpu": self.gpu}
+        base["resources"] = {**base["resources"], "workers": self.devices, "nodes": max(1, self.devices // 8)}
+        path = folder / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(base, sort_keys=False))
+        return path
+
+
+TASKS: dict[str, tuple[Variant, Variant]] = {
+    "gpu": (Variant("a100_sxm", "80GB", "8b", 8), Variant("h100_sxm", "80GB", "8b", 16)),
+    "gpu_size": (Variant("a100_sxm", "80GB", "8b", 8), Variant("h100_sxm", "80GB", "13b", 16)),
+    "mem_size": (Variant("h100_sxm", "40GB", "8b", 8), Variant("h100_sxm", "80GB", "13b", 16)),
+}
+"""Task name -> (source X/A, target Y/B). ``gpu``: the source's best configs are the target's too;
+``gpu_size``: they run out of memory on the target; ``mem_size``: a 40 GB card of the same kind
+(the issue's 8 x 40 GB -> 16 x 80 GB, 8b -> 13b), where the optimum moves."""
+
+
+def trials_to_threshold(ratios: Sequence[float | None], threshold: float = THRESHOLD) -> int | None:
+    """The first trial count (1-based) whose best-found/oracle ratio is <= ``threshold``; None
+    when no trial gets there (censored). A None ratio (nothing feasible yet) never counts."""
+    for i, r in enumerate(ratios):
+        if r is not None and r <= threshold:
+            return i + 1
+    return None
+
+
+def censored_median(values: Sequence[int | None], budget: int) -> dict[str, Any]:
+    """Median of trials-to-threshold with censored runs (None) counted as ``budget + 1``:
+    ``{"median", "censored", "n", "median_censored"}`` (``median_censored``: the median landed on
+    a censored value, so it only says ``> budget``)."""
+    filled = [budget + 1 if v is None else int(v) for v in values]
+    med = float(np.median(filled)) if filled else math.nan
+    return {"median": med, "censored": sum(v is None for v in values), "n": len(values),
+            "median_censored": bool(filled) and med > budget}
+
+
+def _hardware(v: Variant, cap: float) -> dict[str, Any]:
+    """What a trial row records about its machine: a card of ``cap`` bytes (a 40 GB card is another
+    machine type than an 80 GB one: the bank takes only OTHER hardware's rows)."""
+    return {"device": "cuda", "device_name": f"{v.gpu}-{v.capacity}", "memory_per_device_bytes": int(cap),
+            "simulated": True, "devices_per_node": 8}
+
+
+def _result(problem: BenchProblem, v: Variant, tid: str, stage: str, cfg: dict[str, Any], draw: Any,
+            t0: float, step_time_s: float | None = None) -> Any:
+    from infrarsi.result import TrialResult
+
+    ok = draw.status == "ok"
+    step = step_time_s if step_time_s is not None else draw.step_time_s
+    return TrialResult(
+        trial_id=tid, stage=stage, config=dict(cfg), status=draw.status, error="" if ok else f"simulated {draw.status}",
+        step_time_s=step if ok else None, step_time_samples_s=[step] if ok and step else [],
+        peak_memory_bytes=int(draw.peak_memory_bytes) if draw.peak_memory_bytes else None,
+        memory_censored=draw.status == "oom", memory_measure="surrogate", world_size=v.devices,
+        nodes=max(1, v.devices // 8), device_seconds=draw.device_seconds, started_at=t0, ended_at=t0 + draw.wall_s,
+        hardware=_hardware(v, problem.capacity), simulated=True,
+        extra={"num_params": int(problem.source.model.num_params)})
+
+
+def _contract(workload: Path, study: Path, bank: Path | None) -> Any:
+    from infrarsi.study.contract import Contract
+    from infrarsi.study.switches import StudySwitches
+
+    c = Contract.create(workload, study_dir=study, request="benchmark", trials=64,
+                        switches=StudySwitches(analytic_prior=True, loss_guard=True,
+                                               bank=None if bank is None else str(bank)))
+    c.save(study)
+    return c
+
+
+def build_bank(task: str, folder: Path, source_seeds: Sequence[int], source_trials: int, *,
+               scrambled: bool) -> Path:
+    """Run the source problem ``len(source_seeds)`` times and ingest each run as a study into a
+    bank under ``folder`` (module docstring); returns the bank's path."""
+    from infrarsi.search import Optimizer, Outcome
+    from infrarsi.study.bank import Bank
+    from infrarsi.study.trial_log import TrialLogWriter
+
+    src_v, _ = TASKS[task]
+    wl = src_v.write(folder, f"source_{task}")
+    problem = surrogate_problem(wl, f"source_{task}")
+    bank_dir = folder / ("bank_unrelated" if scrambled else "bank")
+    bank = Bank(bank_dir)
+    for s in source_seeds:
+        study = folder / f"source_{'u' if scrambled else 'r'}_{s}"
+        _contract(wl, study, bank_dir)
+        opt = Optimizer(problem.space, memory_capacity=problem.capacity, seed=s, baseline=problem.baseline,
+                        prior=problem.prior)
+        trials = []
+        for i in range(source_trials):
+            cfg = opt.ask()
+            assert isinstance(cfg, dict)
+            d = problem.trial(cfg, s, i)
+            opt.tell(cfg, Outcome(status=d.status, step_time=d.step_time_s, peak_memory=d.peak_memory_bytes or None))
+            trials.append((cfg, d))
+        times: list[float | None] = [d.step_time_s if d.status == "ok" else None for _, d in trials]
+        if scrambled:
+            ok = [i for i, t in enumerate(times) if t is not None]
+            perm = np.random.default_rng(10_000 + s).permutation(ok)
+            times = [times[int(perm[ok.index(i)])] if i in ok else None for i in range(len(times))]
+        t0 = time.time() - 3600
+        with TrialLogWriter(study) as w:
+            for i, ((cfg, d), t) in enumerate(zip(trials, times, strict=True)):
+                stage = "doctor" if i == 0 else "run"
+                w.write(_result(problem, src_v, f"{stage}-{i}", stage, cfg, d, t0 + 60 * i, step_time_s=t))
+        bank.add_study(study)
+    return bank_dir
+
+
+def run_target(task: str, arm: str, seed: int, budget: int, folder: Path, bank: Path | None) -> dict[str, Any]:
+    """One tuning run of the target problem (module docstring): the ratio after each trial."""
+    import torch
+
+    from infrarsi.search import Outcome
+    from infrarsi.stages.optimizer_factory import build_optimizer
+    from infrarsi.study.trial_log import TrialLogWriter, read_results
+
+    torch.set_num_threads(1)
+    _, tgt_v = TASKS[task]
+    wl = tgt_v.write(folder, f"target_{task}")
+    problem = surrogate_problem(wl, f"target_{task}")
+    study = Path(tempfile.mkdtemp(prefix=f"target_{arm}_{seed}_", dir=folder))
+    contract = _contract(wl, study, bank)
+    base = problem.baseline
+    d0 = problem.trial(base, seed, 0)
+    with TrialLogWriter(study) as w:
+        w.write(_result(problem, tgt_v, "doctor-0", "doctor", base, d0, time.time()))
+    opt = build_optimizer(contract, read_results(study), study_dir=study, seed=seed,
+                          bank_root=bank)
+    if arm == "queue_only":
+        from dataclasses import replace
+
+        from infrarsi.search import Optimizer
+
+        plain = Optimizer(opt.space, memory_capacity=opt.memory_capacity, seed=seed, baseline=opt.baseline,
+                          prior=opt.prior, settings=replace(opt.settings, transfer=False),
+                          initial_configs=[c for c, _ in opt.initial_queue],
+                          initial_origins=[o for _, o in opt.initial_queue])
+        for o in opt.observations:
+            plain.tell(o.config, o.outcome)
+        opt = plain
+    ratios: list[float | None] = []
+    phases: list[str] = []
+    weights: list[Any] = []
+
+    def score() -> None:
+        r = problem.true_time(opt.best()) / problem.oracle_time
+        ratios.append(r if math.isfinite(r) else None)
+
+    score()  # after trial 1, the doctor baseline
+    phases.append("doctor")
+    weights.append(None)
+    for i in range(1, budget):
+        cfg = opt.ask()
+        assert isinstance(cfg, dict)
+        info = opt.last_ask_info
+        d = problem.trial(cfg, seed, i)
+        opt.tell(cfg, Outcome(status=d.status, step_time=d.step_time_s, peak_memory=d.peak_memory_bytes or None))
+        phases.append(getattr(info, "phase", "?"))
+        tw = getattr(info, "transfer_weights", None)
+        weights.append(None if tw is None else list(tw))
+        score()
+    return {"task": task, "arm": arm, "seed": seed, "budget": budget, "ratios": ratios, "phases": phases,
+            "transfer_weights": weights, "trials_to_3pct": trials_to_threshold(ratios),
+            "bank_warm_start": _read_json(study / "bank_warm_start.json")}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
+    """Per task and arm: the censored median of trials to within 3%, and the ratio at the budget."""
+    out: dict[str, Any] = {}
+    for r in runs:
+        out.setdefault(r["task"], {}).setdefault(r["arm"], []).append(r)
+    summary: dict[str, Any] = {}
+    for task, arms in out.items():
+        summary[task] = {}
+        for arm, rs in sorted(arms.items(), key=lambda kv: ARMS.index(kv[0])):
+            rs = sorted(rs, key=lambda r: r["seed"])
+            final = [r["ratios"][-1] if r["ratios"][-1] is not None else math.inf for r in rs]
+            summary[task][arm] = {**censored_median([r["trials_to_3pct"] for r in rs], budget),
+                                  "per_seed": [r["trials_to_3pct"] for r in rs],
+                                  "ratio_at_budget_median": float(np.median(final))}
+        cold = summary[task].get("cold")
+        for arm in ("bank", "queue_only", "unrelated"):
+            row = summary[task].get(arm)
+            if cold and row and row["median"] > 0:
+                row["cold_over_arm"] = cold["median"] / row["median"]
+                row["arm_over_cold"] = row["median"] / cold["median"]
+    return summary
+
+
+def _cell(row: dict[str, Any], budget: int) -> str:
+    med = f"> {budget}" if row["median_censored"] else f"{row['median']:g}"
+    return f"{med} ({row['censored']}/{row['n']} censored)"
+
+
+def to_markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
+    budget = meta["budget"]
+    lines = ["# Transfer from the experience bank", "", f"Generated {meta['generated']} on {meta['machine']}, "
+             f"commit {meta['commit']}.", "", f"Command: `{meta['command']}`", "", meta["how"], ""]
+    for task, arms in summary.items():
+        src, tgt = TASKS[task]
+        lines += [f"## {task}: bank on {src.label} -> tune {tgt.label}", "",
+                  "| arm | median trials to within 3% | per seed (None: censored) | best/oracle at the budget (median) "
+                  "| vs cold |", "|---|---|---|---|---|"]
+        for arm, row in arms.items():
+            vs = "-" if "cold_over_arm" not in row else (
+                f"{row['cold_over_arm']:.2f}x fewer" if row["cold_over_arm"] >= 1 else
+                f"{row['arm_over_cold'] - 1:.0%} more")
+            lines.append(f"| {arm} | {_cell(row, budget)} | {row['per_seed']} | {row['ratio_at_budget_median']:.3f} "
+                         f"| {vs} |")
+        bank, unrel = arms.get("bank"), arms.get("unrelated")
+        if bank and "cold_over_arm" in bank:
+            lines.append("")
+            lines.append(f"Target >= 2x fewer median trials with the bank: {bank['cold_over_arm']:.2f}x -> "
+                         f"{'met' if bank['cold_over_arm'] >= 2 else 'MISSED'}.")
+        if unrel and "arm_over_cold" in unrel:
+            lines.append(f"Target: the unrelated bank costs <= 20% more trials than cold: "
+                         f"{unrel['arm_over_cold'] - 1:+.0%} -> {'met' if unrel['arm_over_cold'] <= 1.2 else 'MISSED'}.")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _task_runs(task: str, arms: Sequence[str], seeds: int, budget: int, source_seeds: Sequence[int],
+               source_trials: int) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix=f"transfer_{task}_") as tmp:
+        folder = Path(tmp)
+        banks: dict[str, Path | None] = {"cold": None}
+        if {"bank", "queue_only"} & set(arms):
+            banks["bank"] = banks["queue_only"] = build_bank(task, folder, source_seeds, source_trials, scrambled=False)
+        if "unrelated" in arms:
+            banks["unrelated"] = build_bank(task, folder, source_seeds, source_trials, scrambled=True)
+        return [run_target(task, arm, s, budget, folder, banks[arm]) for arm in arms for s in range(seeds)]
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: one task, 2 seeds, budget 6, 1 source study")
+    ap.add_argument("--tasks", nargs="*", default=None, help=f"subset of {list(TASKS)}")
+    ap.add_argument("--arms", nargs="*", default=list(ARMS), help=f"subset of {list(ARMS)}")
+    ap.add_argument("--seeds", type=int, default=8, help="target seeds 0..N-1 per arm (>= 8 for the report)")
+    ap.add_argument("--budget", type=int, default=24, help="trials per target run (the doctor baseline included)")
+    ap.add_argument("--source-studies", type=int, default=2, help="source studies in each bank")
+    ap.add_argument("--source-trials", type=int, default=24, help="trials per source study")
+    ap.add_argument("--workers", type=int, default=1, help="parallel processes, one task each")
+    ap.add_argument("--out", type=Path, default=OUT, help="results directory")
+    args = ap.parse_args(argv)
+    if args.quick:
+        tasks, seeds, budget, n_src, src_trials = (args.tasks or ["gpu"])[:1], 2, 6, 1, 8
+    else:
+        tasks, seeds, budget = args.tasks or list(TASKS), args.seeds, args.budget
+        n_src, src_trials = args.source_studies, args.source_trials
+    source_seeds = [1000 + k for k in range(n_src)]
+    started = time.time()
+    runs: list[dict[str, Any]] = []
+    jobs = [(t, list(args.arms), seeds, budget, source_seeds, src_trials) for t in tasks]
+    if args.workers <= 1:
+        for job in jobs:
+            runs += _task_runs(*job)
+    else:
+        with ProcessPoolExecutor(args.workers) as ex:
+            for fut in as_completed([ex.submit(_task_runs, *job) for job in jobs]):
+                runs += fut.result()
+    summary = summarise(runs, budget)
+    meta = {
+        "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "commit": "{}{}".format(*(lambda g: (g[0], " (dirty)" if g[1] else ""))(git_state())),
+        "command": "python -m benchmarks.transfer " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "budget": budget, "seeds": seeds, "source_studies": n_src, "source_trials": src_trials,
+        "wall_s": time.time() - started,
+        "how": (f"Surrogate backend (simulated trials: lognormal noise CV 4%, stragglers, crashes). Each bank holds "
+                f"{n_src} source studies of {src_trials} cold infrarsi trials each, written as study directories and "
+                f"ingested with `Bank.add_study`; the unrelated bank holds the same studies with their ok step times "
+                f"permuted among their trials. Each target run: the doctor baseline (trial 1), then asks of the "
+                f"optimizer `build_optimizer` returns, up to {budget} trials; after each trial `best()` is scored by "
+                f"its noiseless step time over the oracle's. Trials to within 3% = first trial count with ratio <= "
+                f"1.03; a run that never gets there is censored and counted as {budget + 1}. Seeds 0..{seeds - 1}."),
+    }
+    result = {"meta": meta, "summary": summary, "runs": runs}
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = "transfer_quick" if args.quick else "transfer"
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
+    md_path = args.out / f"{name}.md"
+    old = md_path.read_text() if md_path.exists() else ""
+    notes = old[old.index("\n## Notes"):] if "\n## Notes" in old else ""
+    md = to_markdown(summary, meta)
+    md_path.write_text(md.rstrip("\n") + "\n" + notes)
+    print(md)
+    return result
+
+
+if __name__ == "__main__":
+    main()
