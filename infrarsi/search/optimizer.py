@@ -343,6 +343,13 @@ class Optimizer:
         self.ask_infos[key] = AskInfo(config=full, phase=phase, ask_index=self.n_asks)
         return full
 
+    def drop_pending(self, config: Mapping[str, Any]) -> bool:
+        """Forget an asked config without telling an outcome: its trial never ran (a scheduler gave
+        up on it before it started), so nothing is known of it and a later ask may propose it again.
+        Returns whether it was pending."""
+        key = self.space.key(dict(self.space.validate(config, where="drop_pending(config)")))
+        return self.pending.pop(key, None) is not None
+
     def _baseline_turn(self) -> bool:
         """Whether this ask starts with the baseline (nothing told or pending, and it is valid)."""
         if self.observations or self.pending:

@@ -209,15 +209,46 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     return opt
 
 
-def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, proposal_key: str = "") -> Any:
+def logged_row(study_dir: str | Path, tune_trial_id: str) -> TrialResult | None:
+    """The run row the executor logged for Ray Tune trial ``tune_trial_id`` (``extra.tune_trial_id``;
+    rows logged as interrupted do not count), or None when it never ran."""
+    from infrarsi.study.trial_log import read_trials
+    from infrarsi.study.trial_log import rows as rows_from_table
+
+    for r in rows_from_table(read_trials(Path(study_dir))):
+        if r.stage == "run" and r.extra.get("tune_trial_id") == tune_trial_id and not r.extra.get("interrupted"):
+            return r
+    return None
+
+
+def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, proposal_key: str = "",
+                  study_dir: str | Path | None = None) -> Any:
     """An ``InfrarsiSearcher`` that also passes the optimizer's ``AskInfo`` for each suggested
     config to the trainable under ``info_key``, as ``AskInfo.to_dict()`` (the report draws
     predicted vs measured memory). With ``proposals`` (a ``ProposalQueue``), each suggestion
     first takes the oldest queued proposal, if any: it runs instead of an asked config, marked
-    pending in the optimizer, its ``Proposal.to_dict()`` under ``proposal_key``."""
+    pending in the optimizer, its ``Proposal.to_dict()`` under ``proposal_key``.
+
+    With ``study_dir``, a Tune trial that ended in error without a result (its trial actor died
+    beyond Tune's retries) is told what the study log says of it: the row the executor logged
+    for that Tune trial, if it ran; else nothing (``Optimizer.drop_pending``), since its config
+    never ran and ``failed`` would deter the search from it."""
     from infrarsi.tune import InfrarsiSearcher
 
     class _StudySearcher(InfrarsiSearcher):  # type: ignore[misc, valid-type]
+        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+            if study_dir is None or not (error or result is None) or trial_id not in self.live:
+                super().on_trial_complete(trial_id, result=result, error=error)
+                return
+            row = logged_row(study_dir, trial_id)
+            if row is not None:  # the executor ran it: its own outcome
+                super().on_trial_complete(trial_id, result=row.to_dict(), error=False)
+                return
+            config = self.live.pop(trial_id)
+            self.optimizer.drop_pending(config)
+            log.warning("run.trial_never_ran", tune_trial_id=trial_id,
+                        note="its Tune actor died before the executor ran it; not told as failed")
+
         def suggest(self, trial_id: str) -> dict[str, Any] | None:
             proposal = proposals.take() if proposals is not None else None
             if proposal is not None:

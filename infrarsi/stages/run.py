@@ -168,7 +168,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
             with prog:
                 for round_ in range(1 + TOPUP_ROUNDS):
                     searcher = make_searcher(optimizer, info_key=INFO_KEY, proposals=ProposalQueue(paths.root),
-                                             proposal_key=PROPOSAL_KEY)
+                                             proposal_key=PROPOSAL_KEY, study_dir=paths.root)
                     limiter = ConcurrencyLimiter(searcher, max_concurrent=limit)
                     log.info("run.start", trials=remaining, concurrency=limit, reserved=reserved, round=round_)
                     prog.set_done(budget - remaining)

@@ -229,3 +229,25 @@ def test_a_bank_that_cannot_be_written_never_fails_the_stage(tmp_path: Path) -> 
         analytic_prior=True, loss_guard=True, bank=(tmp_path / "uri-bank").as_uri()))
     assert add_to_bank(uri, stage="verify")["rows"] == 15
     assert Bank((tmp_path / "uri-bank").as_uri()).stats()["studies"] == 1
+
+
+def test_a_tune_trial_lost_before_it_ran_is_not_told_failed_and_one_that_ran_gets_its_row(tmp_path: Path) -> None:
+    """Tune ends a trial in error when its actor died beyond the retries: the searcher tells the
+    row the executor logged for that Tune trial, or nothing when it never ran (its config goes
+    back to the pool instead of being marked failed)."""
+    from infrarsi.stages.optimizer_factory import logged_row, make_searcher
+
+    contract, rows = new_study(tmp_path, None)
+    d = tmp_path / "new"
+    opt = build_optimizer(contract, rows, study_dir=d)
+    searcher = make_searcher(opt, info_key="__info__", study_dir=d)
+    ran = {k: v for k, v in searcher.suggest("tune-ran").items() if k != "__info__"}
+    lost = {k: v for k, v in searcher.suggest("tune-lost").items() if k != "__info__"}
+    write_rows(d, [row("run-0000", "run", ran, 600.0, step=1.5, mem=0.4, extra={"tune_trial_id": "tune-ran"})], name="seg9")
+    assert logged_row(d, "tune-ran") is not None and logged_row(d, "tune-lost") is None
+    searcher.on_trial_complete("tune-ran", result=None, error=True)
+    searcher.on_trial_complete("tune-lost", result=None, error=True)
+    told = {opt.space.key(o.config): o.outcome.status for o in opt.observations}
+    assert told[opt.space.key(ran)] == "ok"  # the executor's row, not "failed"
+    assert opt.space.key(lost) not in told and opt.space.key(lost) not in opt.pending
+    assert not opt.drop_pending(lost)  # no longer pending
