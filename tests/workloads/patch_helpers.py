@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -44,3 +46,20 @@ def patched_module(name: str, tmp: Path, sub: str) -> ModuleType:
     """Module ``workloads.<sub>`` of the patched copy (e.g. ``models.moe.model``)."""
     pkg = patched_package(name, tmp)
     return importlib.import_module(f"{pkg.__name__}.{sub}")
+
+
+def same_loss_and_grads(ma: torch.nn.Module, mb: torch.nn.Module, vocab: int = 256) -> None:
+    """One forward/backward of ``ma`` (the committed code) and ``mb`` (the patched) on the same
+    tokens: the same loss, and the same gradient for every parameter, by name."""
+    tokens = torch.randint(0, vocab, (2, 33), generator=torch.Generator().manual_seed(2))
+    losses = []
+    for m in (ma, mb):
+        logits = m(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0], rtol=0, atol=1e-6)
+    ga = dict(ma.named_parameters())
+    for n, p in mb.named_parameters():
+        assert p.grad is not None
+        torch.testing.assert_close(p.grad, ga[n].grad, rtol=1e-4, atol=1e-6, msg=n)

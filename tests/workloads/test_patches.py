@@ -25,7 +25,7 @@ import torch
 
 from infrarsi.execution.knobs.code_patch import check_space_patches, patch_names, patch_set
 from infrarsi.patches import check_scope
-from tests.workloads.patch_helpers import ROOT, patch_path, patched_module
+from tests.workloads.patch_helpers import ROOT, patch_path, patched_module, same_loss_and_grads
 from workloads.models.dense import model as committed
 from workloads.models.moe import model as committed_moe
 
@@ -99,18 +99,7 @@ def test_moe_batched_experts_whole_moe_model_same_loss_and_grads(tmp_path: Path)
     ma = committed_moe.build_moe_transformer(args)
     torch.manual_seed(0)
     mb = patched.build_moe_transformer(args)
-    tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(2))
-    losses = []
-    for m in (ma, mb):
-        logits = m(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), tokens[:, 1:].reshape(-1))
-        loss.backward()
-        losses.append(loss)
-    torch.testing.assert_close(losses[1], losses[0], rtol=0, atol=1e-6)
-    ga = dict(ma.named_parameters())
-    for n, p in mb.named_parameters():
-        assert p.grad is not None
-        torch.testing.assert_close(p.grad, ga[n].grad, rtol=1e-4, atol=1e-6, msg=n)
+    same_loss_and_grads(ma, mb)
 
 
 # ---- sdpa_gqa
@@ -132,18 +121,7 @@ def test_sdpa_gqa_model_same_loss_and_grads(tmp_path: Path, n_kv_heads: int | No
     ma = committed.Transformer(args)
     torch.manual_seed(0)
     mb = patched.Transformer(args)
-    tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(2))
-    losses = []
-    for m in (ma, mb):
-        logits = m(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), tokens[:, 1:].reshape(-1))
-        loss.backward()
-        losses.append(loss)
-    torch.testing.assert_close(losses[1], losses[0], rtol=0, atol=1e-6)
-    ga = dict(ma.named_parameters())
-    for n, p in mb.named_parameters():
-        assert p.grad is not None
-        torch.testing.assert_close(p.grad, ga[n].grad, rtol=1e-4, atol=1e-6, msg=n)
+    same_loss_and_grads(ma, mb)
 
 
 # ---- compile_block
