@@ -48,7 +48,7 @@ def patched_module(name: str, tmp: Path, sub: str) -> ModuleType:
     return importlib.import_module(f"{pkg.__name__}.{sub}")
 
 
-def same_loss_and_grads(ma: torch.nn.Module, mb: torch.nn.Module, vocab: int = 256) -> None:
+def assert_same_loss_and_grads(ma: torch.nn.Module, mb: torch.nn.Module, vocab: int = 256) -> None:
     """One forward/backward of ``ma`` (the committed code) and ``mb`` (the patched) on the same
     tokens: the same loss, and the same gradient for every parameter, by name."""
     tokens = torch.randint(0, vocab, (2, 33), generator=torch.Generator().manual_seed(2))

@@ -25,7 +25,12 @@ import torch
 
 from infrarsi.execution.knobs.code_patch import check_space_patches, patch_names, patch_set
 from infrarsi.patches import check_scope
-from tests.workloads.patch_helpers import ROOT, patch_path, patched_module, same_loss_and_grads
+from tests.workloads.patch_helpers import (
+    ROOT,
+    assert_same_loss_and_grads,
+    patch_path,
+    patched_module,
+)
 from workloads.models.dense import model as committed
 from workloads.models.moe import model as committed_moe
 
@@ -99,7 +104,7 @@ def test_moe_batched_experts_whole_moe_model_same_loss_and_grads(tmp_path: Path)
     ma = committed_moe.build_moe_transformer(args)
     torch.manual_seed(0)
     mb = patched.build_moe_transformer(args)
-    same_loss_and_grads(ma, mb)
+    assert_same_loss_and_grads(ma, mb)
 
 
 # ---- sdpa_gqa
@@ -121,7 +126,7 @@ def test_sdpa_gqa_model_same_loss_and_grads(tmp_path: Path, n_kv_heads: int | No
     ma = committed.Transformer(args)
     torch.manual_seed(0)
     mb = patched.Transformer(args)
-    same_loss_and_grads(ma, mb)
+    assert_same_loss_and_grads(ma, mb)
 
 
 # ---- compile_block
