@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.transfer import censored_median, trials_to_threshold
+from benchmarks.transfer import _ci_note, censored_median, median_ratio_ci, trials_to_threshold
 
 
 def test_trials_to_threshold_is_the_first_trial_within_3_percent() -> None:
@@ -15,3 +15,22 @@ def test_censored_runs_count_as_budget_plus_one() -> None:
     assert censored_median([2, 4, None], budget=10) == {"median": 4.0, "censored": 1, "n": 3, "median_censored": False}
     out = censored_median([None, None, 3], budget=10)
     assert out["median"] == 11.0 and out["median_censored"]
+
+
+def test_median_ratio_ci_brackets_the_ratio_of_medians_and_is_reproducible() -> None:
+    cold = [10, 12, None, 8, 14, 9, 11, 13]
+    arm = [5, 6, 4, 5, None, 5, 6, 4]
+    lo, hi = median_ratio_ci(cold, arm, budget=24)
+    ratio = 11.5 / 5
+    assert lo <= ratio <= hi and lo < hi
+    assert median_ratio_ci(cold, arm, budget=24) == (lo, hi)  # seeded
+    same = median_ratio_ci(cold, cold, budget=24)
+    assert same == (1.0, 1.0)  # paired: an arm against itself has no spread
+
+
+def test_ci_note_says_whether_the_interval_meets_misses_or_straddles_a_target() -> None:
+    at_least_2 = lambda r: r >= 2  # noqa: E731
+    assert "whole 90% CI meets" in _ci_note({"cold_over_arm_ci90": [2.1, 3.0]}, at_least_2)
+    assert "whole 90% CI misses" in _ci_note({"cold_over_arm_ci90": [0.8, 1.5]}, at_least_2)
+    assert "straddles" in _ci_note({"cold_over_arm_ci90": [1.5, 2.5]}, at_least_2)
+    assert _ci_note({}, at_least_2) == ""
