@@ -63,10 +63,11 @@ def bank_blocks(data: StudyData) -> list[Block]:
             outcome = f"tried: {', '.join(r.trial_id for r in tried)} ({first.status}); {effect}"
         else:
             outcome = "not tried (budget spent before it, or queued after this run)"
-        rows.append([str(u.get("source_study")), str(u.get("trial_id")), _f(u.get("relative_step_time")),
+        source = f"{u.get('source_study')}{' (this hardware)' if u.get('same_hardware') else ''}"
+        rows.append([source, str(u.get("trial_id")), _f(u.get("relative_step_time")),
                      _f(u.get("similarity")), "; ".join(u.get("repairs") or []) or "valid as measured", outcome])
-    blocks: list[Block] = [Para(f"Experience bank {record.get('bank') or ''}: {len(used)} entries from other "
-                                f"hardware warm-started the search (tried first, after the baseline; measured here "
+    blocks: list[Block] = [Para(f"Experience bank {record.get('bank') or ''}: {len(used)} entries of other "
+                                f"studies warm-started the search (tried first, after the baseline; measured here "
                                 f"like any trial, never told to the models as measurements)."
                                 if used else f"Experience bank {record.get('bank') or ''}: no entry was used.")]
     if rows:

@@ -30,7 +30,7 @@ _OLD_NAMES = {"predicted_memory_bytes": "predicted_peak_memory_bytes", "prior": 
 @dataclass(frozen=True)
 class WarmStartOrigin:
     """Where a warm-start config was measured before: a trial of an earlier study (for example
-    one found in the experience bank, measured on other hardware)."""
+    one found in the experience bank, measured by another study)."""
 
     source_study: str | None = None
     """The earlier study's name or directory."""

@@ -1,7 +1,7 @@
 """The experience bank's trials as a ``TransferPrior`` for the search core's models.
 
 ``bank_transfer_prior`` reads the bank rows of similar studies (``Bank.warm_start_rows``: the same
-model family and search-space name, other hardware; the most similar studies, those with at
+model family and search-space name, other studies; the most similar studies, those with at
 least half the best similarity) and hands the core, per source study, its trials in absolute
 units and its own analytic prior (rebuilt from the source study's contract when its directory is
 readable here; otherwise the new study's prior stands in). Each config is re-validated in the new
@@ -50,7 +50,7 @@ def bank_transfer_prior(contract: Any, space: Any, *, bank_root: str | Path, bas
     """``(record, summary)``: the bank's similar studies as a ``TransferPrior`` (None when the
     bank is missing, damaged or holds nothing similar) and what was used, for
     ``bank_warm_start.json``: ``{"sources": [{"study", "key", "similarity", "rows", "dropped",
-    "own_prior"}]}``. ``hardware``: this study's (rows from it are left out; None: unknown yet)."""
+    "own_prior"}]}``. ``hardware``: this study's (None: unknown yet)."""
     from infrarsi.study.bank import Bank
 
     root = bank_root

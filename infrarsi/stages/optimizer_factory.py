@@ -2,7 +2,8 @@
 
 Warm start from the experience bank (``infrarsi.study.bank``): when the contract's bank switch is on
 (``switches.bank``: ``--bank`` / ``$INFRARSI_BANK`` at init; ``off`` disables it) and it holds ok trials of a
-similar workload (same model family and search space name) measured on OTHER hardware,
+similar workload (same model family and search space name) from OTHER studies (another
+cluster, or this one with another model size or node count; never the study's own rows),
 ``build_optimizer`` gives them to the optimizer as warm-start configs (``initial_configs``), an
 initial-design seeding, not transfer learning: after the baseline,
 the first asks are the bank's best configs by step time relative to their own study's baseline
@@ -170,7 +171,7 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
                     seed: int = 0, bank_root: str | Path | None = None) -> Optimizer:
     """An ``Optimizer`` over the study's space, told every logged trial except interrupted ones
     (doctor baselines included, so the search never re-measures the baseline). With a bank
-    holding similar trials from other hardware, the bank's best configs are its warm-start
+    holding similar trials of other studies, the bank's best configs are its warm-start
     configs, tried first (module docstring)."""
     from infrarsi.errors import SearchSpaceError
     from infrarsi.stages.common import baseline_config, scoped_space

@@ -4,7 +4,7 @@ Every stage in order on one study directory (init, doctor, run, verify, report).
 output already exists is skipped, so re-running ``tune`` on the same directory resumes where it
 stopped (``run`` resumes from the log). Each stage adds the study to the experience bank as it
 ends, and ``tune`` once more at the end (``infrarsi.stages.bank_feed.add_to_bank``): the bank the contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
-disables it), which warm-starts later studies of similar workloads on other hardware."""
+disables it), which warm-starts later studies of similar workloads (other clusters, other sizes)."""
 
 from __future__ import annotations
 

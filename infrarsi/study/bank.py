@@ -30,10 +30,11 @@ columns) are read as they are, the missing columns as nulls::
     prior = bank.warm_start_rows(workload, space, hardware={"device": "cuda", "cpu": "..."})
     # [{"config": {...}, "status": "ok", "relative_step_time": 0.41, ...}, ...]
 
-``warm_start_rows`` returns observations from OTHER hardware only (the same hardware's rows are
-better used directly) and from other studies, sorted by workload similarity; ``config`` keeps
-only the space's knobs, ``bank_config`` is the config as measured. Simulated (surrogate) rows
-only seed simulated studies.
+``warm_start_rows`` returns observations of OTHER studies (the new study's own rows are left
+out), on any hardware: another cluster, or the same one with another model size or node count
+(each row says whether it was measured on the new study's hardware, ``same_hardware``), sorted by
+workload similarity; ``config`` keeps only the space's knobs, ``bank_config`` is the config as
+measured. Simulated (surrogate) rows only seed simulated studies.
 """
 
 from __future__ import annotations
@@ -378,7 +379,7 @@ class Bank:
         hardware: Mapping[str, Any] | str | None,
         *,
         num_params: int | None = None,
-        include_same_hardware: bool = False,
+        include_same_hardware: bool = True,
         exclude_study: str | None = None,
         max_rows: int = 200,
     ) -> list[dict[str, Any]]:
@@ -389,8 +390,10 @@ class Bank:
                 and world size are read from it).
             space: the new study's ``SearchSpace``, its YAML path/text or dict; only rows of a
                 space with the same name are used, and configs keep only its knobs.
-            hardware: the new study's hardware dict (or fingerprint); rows from it are left out
-                unless ``include_same_hardware``.
+            hardware: the new study's hardware dict (or fingerprint); rows measured on it are
+                marked ``same_hardware``, and left out when ``include_same_hardware`` is False
+                (the default keeps them: the same cluster's studies of another model size or node
+                count are the closest experience there is).
             num_params: the new model's parameter count, for similarity (optional).
             exclude_study: a study key (``study_key``) whose rows are left out (the new study's
                 own; by default a ``Contract`` passed as ``workload`` excludes itself).
@@ -400,7 +403,7 @@ class Bank:
             ``status`` (ok | oom), ``relative_step_time`` (step time over that study's baseline;
             None for oom), ``relative_peak_memory`` (peak over that study's capacity; a lower
             bound when ``memory_censored``), ``memory_censored``, ``similarity`` in (0, 1],
-            ``source_study``, ``source_key``, ``trial_id``, ``hardware_fingerprint``, and the
+            ``source_study``, ``source_key``, ``trial_id``, ``hardware_fingerprint``, ``same_hardware``, and the
             absolute ``step_time_s``, ``peak_memory_bytes``, ``memory_capacity_bytes`` and the
             source's ``study_dir`` (for ``infrarsi.stages.bank_transfer``).
         """
@@ -435,6 +438,7 @@ class Bank:
                 "memory_censored": bool(rec["memory_censored"]),
                 "similarity": math.exp(-dist), "source_study": rec["study"], "source_key": rec["study_id"],
                 "trial_id": rec["trial_id"], "hardware_fingerprint": rec["hardware_fingerprint"],
+                "same_hardware": rec["hardware_fingerprint"] == fp,
                 "step_time_s": rec["step_time_s"], "peak_memory_bytes": rec["peak_memory_bytes"],
                 "memory_capacity_bytes": rec["memory_capacity_bytes"], "study_dir": rec["study_dir"],
             })

@@ -35,8 +35,9 @@ def test_bank_studies_become_sources_with_their_trials_and_prior(tmp_path: Path)
     assert src.step_times_s[i] == 0.66 and src.memory_capacity_bytes == GIB  # absolute, as measured
     oom = [k for k, c in enumerate(src.memory_censored) if c]
     assert len(oom) == 1 and src.step_times_s[oom[0]] is None
-    # the same hardware's rows are not a transfer; a missing bank is no transfer
-    assert bank_transfer_prior(contract, space, bank_root=bank.root, baseline=base, hardware={
-        "device": "cpu", "device_kind": "box-a", "host": "h1"}, num_params=None, revalidate=revalidate_config) == (None, None)
+    # another study on this study's own hardware is a source too; a missing bank is no transfer
+    same_hw, _ = bank_transfer_prior(contract, space, bank_root=bank.root, baseline=base, hardware={
+        "device": "cpu", "device_kind": "box-a", "host": "h1"}, num_params=None, revalidate=revalidate_config)
+    assert same_hw is not None and [s.name for s in same_hw.sources] == ["a"]
     assert bank_transfer_prior(contract, space, bank_root=tmp_path / "none", baseline=base, hardware=None,
                                num_params=None, revalidate=revalidate_config) == (None, None)

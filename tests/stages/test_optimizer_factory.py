@@ -1,5 +1,5 @@
-"""Experience-bank warm start: the bank's best configs from OTHER hardware are asked first
-(after the baseline); ``tune``'s last step adds the study to the bank. Which bank, and whether
+"""Experience-bank warm start: the bank's best configs of OTHER studies (any hardware, never the
+study's own) are asked first (after the baseline); ``tune``'s last step adds the study to the bank. Which bank, and whether
 any, is the contract's ``switches.bank``, whatever ``INFRARSI_BANK`` says later. Unit tests, no
 Ray: the bank is built from synthetic study directories by the real ``Bank.add_study``."""
 
@@ -24,7 +24,7 @@ GIB = 1 << 30
 SECOND = {**BASE, "zero_stage": 1, "micro_batch_size": 8, "activation_checkpointing": "selective"}
 """Only study b (hardware box-b) ran it: 0.9 s over a 2.05 s baseline."""
 TEMPTING = {**BASE, "zero_stage": 2, "micro_batch_size": 8, "activation_checkpointing": "none"}
-"""Only the new study's own hardware (box-c) ran it, fastest of all: must not be a warm-start config."""
+"""Only study c ran it, on the new study's own hardware (box-c), fastest of all: the first warm-start config."""
 THIRD = {**BASE, "micro_batch_size": 4}
 
 
@@ -53,8 +53,8 @@ def new_study(tmp_path: Path, bank: Path | None, name: str = "new") -> tuple[Con
     return contract, rows
 
 
-def test_first_asks_after_baseline_are_the_banks_best_from_other_hardware(tmp_path: Path, bank: Bank,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_first_asks_after_baseline_are_the_banks_best_of_other_studies(tmp_path: Path, bank: Bank,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INFRARSI_BANK", "off")  # the contract's bank counts, not the environment
     contract, rows = new_study(tmp_path, bank.root)
     opt = build_optimizer(contract, rows, study_dir=tmp_path / "new")
@@ -68,14 +68,16 @@ def test_first_asks_after_baseline_are_the_banks_best_from_other_hardware(tmp_pa
         asked.append(cfg)
         origins.append(info.warm_start_origin)
         opt.tell(cfg, Outcome(status="ok", step_time=1.0, peak_memory=0.5 * GIB))
-    # Best relative step time first: BEST (0.66/2.05, studies a and b), SECOND (0.9/2.05, b),
-    # THIRD (1.1/2.05); box-c's TEMPTING (its own hardware) and the oom config are left out.
-    assert [space.key(c) for c in asked] == [space.key(space.validate(c)) for c in (BEST, SECOND, THIRD)]
-    assert origins[1] is not None and origins[1].source_study == "b"
+    # Best relative step time first: study c's TEMPTING (0.3/2.05, on this study's own hardware
+    # box-c: another study of the same cluster counts), BEST (0.66/2.05, studies a and b), SECOND
+    # (0.9/2.05, b); THIRD (1.1/2.05) and the oom config are left out.
+    assert [space.key(c) for c in asked] == [space.key(space.validate(c)) for c in (TEMPTING, BEST, SECOND)]
+    assert origins[0] is not None and origins[0].source_study == "c"
+    assert origins[2] is not None and origins[2].source_study == "b"
     # the bank's trials also reach the models; one ok trial ranks nothing yet: both weights are 1
     assert opt.transfer is not None
-    assert opt.info(SECOND) == AskInfo(config=space.validate(SECOND), phase="warm_start", ask_index=1,
-                                       warm_start_origin=origins[1], transfer_weights=(1.0, 1.0))
+    assert opt.info(SECOND) == AskInfo(config=space.validate(SECOND), phase="warm_start", ask_index=2,
+                                       warm_start_origin=origins[2], transfer_weights=(1.0, 1.0))
     nxt = opt.ask()
     assert opt.last_ask_info.phase != "warm_start"
     # (with settings.transfer_n_init set, a shortened design may bring the incumbent's replicate this early)
@@ -106,12 +108,13 @@ def test_bank_off_or_empty_gives_the_plain_optimizer(tmp_path: Path, bank: Bank,
     monkeypatch.delenv("INFRARSI_BANK")
     nowhere, _ = new_study(tmp_path, tmp_path / "no-bank", name="nowhere")
     assert bank_warm_start_configs(nowhere, opt.space, rows) == []
-    # Same hardware only: no prior (box-a's own rows are better used directly).
+    # The same hardware's other study counts: box-a's study a seeds a new study on box-a.
     only_a = Bank(tmp_path / "bank-a")
     only_a.add_study(tmp_path / "a")
     same_hw, _ = new_study(tmp_path, only_a.root, name="same-hw")
     rows_a = [row("doctor-0", "doctor", BASE, 0.0, step=3.0, mem=0.3, hw="box-a")]
-    assert bank_warm_start_configs(same_hw, opt.space, rows_a) == []
+    used = bank_warm_start_configs(same_hw, opt.space, rows_a)
+    assert used and {p["source_study"] for p in used} == {"a"} and all(p["same_hardware"] for p in used)
 
 
 def test_add_to_bank_after_tune_goes_to_the_contracts_bank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""The experience bank: per-study Parquet files, relative outcomes, warm start from other hardware."""
+"""The experience bank: per-study Parquet files, relative outcomes, warm start from other studies."""
 
 from __future__ import annotations
 
@@ -46,20 +46,22 @@ def test_add_study_is_idempotent_and_relative(tmp_path: Path) -> None:
     assert rows["run-2"]["num_params"] == 5_300_000
 
 
-def test_warm_start_uses_other_hardware_only(tmp_path: Path) -> None:
+def test_warm_start_uses_other_studies_on_any_hardware(tmp_path: Path) -> None:
     bank = Bank(tmp_path / "bank")
     bank.add_study(make_study(tmp_path, "a", hw="box-a"))
     bank.add_study(make_study(tmp_path, "b", hw="box-b"))
     wl = Workload.from_yaml(ROOT / "workloads/dense_debug.yaml")
     prior = bank.warm_start_rows(wl, SPACE, hw("box-a"))
-    assert prior and {p["source_study"] for p in prior} == {"b"}
+    # The same cluster's other studies count (another model size, another node count), marked as such.
+    assert {p["source_study"] for p in prior} == {"a", "b"}
+    assert {(p["source_study"], p["same_hardware"]) for p in prior} == {("a", True), ("b", False)}
     assert {p["status"] for p in prior} == {"ok", "oom"}
     best = min((p for p in prior if p["status"] == "ok"), key=lambda p: p["relative_step_time"])
     assert best["config"] == BEST and best["relative_step_time"] < 0.4
     assert all(p["similarity"] == pytest.approx(1.0) for p in prior)
-    # From a third machine both studies count; the same machine's rows can be asked for.
-    assert {p["source_study"] for p in bank.warm_start_rows(wl, SPACE, hw("box-c"))} == {"a", "b"}
-    assert len(bank.warm_start_rows(wl, SPACE, hw("box-a"), include_same_hardware=True)) == 2 * len(prior)
+    # Other hardware only, when asked for.
+    other = bank.warm_start_rows(wl, SPACE, hw("box-a"), include_same_hardware=False)
+    assert {p["source_study"] for p in other} == {"b"} and 2 * len(other) == len(prior)
     # Another space or model family gives nothing.
     assert bank.warm_start_rows(wl, {"name": "other", "knobs": []}, hw("box-c")) == []
     moe = {**wl.to_yaml_dict(), "model": {"family": "moe", "size": "debug"}}
@@ -198,6 +200,7 @@ def test_a_study_never_warm_starts_from_itself(tmp_path: Path) -> None:
     bank.ingest(s)
     contract = Contract.load(s, check_files=False)
     assert bank.warm_start_rows(contract, SPACE, hw("elsewhere")) == []
+    assert bank.warm_start_rows(contract, SPACE, hw("box-a")) == []  # nor on its own hardware
     assert bank.warm_start_rows(contract, SPACE, hw("elsewhere"), exclude_study="") != []
 
 
