@@ -27,9 +27,9 @@ Usage::
 
     python -m benchmarks.transfer                     # every task, 16 seeds, budget 24
     python -m benchmarks.transfer --quick             # smoke: one task, 2 seeds, budget 6
-    python -m benchmarks.transfer --tasks hw_size --seeds 16 --workers 2
+    python -m benchmarks.transfer --tasks size --seeds 32 --workers 2 --name transfer_size
 
-Writes ``benchmarks/results/transfer.json`` and ``transfer.md`` (a hand-written ``## Notes``
+Writes ``benchmarks/results/transfer.json`` and ``transfer.md`` (or ``--name``; a hand-written ``## Notes``
 section at the end of the ``.md`` is kept).
 """
 
@@ -94,10 +94,13 @@ TASKS: dict[str, tuple[Variant, Variant]] = {
     "gpu": (Variant("a100_sxm", "80GB", "8b", 8), Variant("h100_sxm", "80GB", "8b", 16)),
     "gpu_size": (Variant("a100_sxm", "80GB", "8b", 8), Variant("h100_sxm", "80GB", "13b", 16)),
     "mem_size": (Variant("h100_sxm", "40GB", "8b", 8), Variant("h100_sxm", "80GB", "13b", 16)),
+    "size": (Variant("h100_sxm", "80GB", "8b", 16), Variant("h100_sxm", "80GB", "13b", 16)),
 }
 """Task name -> (source X/A, target Y/B). ``gpu``: the source's best configs are the target's too;
 ``gpu_size``: they run out of memory on the target; ``mem_size``: a 40 GB card of the same kind
-(the issue's 8 x 40 GB -> 16 x 80 GB, 8b -> 13b), where the optimum moves."""
+(the issue's 8 x 40 GB -> 16 x 80 GB, 8b -> 13b), where the optimum moves; ``size``: the same
+cluster, a larger model (the issue's 7B -> 13B): the bank's studies ran on the target's own
+hardware, where the source's best configs run out of memory."""
 
 
 def trials_to_threshold(ratios: Sequence[float | None], threshold: float = THRESHOLD) -> int | None:
@@ -137,7 +140,7 @@ def median_ratio_ci(cold: Sequence[int | None], arm: Sequence[int | None], budge
 
 def _hardware(v: Variant, cap: float) -> dict[str, Any]:
     """What a trial row records about its machine: a card of ``cap`` bytes (a 40 GB card is another
-    machine type than an 80 GB one: the bank takes only OTHER hardware's rows)."""
+    machine type than an 80 GB one; ``size``'s source and target are the same machine type)."""
     return {"device": "cuda", "device_name": f"{v.gpu}-{v.capacity}", "memory_per_device_bytes": int(cap),
             "simulated": True, "devices_per_node": 8}
 
@@ -345,16 +348,15 @@ def _ci_note(row: dict[str, Any], meets: Any) -> str:
     return f" ({where}: cold/arm [{lo:.2f}, {hi:.2f}])"
 
 
-def _task_runs(task: str, arms: Sequence[str], seeds: int, budget: int, source_seeds: Sequence[int],
-               source_trials: int) -> list[dict[str, Any]]:
-    with tempfile.TemporaryDirectory(prefix=f"transfer_{task}_") as tmp:
+def _arm_runs(task: str, arm: str, seeds: int, budget: int, source_seeds: Sequence[int],
+              source_trials: int) -> list[dict[str, Any]]:
+    """Every seed of one arm of one task, with its own bank (the banks are deterministic: each arm
+    that builds one builds the same), so arms can run in parallel processes."""
+    with tempfile.TemporaryDirectory(prefix=f"transfer_{task}_{arm}_") as tmp:
         folder = Path(tmp)
-        banks: dict[str, Path | None] = {"cold": None}
-        if {"bank", "queue_only"} & set(arms):
-            banks["bank"] = banks["queue_only"] = build_bank(task, folder, source_seeds, source_trials, scrambled=False)
-        if "unrelated" in arms:
-            banks["unrelated"] = build_bank(task, folder, source_seeds, source_trials, scrambled=True)
-        return [run_target(task, arm, s, budget, folder, banks[arm]) for arm in arms for s in range(seeds)]
+        bank = None if arm == "cold" else build_bank(task, folder, source_seeds, source_trials,
+                                                     scrambled=arm == "unrelated")
+        return [run_target(task, arm, s, budget, folder, bank) for s in range(seeds)]
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -368,7 +370,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--budget", type=int, default=24, help="trials per target run (the doctor baseline included)")
     ap.add_argument("--source-studies", type=int, default=2, help="source studies in each bank")
     ap.add_argument("--source-trials", type=int, default=24, help="trials per source study")
-    ap.add_argument("--workers", type=int, default=1, help="parallel processes, one task each")
+    ap.add_argument("--workers", type=int, default=1, help="parallel processes, one task's arm each")
+    ap.add_argument("--name", default=None, help="results file stem in --out (default: transfer, or transfer_quick)")
     ap.add_argument("--out", type=Path, default=OUT, help="results directory")
     args = ap.parse_args(argv)
     if args.quick:
@@ -379,13 +382,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     source_seeds = [1000 + k for k in range(n_src)]
     started = time.time()
     runs: list[dict[str, Any]] = []
-    jobs = [(t, list(args.arms), seeds, budget, source_seeds, src_trials) for t in tasks]
+    jobs = [(t, a, seeds, budget, source_seeds, src_trials) for t in tasks for a in args.arms]
     if args.workers <= 1:
         for job in jobs:
-            runs += _task_runs(*job)
+            runs += _arm_runs(*job)
     else:
         with ProcessPoolExecutor(args.workers) as ex:
-            for fut in as_completed([ex.submit(_task_runs, *job) for job in jobs]):
+            for fut in as_completed([ex.submit(_arm_runs, *job) for job in jobs]):
                 runs += fut.result()
     summary = summarise(runs, budget)
     meta = {
@@ -407,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     }
     result = {"meta": meta, "summary": summary, "runs": runs}
     args.out.mkdir(parents=True, exist_ok=True)
-    name = "transfer_quick" if args.quick else "transfer"
+    name = args.name or ("transfer_quick" if args.quick else "transfer")
     (args.out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
     md_path = args.out / f"{name}.md"
     old = md_path.read_text() if md_path.exists() else ""
