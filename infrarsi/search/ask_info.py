@@ -83,8 +83,9 @@ class AskInfo:
     original_p_fit: float | None = None
     """For a repair: the repaired candidate's P(peak <= capacity)."""
     paired: str | None = None
-    """For a repair: ``before_pick`` (a repair from outside a sampled pool beat the pool's best) or
-    ``after_pick`` (the chosen candidate was unlikely to fit)."""
+    """For a repair: ``before_pick`` (a repair from outside a sampled pool beat the pool's best),
+    ``after_pick`` (the chosen candidate was unlikely to fit) or ``warm_start`` (a warm-start config,
+    measured elsewhere, was unlikely to fit here)."""
     predicted_step_time_s: float | None = None
     """exp of the posterior mean of log step time, seconds."""
     step_time_sd_log: float | None = None

@@ -313,7 +313,9 @@ class Optimizer:
         k = 1 if n is None else int(n)
         if k < 1:
             raise UserInputError(f"ask(n): rule: n must be >= 1; got {n!r}.")
-        infos = self._warm_start_picks(k)  # no model needed: nothing is fitted for them
+        with _threads(self.settings.num_threads):
+            torch.manual_seed(self.seed * 100_003 + self.n_asks)
+            infos = self._warm_start_picks(k)
         for info in infos:
             self.pending[self.space.key(info.config)] = dict(info.config)
         if len(infos) < k:
@@ -358,18 +360,53 @@ class Optimizer:
         return not self.space.violated(base)
 
     def _warm_start_picks(self, k: int) -> list[AskInfo]:
-        """Up to ``k`` configs of the warm-start queue not yet told or pending (none on the baseline's turn)."""
+        """Up to ``k`` configs of the warm-start queue not yet told or pending (none on the
+        baseline's turn). With memory knowledge here (the analytic prior, or a memory model), a
+        queued config this study's model expects not to fit (P(fit) < ``pairing_trigger``: measured
+        on a larger card or for a smaller model) is asked as its best memory-saving repair instead
+        (``repair_of`` the bank's config), or skipped when none is expected to fit."""
         if not self.initial_queue or self._baseline_turn():
             return []
         seen = {self.space.key(o.config) for o in self.observations} | set(self.pending)
+        failed = self._excluded()[0]
         picks: list[AskInfo] = []
+        fitted = False
         while len(picks) < k and self.initial_queue:
             cfg, origin = self.initial_queue.pop(0)
             key = self.space.key(cfg)
-            if key not in seen:
-                seen.add(key)
-                picks.append(self._ask_info(cfg, "warm_start", warm_start_origin=origin))
+            if key in seen:
+                continue
+            if self.prior is None and self.models.memory.model is None and not self.observations:
+                info = self._ask_info(cfg, "warm_start", warm_start_origin=origin)
+            else:
+                if not fitted:
+                    self._fit()
+                    fitted = True
+                info = self._warm_start_fitting(cfg, origin, seen | failed)
+            if info is None:
+                continue
+            seen.add(self.space.key(info.config))
+            picks.append(info)
         return picks
+
+    def _warm_start_fitting(self, cfg: dict[str, Any], origin: WarmStartOrigin | None,
+                            excluded: set[str]) -> AskInfo | None:
+        """A warm-start config as asked (``_warm_start_picks``): itself when it is expected to fit,
+        else its best repair, else None."""
+        if self.prior is None and self.models.memory.model is None:
+            return self._ask_info(cfg, "warm_start", warm_start_origin=origin)
+        scores = self._scores([cfg])
+        p_fit = float(scores.p_fit[0])
+        s = self.settings
+        if not s.pairing or p_fit >= s.pairing_trigger:
+            return self._ask_info(cfg, "warm_start", scores, 0, warm_start_origin=origin)
+        rep = pairing.best_repair(self.space, cfg, self._scores, excluded=excluded,
+                                  max_steps=s.repair_max_steps, target=s.pairing_target)
+        if rep is None:
+            return None
+        r, rep_scores, j = rep
+        return self._ask_info(r.config, "warm_start", rep_scores, j, repair_of=cfg, repair_moves=r.moves,
+                              original_p_fit=p_fit, paired="warm_start", warm_start_origin=origin)
 
     def _ask_batch(self, k: int) -> list[AskInfo]:
         failed, ok_told = self._excluded()

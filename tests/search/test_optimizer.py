@@ -28,7 +28,6 @@ from space_strategies import fuzz_space
 
 from infrarsi.errors import SearchSpaceError, UserInputError
 from infrarsi.search import (
-    AskInfo,
     Optimizer,
     OptimizerSettings,
     Outcome,
@@ -454,12 +453,37 @@ def test_initial_configs_come_after_the_baseline_in_order_each_once() -> None:
     opt.tell(warm[3], tiny_run(space.validate(warm[3])))  # measured before its turn: skipped
     first = opt.ask()
     assert first == space.validate(warm[0])
-    assert opt.last_ask_info == AskInfo(config=first, phase="warm_start", ask_index=1, warm_start_origin=origins[0])
+    info = opt.last_ask_info
+    assert (info.config, info.phase, info.ask_index, info.warm_start_origin, info.repair_of) == (
+        first, "warm_start", 1, origins[0], None)
+    assert info.p_fit is not None  # checked against this study's memory model before it is asked
     batch = opt.ask(2)  # the last queued config, then the optimizer's own
     assert batch[0] == space.validate(warm[4]) and [i.phase for i in opt.last_ask_info] == ["warm_start", "bo"]
     assert opt.initial_queue == [] and len({space.key(c) for c in [first, *batch]}) == 3
     with pytest.raises(UserInputError, match="initial_origins"):
         Optimizer(space, memory_capacity=TINY_CAP, initial_configs=[base], initial_origins=[None, None])
+
+
+def test_a_warm_start_config_expected_not_to_fit_here_is_asked_as_its_memory_saving_repair() -> None:
+    """A bank config measured on a larger card (or a smaller model) that this study's memory model
+    expects to run out of memory is replaced by its best repair, which fits; the original never runs."""
+    space = SearchSpace.from_yaml(TINY)
+    too_big = space.validate({"stage": 0, "mbs": 8, "ckpt": False})
+    assert tiny_run(too_big).status == "oom"
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, initial_configs=[too_big],
+                    initial_origins=[WarmStartOrigin(source_study="bigger-card")], n_init=3)
+    for c in ({"stage": 2, "mbs": 1, "ckpt": True}, {"stage": 0, "mbs": 4, "ckpt": False},
+              {"stage": 1, "mbs": 2, "ckpt": False}, {"stage": 2, "mbs": 8, "ckpt": True}):
+        c = space.validate(c)
+        opt.tell(c, tiny_run(c))
+    asked = opt.ask()
+    info = opt.last_ask_info
+    assert space.key(asked) != space.key(too_big)
+    assert info.phase == "warm_start" and info.repair_of == too_big and info.paired == "warm_start"
+    assert info.original_p_fit is not None and info.original_p_fit < DEFAULT_SETTINGS.pairing_trigger
+    assert info.repair_moves and info.warm_start_origin == WarmStartOrigin(source_study="bigger-card")
+    assert tiny_run(asked).status == "ok"
+    assert opt.initial_queue == []
 
 
 def test_the_warm_start_queue_is_saved_and_restored() -> None:
