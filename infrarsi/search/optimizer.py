@@ -376,6 +376,7 @@ class Optimizer:
             key = self.space.key(cfg)
             if key in seen:
                 continue
+            info: AskInfo | None
             if self.prior is None and self.models.memory.model is None and not self.observations:
                 info = self._ask_info(cfg, "warm_start", warm_start_origin=origin)
             else:
