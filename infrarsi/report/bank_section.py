@@ -28,6 +28,12 @@ def _f(v: Any, digits: int = 3) -> str:
     return "-" if v is None else f"{float(v):.{digits}g}"
 
 
+def _ask_info(row: Any) -> dict[str, Any]:
+    """The row's ``extra.ask_info`` dict (empty when absent or malformed)."""
+    raw = row.extra.get("ask_info")
+    return raw if isinstance(raw, dict) else {}
+
+
 def bank_blocks(data: StudyData) -> list[Block]:
     """The audit's bank blocks (empty when the study used no bank entry and dropped none)."""
     record: dict[str, Any] = {}
@@ -43,10 +49,9 @@ def bank_blocks(data: StudyData) -> list[Block]:
     runs = [r for r in data.trials if r.stage == "run"]
     known = {_key(u.get("config")) for u in used}
     for r in runs:  # warm starts a record does not hold (a study from before the record, a changed bank)
-        raw = r.extra.get("ask_info")
-        info: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        info = _ask_info(r)
         origin = info.get("warm_start_origin") if info.get("phase") == "warm_start" else None
-        if isinstance(origin, dict) and _key(r.config) not in known:
+        if isinstance(origin, dict) and _key(r.config) not in known and _key(info.get("repair_of")) not in known:
             used.append({**origin, "config": r.config})
             known.add(_key(r.config))
     if not used and not dropped and not transfer:
@@ -55,12 +60,18 @@ def bank_blocks(data: StudyData) -> list[Block]:
     rows = []
     for u in used:
         tried = [r for r in runs if _key(r.config) == _key(u.get("config"))]
-        if tried:
-            first = tried[0]
-            ok = [r.step_time_s for r in tried if r.status == "ok" and r.step_time_s]
+        # expected not to fit here, it ran as its memory-saving repair (search.optimizer._warm_start_picks)
+        repaired = [r for r in runs if not tried and _ask_info(r).get("phase") == "warm_start"
+                    and _ask_info(r).get("repair_of") is not None
+                    and _key(_ask_info(r).get("repair_of")) == _key(u.get("config"))]
+        if tried or repaired:
+            first = (tried or repaired)[0]
+            ok = [r.step_time_s for r in tried or repaired if r.status == "ok" and r.step_time_s]
             effect = (f"{base_s / min(ok):.2f}x vs baseline" if ok and base_s else
                       f"{min(ok):.4g} s" if ok else first.status)
-            outcome = f"tried: {', '.join(r.trial_id for r in tried)} ({first.status}); {effect}"
+            how = "tried" if tried else (f"expected not to fit here; tried as its repair "
+                                         f"({', '.join(_ask_info(first).get('repair_moves') or [])})")
+            outcome = f"{how}: {', '.join(r.trial_id for r in tried or repaired)} ({first.status}); {effect}"
         else:
             outcome = "not tried (budget spent before it, or queued after this run)"
         source = f"{u.get('source_study')}{' (this hardware)' if u.get('same_hardware') else ''}"

@@ -215,6 +215,20 @@ def test_warm_start_revalidates_configs_invalid_in_the_new_space(tmp_path: Path)
     assert used.rows[1][4] == "valid as measured" and used.rows[1][5].startswith("not tried")
     dropped = next(b for b in blocks if isinstance(b, Table) and "why invalid here" in b.headers)
     assert dropped.rows[0][0] == "a, run-0" and "micro_batch_size" in dropped.rows[0][2]
+    # An entry expected not to fit here runs as its memory-saving repair: the audit says so, once.
+    third = record["used"][1]["config"]
+    assert third["micro_batch_size"] == 4
+    saver = {**third, "micro_batch_size": 2}
+    rep_info = {"config": saver, "phase": "warm_start", "ask_index": 2, "repair_of": record["used"][1]["config"],
+                "repair_moves": ["micro_batch_size: 4 -> 2"], "paired": "warm_start",
+                "warm_start_origin": {"source_study": "a"}}
+    write_rows(d, [*rows, row("run-0", "run", cfg, 400.0, step=1.2, mem=0.5, hw="box-c",
+                              extra={"ask_info": info.to_dict()}),
+                   row("run-1", "run", saver, 500.0, step=2.0, mem=0.4, hw="box-c", extra={"ask_info": rep_info})])
+    used2 = next(b for b in bank_blocks(load_study(d)) if isinstance(b, Table) and "re-validation" in b.headers)
+    assert len(used2.rows) == 3
+    assert used2.rows[1][5] == ("expected not to fit here; tried as its repair (micro_batch_size: 4 -> 2): "
+                                "run-1 (ok); 1.50x vs baseline")
     # the same bank inside the models: study a's ok and oom trials (13; run-0 dropped), and run-0's weights
     assert record["transfer"]["sources"] == [{"study": "a", "key": record["transfer"]["sources"][0]["key"],
                                               "similarity": 1.0, "rows": 12, "dropped": 1, "own_prior": True}]
