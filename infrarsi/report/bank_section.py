@@ -61,9 +61,8 @@ def bank_blocks(data: StudyData) -> list[Block]:
     for u in used:
         tried = [r for r in runs if _key(r.config) == _key(u.get("config"))]
         # expected not to fit here, it ran as its memory-saving repair (search.optimizer._warm_start_picks)
-        repaired = [r for r in runs if not tried and _ask_info(r).get("phase") == "warm_start"
-                    and _ask_info(r).get("repair_of") is not None
-                    and _key(_ask_info(r).get("repair_of")) == _key(u.get("config"))]
+        repaired = [] if tried else [r for r in runs if _ask_info(r).get("phase") == "warm_start"
+                                     and _key(_ask_info(r).get("repair_of")) == _key(u.get("config"))]
         if tried or repaired:
             first = (tried or repaired)[0]
             ok = [r.step_time_s for r in tried or repaired if r.status == "ok" and r.step_time_s]

@@ -376,14 +376,10 @@ class Optimizer:
             key = self.space.key(cfg)
             if key in seen:
                 continue
-            info: AskInfo | None
-            if self.prior is None and self.models.memory.model is None and not self.observations:
-                info = self._ask_info(cfg, "warm_start", warm_start_origin=origin)
-            else:
-                if not fitted:
-                    self._fit()
-                    fitted = True
-                info = self._warm_start_fitting(cfg, origin, seen | failed)
+            if not fitted and (self.prior is not None or self.observations):
+                self._fit()  # once per ask: the memory model (or the prior) judges every queued config
+                fitted = True
+            info = self._warm_start_fitting(cfg, origin, seen | failed)
             if info is None:
                 continue
             seen.add(self.space.key(info.config))
