@@ -93,11 +93,13 @@ class Variant:
 TASKS: dict[str, tuple[Variant, Variant]] = {
     "gpu": (Variant("a100_sxm", "80GB", "8b", 8), Variant("h100_sxm", "80GB", "8b", 16)),
     "gpu_size": (Variant("a100_sxm", "80GB", "8b", 8), Variant("h100_sxm", "80GB", "13b", 16)),
+    "mem": (Variant("a100_sxm", "40GB", "8b", 8), Variant("a100_sxm", "80GB", "8b", 16)),
     "mem_size": (Variant("h100_sxm", "40GB", "8b", 8), Variant("h100_sxm", "80GB", "13b", 16)),
     "size": (Variant("h100_sxm", "80GB", "8b", 16), Variant("h100_sxm", "80GB", "13b", 16)),
 }
 """Task name -> (source X/A, target Y/B). ``gpu``: the source's best configs are the target's too;
-``gpu_size``: they run out of memory on the target; ``mem_size``: a 40 GB card of the same kind
+``gpu_size``: they run out of memory on the target; ``mem``: the issue's 8 x 40 GB -> 16 x 80 GB
+(A100s, the same model); ``mem_size``: a 40 GB card of the same kind
 (the issue's 8 x 40 GB -> 16 x 80 GB, 8b -> 13b), where the optimum moves; ``size``: the same
 cluster, a larger model (the issue's 7B -> 13B): the bank's studies ran on the target's own
 hardware, where the source's best configs run out of memory."""
