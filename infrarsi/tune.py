@@ -18,7 +18,13 @@ A thin adapter over ``infrarsi.search.Optimizer`` for a user's own Tune job::
 Trainables report an OOM or another failure as a normal result with a ``status`` field, read by
 ``Outcome.from_row`` (a missing status with a valid step time is ok). A trainable that raises
 reaches the searcher as ``on_trial_complete(error=True, result=None)`` (how Ray 2.60 reports an
-errored trial) and is told to the optimizer as ``failed``. Trials running at once are pending
+errored trial, without the exception) and is told to the optimizer as ``failed``; so wrap a
+trainable that may run out of memory in ``oom_as_result``, which turns its
+``torch.OutOfMemoryError`` into an ``oom`` result (peak >= capacity: the memory model learns from
+it) instead of a failure it cannot tell apart from a crash::
+
+    tuner = tune.Tuner(oom_as_result(my_trainable), tune_config=...)
+ Trials running at once are pending
 in the optimizer, so each ``suggest`` is a batch pick given them (give your trainable its real
 resources with ``tune.with_resources``). The searcher pickles whole, so ``Tuner.restore(path,
 trainable=..., restart_errored=True)`` resumes it; ``save``/``restore`` write its state as JSON
@@ -27,7 +33,10 @@ trainable=..., restart_errored=True)`` resumes it; ``save``/``restore`` write it
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +144,36 @@ class InfrarsiSearcher(Searcher):
             raise ConfigError(f"{checkpoint_path}: not a searcher state written by InfrarsiSearcher.save "
                               f"(JSON): {e}. Fix: restore from the file save() wrote.") from None
         self.set_state(state)
+
+
+def oom_as_result(trainable: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    """A Tune function trainable that reports running out of memory instead of raising it.
+
+    ``torch.OutOfMemoryError`` (CUDA, ROCm, XPU) or ``MemoryError`` raised by ``trainable(config)``
+    becomes one ``tune.report`` of ``{"status": "oom", "step_time_s": nan, "peak_memory_bytes":
+    ...}`` (the device's peak reserved bytes when a CUDA device was used, else None: the searcher
+    then takes its capacity as the lower bound), and the trial ends normally. ``InfrarsiSearcher``
+    tells it as ``oom``, a censored observation (peak >= capacity) that teaches its memory model
+    where the limit is; a raised OOM would reach it only as ``failed``. Any other exception is
+    raised as before (Tune marks the trial errored, the searcher tells ``failed``).
+    """
+
+    @functools.wraps(trainable)
+    def run(config: dict[str, Any]) -> Any:
+        import torch
+        from ray import tune
+
+        try:
+            return trainable(config)
+        except (torch.OutOfMemoryError, MemoryError) as e:
+            peak: float | None = None
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                peak = float(torch.cuda.max_memory_reserved()) or None
+            tune.report({"status": "oom", "step_time_s": math.nan, "peak_memory_bytes": peak,
+                         "error": f"{type(e).__name__}: {e}"[:500]})
+            return None
+
+    return run
 
 
 def _check_metric(metric: str | None, mode: str | None) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infrarsi.search import Optimizer, Outcome, SearchSpace
-from infrarsi.tune import InfrarsiSearcher
+from infrarsi.tune import InfrarsiSearcher, oom_as_result
 
 CAPACITY = 1000.0
 SPACE = """
@@ -32,15 +32,20 @@ BASELINE = {"zero_stage": 0, "micro_batch_size": 8, "checkpointing": False}  # O
 
 def make_trainable(capacity: float):  # type: ignore[no-untyped-def]
     """A toy trainable: synthetic step time and memory; ZeRO-1 'crashes' (raises) at micro-batch
-    <= 2. Built in a closure so Ray pickles it by value (tests/ is not importable on workers)."""
+    <= 2; over the capacity, ZeRO-0 raises ``torch.OutOfMemoryError`` (as a real job would) and
+    ZeRO-1 reports ``oom``. Built in a closure so Ray pickles it by value (tests/ is not
+    importable on workers)."""
 
     def toy_trainable(config: dict) -> None:
+        import torch
         from ray import tune
 
         mbs, ckpt, zero = config["micro_batch_size"], config["checkpointing"], config["zero_stage"]
         if zero == 1 and mbs <= 2:
             raise RuntimeError("toy crash")
         memory = 300.0 + mbs * (40.0 if ckpt else 120.0) - 100.0 * zero
+        if memory > capacity and zero == 0:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         if memory > capacity:  # Tune needs the metric in every result: nan when not ok
             tune.report({"status": "oom", "step_time_s": math.nan, "peak_memory_bytes": capacity})
             return
@@ -93,11 +98,13 @@ def test_save_restore_round_trip(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_tuner_run_sees_oom_as_censored_and_raise_as_failed(ray_local: str, tmp_path: Path) -> None:
+    """A reported oom and a raised ``torch.OutOfMemoryError`` (through ``oom_as_result``) are both
+    told as censored ``oom``; any other exception as ``failed``."""
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
 
     searcher = _searcher()
-    trainable = make_trainable(CAPACITY)
+    trainable = oom_as_result(make_trainable(CAPACITY))
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=1), num_samples=7,
@@ -114,7 +121,10 @@ def test_tuner_run_sees_oom_as_censored_and_raise_as_failed(ray_local: str, tmp_
     statuses = [o.outcome.status for o in opt.observations]
     assert seen.told == 7 and not seen.live
     oom = [o for o in opt.observations if o.outcome.status == "oom"]
-    assert oom and oom[0].config == BASELINE and oom[0].outcome.peak_memory == CAPACITY  # censored at capacity
+    # the baseline raised torch.OutOfMemoryError: told oom (no CUDA here, so no peak: the capacity is its bound)
+    assert oom and oom[0].config == BASELINE and oom[0].outcome.peak_memory is None
+    assert all(o.outcome.peak_memory in (None, CAPACITY) for o in oom)  # a reported oom: censored at capacity
+    assert all(o.outcome.extra["memory_censored"] for o in oom)
     failed = [o for o in opt.observations if o.outcome.status == "failed"]
     assert failed and all(o.config["zero_stage"] == 1 and o.config["micro_batch_size"] <= 2 for o in failed)
     assert statuses.count("ok") == 7 - len(oom) - len(failed)
