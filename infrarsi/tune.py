@@ -155,8 +155,13 @@ def oom_as_result(trainable: Callable[[dict[str, Any]], Any]) -> Callable[[dict[
     then takes its capacity as the lower bound), and the trial ends normally. ``InfrarsiSearcher``
     tells it as ``oom``, a censored observation (peak >= capacity) that teaches its memory model
     where the limit is; a raised OOM would reach it only as ``failed``. Any other exception is
-    raised as before (Tune marks the trial errored, the searcher tells ``failed``).
+    raised as before (Tune marks the trial errored, the searcher tells ``failed``). Only function
+    trainables: a ``tune.Trainable`` class reports from its ``step()``, so catch the OOM there.
     """
+    if isinstance(trainable, type) or not callable(trainable):
+        raise ConfigError(f"oom_as_result: rule: takes a Tune function trainable, `def f(config)`; got "
+                          f"{trainable!r}. Fix: for a tune.Trainable class, catch torch.OutOfMemoryError in "
+                          f"step() and return {{'status': 'oom', 'step_time_s': float('nan')}}.")
 
     @functools.wraps(trainable)
     def run(config: dict[str, Any]) -> Any:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from infrarsi.errors import ConfigError
 from infrarsi.search import Optimizer, Outcome, SearchSpace
 from infrarsi.tune import InfrarsiSearcher, oom_as_result
 
@@ -137,6 +138,48 @@ def test_tuner_run_sees_oom_as_censored_and_raise_as_failed(ray_local: str, tmp_
     again = InfrarsiSearcher(SPACE, memory_capacity=CAPACITY)
     again.restore_from_dir(str(tmp_path / "toy"))
     assert again.told >= seen.told and len(again.optimizer.observations) >= len(opt.observations)
+
+
+def test_oom_as_result_reports_an_out_of_memory_error_and_raises_anything_else(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrapper's logic without a Tune session: ``tune.report`` is captured (the real Tuner run
+    above checks what the searcher makes of it)."""
+    import torch
+    from ray import tune
+
+    reported: list[dict] = []
+    monkeypatch.setattr(tune, "report", reported.append)
+
+    def job(config: dict) -> str:
+        if config["fail"] == "oom":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if config["fail"] == "host":
+            raise MemoryError("host")
+        if config["fail"] == "crash":
+            raise RuntimeError("crash")
+        return "done"
+
+    wrapped = oom_as_result(job)
+    assert wrapped.__name__ == "job" and wrapped({"fail": None}) == "done" and not reported
+    assert wrapped({"fail": "oom"}) is None and wrapped({"fail": "host"}) is None
+    assert [r["status"] for r in reported] == ["oom", "oom"]
+    assert all(math.isnan(r["step_time_s"]) and r["peak_memory_bytes"] is None for r in reported)
+    assert "OutOfMemoryError" in reported[0]["error"]
+    assert Outcome.from_row(reported[0]).status == "oom" and Outcome.from_row(reported[0]).extra["memory_censored"]
+    with pytest.raises(RuntimeError, match="crash"):
+        wrapped({"fail": "crash"})
+    assert len(reported) == 2
+
+
+def test_oom_as_result_refuses_a_trainable_class() -> None:
+    from ray import tune
+
+    class Job(tune.Trainable):
+        def step(self) -> dict:
+            return {}
+
+    with pytest.raises(ConfigError, match="function trainable"):
+        oom_as_result(Job)  # type: ignore[arg-type]
 
 
 def test_restore_refuses_a_file_that_is_not_a_saved_state(tmp_path: Path) -> None:
