@@ -271,6 +271,27 @@ def run_target(task: str, arm: str, seed: int, budget: int, folder: Path, bank: 
             "bank_warm_start": _read_json(study / "bank_warm_start.json")}
 
 
+def hoist_bank_audits(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The bank audit (``bank_warm_start.json``) of each task and arm, once: ``{"task/arm": audit}``.
+
+    The audit depends on the bank and the target, not on the seed, so each run's copy is removed
+    from ``runs`` (in place) when it equals its arm's first one but for the bank's temporary path
+    and the time (``bank``, ``at``); a run whose audit differs keeps its own."""
+    def strip(x: Any) -> Any:
+        return {k: v for k, v in x.items() if k not in ("bank", "at")} if isinstance(x, dict) else x
+
+    out: dict[str, Any] = {}
+    for r in sorted(runs, key=lambda r: (r["task"], r["arm"], r["seed"])):
+        if "bank_warm_start" not in r:
+            continue
+        key = f"{r['task']}/{r['arm']}"
+        if key not in out:
+            out[key] = r.pop("bank_warm_start")
+        elif strip(out[key]) == strip(r["bank_warm_start"]):
+            del r["bank_warm_start"]
+    return out
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -410,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 f"cold/arm, 90% CI: the ratio of the two arms' medians with a percentile-bootstrap CI, seeds "
                 f"resampled in pairs (`median_ratio_ci`)."),
     }
-    result = {"meta": meta, "summary": summary, "runs": runs}
+    result = {"meta": meta, "summary": summary, "bank_warm_start": hoist_bank_audits(runs), "runs": runs}
     args.out.mkdir(parents=True, exist_ok=True)
     name = args.name or ("transfer_quick" if args.quick else "transfer")
     (args.out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from benchmarks.transfer import _ci_note, censored_median, median_ratio_ci, trials_to_threshold
+from benchmarks.transfer import (
+    _ci_note,
+    censored_median,
+    hoist_bank_audits,
+    median_ratio_ci,
+    trials_to_threshold,
+)
 
 
 def test_trials_to_threshold_is_the_first_trial_within_3_percent() -> None:
@@ -34,3 +40,14 @@ def test_ci_note_says_whether_the_interval_meets_misses_or_straddles_a_target() 
     assert "whole 90% CI misses" in _ci_note({"cold_over_arm_ci90": [0.8, 1.5]}, at_least_2)
     assert "straddles" in _ci_note({"cold_over_arm_ci90": [1.5, 2.5]}, at_least_2)
     assert _ci_note({}, at_least_2) == ""
+
+
+def test_the_bank_audit_is_kept_once_per_task_and_arm_unless_a_run_differs() -> None:
+    audit = {"bank": "/tmp/a", "at": 1.0, "used": [{"config": {"tp": 2}}]}
+    runs = [{"task": "gpu", "arm": "bank", "seed": s, "bank_warm_start": {**audit, "bank": f"/tmp/{s}", "at": s}}
+            for s in (1, 0)]
+    runs.append({"task": "gpu", "arm": "bank", "seed": 2, "bank_warm_start": {**audit, "used": []}})
+    runs.append({"task": "gpu", "arm": "cold", "seed": 0, "bank_warm_start": None})
+    hoisted = hoist_bank_audits(runs)
+    assert hoisted == {"gpu/bank": {**audit, "bank": "/tmp/0", "at": 0}, "gpu/cold": None}
+    assert [("bank_warm_start" in r) for r in runs] == [False, False, True, False]  # seed 2 differs: kept
