@@ -24,9 +24,9 @@ trainable that may run out of memory in ``oom_as_result``, which turns its
 it) instead of a failure it cannot tell apart from a crash::
 
     tuner = tune.Tuner(oom_as_result(my_trainable), tune_config=...)
- Trials running at once are pending
-in the optimizer, so each ``suggest`` is a batch pick given them (give your trainable its real
-resources with ``tune.with_resources``). The searcher pickles whole, so ``Tuner.restore(path,
+
+Trials running at once are pending in the optimizer, so each ``suggest`` is a batch pick given
+them (give your trainable its real resources with ``tune.with_resources``). The searcher pickles whole, so ``Tuner.restore(path,
 trainable=..., restart_errored=True)`` resumes it; ``save``/``restore`` write its state as JSON
 (never pickle: a checkpoint file is data, not code).
 """
