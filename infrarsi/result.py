@@ -31,7 +31,11 @@ class TrialResult:
     error: str = ""
     """Exception text or invariant-violation reason; empty when ok."""
     patches: list[str] = field(default_factory=list)
-    """Code patches applied for this trial (paths of patch files)."""
+    """Code patches applied for this trial, in order (paths of patch files: relative to the
+    workload's repository for a ``code_patch`` knob's, to the study directory for a proposal's)."""
+    patch_sha256: list[str] = field(default_factory=list)
+    """Hex sha256 of each patch file in ``patches`` (same order) as the trial ran it: with the
+    config, the identity of the candidate (``infrarsi.study.candidate``)."""
     step_time_s: float | None = None
     """Median over measured steps of the max-over-ranks time of one optimizer step; None unless ok."""
     step_time_samples_s: list[float] = field(default_factory=list)

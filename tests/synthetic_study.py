@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from infrarsi.result import TrialResult
+from infrarsi.study.candidate import PatchRef, file_sha256
 from infrarsi.study.contract import Contract
 from infrarsi.study.switches import StudySwitches
 
@@ -71,6 +72,24 @@ def row(tid: str, stage: str, cfg: dict[str, Any], t0: float, *, status: str = "
     return r
 
 
+def write_verified(study_dir: Path, candidate_rows: list[TrialResult], *, speedup: float = 3.0) -> dict[str, Any]:
+    """Log ``candidate_rows`` as verify trials of one candidate (their config, patches and
+    digests) and write a ``verify.json`` whose accepted best names them, as verify would."""
+    rows = []
+    for i, r in enumerate(candidate_rows):
+        r.trial_id, r.stage = f"verify-c{i}", "verify"
+        r.extra.update({"role": "candidate", "round": 0, "pair": i, "candidate": 0})
+        rows.append(r)
+    write_rows(study_dir, rows, name="verify")
+    first = rows[0]
+    best = {"config": first.config, "speedup": speedup, "ci_low": speedup * 0.9, "ci_high": speedup * 1.1,
+            "ci_coverage": 0.969, "ci_method": "96.9% interval (order statistics 1 and 6 of 6 pairs)",
+            "accepted": True, "trial_ids": [r.trial_id for r in rows],
+            "patches": [PatchRef(p, d).to_dict() for p, d in zip(first.patches, first.patch_sha256, strict=True)]}
+    (study_dir / "verify.json").write_text(json.dumps({"best": best, "candidates": [best]}))
+    return best
+
+
 def make_study(tmp: Path, name: str = "study", *, hw: str = "cpu-2core", verified: bool = True,
                patches: list[str] | None = None, switches: StudySwitches | None = None) -> Path:
     """A finished synthetic study ``tmp/name``; ``switches`` default to ``StudySwitches.resolve()``
@@ -80,6 +99,7 @@ def make_study(tmp: Path, name: str = "study", *, hw: str = "cpu-2core", verifie
                     memory_capacity_bytes=1 * GIB, trials=6, switches=switches).with_calibration(
         loss_atol=1e-4, reason="doctor: 3 baseline trials").save(d)
     t = time.time() - 3600
+    digests = [file_sha256(p) for p in patches or []]
     rows = [row(f"doctor-{i}", "doctor", BASE, t + 20 * i, step=2.0 + 0.05 * i, mem=0.3, hw=hw)
             for i in range(3)]
     run_specs = [
@@ -93,13 +113,14 @@ def make_study(tmp: Path, name: str = "study", *, hw: str = "cpu-2core", verifie
     for i, (cfg, st, step, mem) in enumerate(run_specs):
         rows.append(row(f"run-{i}", "run", cfg, t + 100 + 20 * i, status=st, step=step, mem=mem, hw=hw,
                         patches=list(patches or []) if cfg == BEST else [],
+                        patch_sha256=list(digests) if cfg == BEST else [],
                         extra={"ask_info": {"config": cfg, "phase": "bo", "ask_index": i,  # AskInfo.to_dict()
                                             "predicted_peak_memory_bytes": mem * 0.9 * GIB}}))
     for p in range(3):
         rows.append(row(f"verify-b{p}", "verify", BASE, t + 300 + 40 * p, step=2.0 + 0.02 * p, mem=0.3,
                         hw=hw, extra={"role": "baseline", "round": 0, "pair": p}))
         rows.append(row(f"verify-c{p}", "verify", BEST, t + 320 + 40 * p, step=0.66 + 0.01 * p, mem=0.8,
-                        hw=hw, patches=list(patches or []),
+                        hw=hw, patches=list(patches or []), patch_sha256=list(digests),
                         extra={"role": "candidate", "round": 0, "pair": p, "candidate": 0}))
     write_rows(d, rows)
     doctor = {"trials": 3, "ok_trials": 3, "statuses": {"ok": 3}, "baseline_config": BASE,
@@ -112,7 +133,10 @@ def make_study(tmp: Path, name: str = "study", *, hw: str = "cpu-2core", verifie
               "loss_tolerance": 1e-4, "loss_tolerance_floor": 1e-5, "loss_run_to_run_max_abs_diff": 1e-7,
               "how_measured": "3 separate baseline trials."}
     (d / "doctor.json").write_text(json.dumps(doctor))
-    best = {"config": BEST, "speedup": 3.03, "ci_low": 2.9, "ci_high": 3.1, "accepted": verified}
+    best = {"config": BEST, "speedup": 3.03, "ci_low": 2.9, "ci_high": 3.1, "accepted": verified,
+            "ci_coverage": 0.75, "ci_method": "75.0% interval (order statistics 1 and 3 of 3 pairs)",
+            "patches": [PatchRef(p, d).to_dict() for p, d in zip(patches or [], digests, strict=True)],
+            "trial_ids": [f"verify-c{p}" for p in range(3)]}
     (d / "verify.json").write_text(json.dumps({"best": best, "candidates": [best],
                                                "baseline_config": BASE, "noise_margin": 0.05}))
     return d

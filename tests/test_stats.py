@@ -66,3 +66,26 @@ def test_margin_and_cv() -> None:
     assert coefficient_of_variation([1.0, 1.0, 1.0]) == 0.0
     assert coefficient_of_variation([1.0, 2.0]) == pytest.approx(np.std([1, 2], ddof=1) / 1.5)
     assert not accept(1.05, 0.05) and accept(1.06, 0.05) and not accept(float("nan"), 0.0)
+
+
+def test_the_median_interval_says_what_it_covers() -> None:
+    from infrarsi.stats import median_interval, order_statistic_coverage, pairs_for_confidence
+
+    assert order_statistic_coverage(3, 1) == 0.75 and abs(order_statistic_coverage(6, 1) - 0.96875) < 1e-12
+    assert pairs_for_confidence(0.95) == 6
+    three = median_interval([1.3, 1.1, 1.2])
+    assert (three.ci_low, three.ci_high, three.k) == (1.1, 1.3, 1) and not three.reaches_confidence
+    assert "75.0%" in three.label()
+    twenty = median_interval(list(np.linspace(1.0, 2.0, 20)))
+    assert twenty.k == 6 and twenty.coverage >= 0.95 and twenty.reaches_confidence
+    # The stated coverage is the real one, on a skewed distribution with a known median.
+    rng = np.random.default_rng(0)
+    true_median = float(np.exp(0.0))  # lognormal(0, 0.5)
+    for n in (3, 6, 11):
+        hits = 0
+        for _ in range(4000):
+            iv = median_interval(rng.lognormal(0.0, 0.5, n))
+            hits += iv.ci_low <= true_median <= iv.ci_high
+        assert abs(hits / 4000 - iv.coverage) < 0.02, (n, hits / 4000, iv.coverage)
+    with pytest.raises(ValueError, match="non-empty"):
+        median_interval([])

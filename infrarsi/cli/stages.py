@@ -129,7 +129,7 @@ def run_cmd(
 def verify_cmd(
     study: Path = typer.Argument(..., help=STUDY_HELP),
     top_k: int = typer.Option(3, "--top-k", min=1, help="Candidates to re-run."),
-    pairs: int = typer.Option(3, "--pairs", min=2, help="Interleaved baseline/candidate pairs per round (>= 2)."),
+    pairs: int = typer.Option(3, "--pairs", min=2, help="Interleaved baseline/candidate pairs per round (>= 2; pairs x rounds >= 6 for a 95% interval)."),
     rounds: int = typer.Option(2, "--rounds", min=1, help="Rounds a candidate must pass."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
 ) -> None:
@@ -142,17 +142,24 @@ def verify_cmd(
 
 def _print_verify(v: dict) -> None:
     t = Table(title="verify", header_style="bold")
-    for col in ("#", "accepted", "speedup", "CI", "changes vs baseline"):
+    for col in ("#", "accepted", "speedup", "interval (coverage)", "changes vs baseline", "why not"):
         t.add_column(col)
     for i, c in enumerate(v.get("candidates", [])):
-        ci = f"[{c['ci_low']:.2f}, {c['ci_high']:.2f}]" if c.get("ci_low") is not None else "-"
+        ci = (f"[{c['ci_low']:.2f}, {c['ci_high']:.2f}] ({c['ci_coverage']:.1%})"
+              if c.get("ci_low") is not None and c.get("ci_coverage") is not None else "-")
         sp = f"{c['speedup']:.2f}x" if c.get("speedup") is not None else "-"
-        diff = ", ".join(f"{k}={b}" for k, (_a, b) in c.get("diff_vs_baseline", {}).items())
-        t.add_row(str(i), "yes" if c["accepted"] else "no", sp, ci, diff)
+        diff = [f"{k}={b}" for k, (_a, b) in c.get("diff_vs_baseline", {}).items()]
+        diff += [f"patch {Path(p['path']).name} ({p['sha256'][:12]})" for p in c.get("patches") or []]
+        t.add_row(str(i), "yes" if c["accepted"] else "no", sp, ci, ", ".join(diff) or "-",
+                  (c.get("reason") or "")[:120])
     console.print(t)
     best = v.get("best")
     if best:
-        console.print(f"verified speedup: {best['speedup']:.2f}x (95% CI lower bound {best['ci_low']:.2f}x)")
+        cov = best.get("ci_coverage")
+        console.print(f"verified speedup: {best['speedup']:.2f}x (lower bound {best['ci_low']:.2f}x of the "
+                      f"{best.get('ci_method') or 'interval'}"
+                      + (f"; it covers the median {cov:.1%} of the time" if cov is not None else "") + ")",
+                      highlight=False)
     else:
         console.print("no candidate was accepted: no win cleared the measured noise with every invariant kept")
 

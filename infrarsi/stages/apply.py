@@ -32,6 +32,7 @@ import yaml
 
 from infrarsi.errors import ApplyError, PatchError
 from infrarsi.result import TrialResult
+from infrarsi.study.candidate import Candidate, PatchRef, file_sha256
 from infrarsi.study.contract import Contract
 
 PROTECTED = ("main", "master")
@@ -101,25 +102,57 @@ def _trial_rows(study_dir: Path) -> list[TrialResult]:
         return []
 
 
-def _best_patches(best: dict[str, Any], rows: list[TrialResult]) -> list[str]:
-    if best.get("patches"):
-        return [str(p) for p in best["patches"]]
-    cfg = best["config"]
-    for stage in ("verify", "run"):
-        for r in rows:
-            if r.stage == stage and r.config == cfg and r.patches:
-                return list(r.patches)
-    from infrarsi.execution.knobs.code_patch import config_patch, patch_relpaths
+def verified_candidate(best: dict[str, Any], rows: list[TrialResult], study_dir: Path) -> Candidate:
+    """The candidate verify accepted, checked against the log: ``verify.json``'s best must name
+    its patches with digests and the verify trials that measured it, every one of those trials
+    must be logged ``ok`` with exactly that config and those patches, and no run or verify trial
+    of the same candidate may have broken an invariant. Anything else is an ``ApplyError``."""
+    p = study_dir / "verify.json"
+    if "patches" not in best or not best.get("trial_ids"):
+        raise ApplyError(f"{p}: the best candidate does not name its patches and verify trials (written by "
+                         f"an older infrarsi); re-run `infrarsi verify {study_dir}` so apply commits exactly "
+                         f"what verify measured.")
+    cand = Candidate.from_dict(best)
+    for ref in cand.patches:
+        if not ref.sha256:
+            raise ApplyError(f"{p}: patch {ref.path!r} has no recorded digest; re-run `infrarsi verify "
+                             f"{study_dir}`.")
+    by_id = {r.trial_id: r for r in rows}
+    for tid in best["trial_ids"]:
+        r = by_id.get(str(tid))
+        if r is None or r.stage != "verify":
+            raise ApplyError(f"{p}: verify trial {tid!r} of the best candidate is not in the study's log; "
+                             f"re-run `infrarsi verify {study_dir}`.")
+        got = Candidate.from_row(r)
+        if got.key != cand.key:
+            raise ApplyError(f"{p}: the best candidate ({cand.describe()}) is not what verify trial {tid} ran "
+                             f"({got.describe()}); apply promotes only what verify measured. Re-run "
+                             f"`infrarsi verify {study_dir}`.")
+        if r.status != "ok":
+            raise ApplyError(f"{p}: verify trial {tid} of the best candidate ended {r.status}; it cannot be "
+                             f"promoted.")
+    for r in rows:
+        if r.status == "invariant_violation" and r.stage in ("run", "verify") and Candidate.from_row(r).key == cand.key:
+            raise ApplyError(f"trial {r.trial_id} of this very candidate ({cand.describe()}) broke an invariant "
+                             f"({r.error[:200]}); a candidate that ever broke one is never promoted.")
+    return cand
 
-    name = config_patch(cfg)  # a `code_patch` knob names its file(s) even without a logged row
-    return patch_relpaths(name) if name else []
+
+def _check_digest(ref: PatchRef, path: Path) -> None:
+    got = file_sha256(path)
+    if got != ref.sha256:
+        raise ApplyError(f"patch {ref.path} ({path}): sha256 {got[:16] or 'unreadable'} now, {ref.sha256[:16]} "
+                         f"when verify measured it. apply commits exactly the verified patch: restore that file, "
+                         f"or propose and verify the new one.")
 
 
-def _resolve_patch(p: str, contract: Contract, study_dir: Path) -> Path:
-    path = Path(p)
+def _resolve_patch(ref: PatchRef, contract: Contract, study_dir: Path) -> Path:
+    path = Path(ref.path)
     if path.is_absolute():
         return path
-    bases = [study_dir, *(Path(contract.workload_path).parents if contract.workload_path else [])]
+    if ref.source == "proposal":
+        return study_dir / path
+    bases = [*(Path(contract.workload_path).parents if contract.workload_path else []), study_dir]
     for b in bases:
         if (b / path).exists():
             return b / path
@@ -166,11 +199,13 @@ def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = Non
 
     # Patches: scope-checked against the contract, applied in the new branch's tree.
     rows = _trial_rows(d)
-    patch_files = [_resolve_patch(p, contract, d) for p in _best_patches(best, rows)]
+    cand = verified_candidate(best, rows, d)
     from infrarsi.patches import Patch, check_scope, check_tree
 
     patches = []
-    for pf in patch_files:
+    for ref in cand.patches:
+        pf = _resolve_patch(ref, contract, d)
+        _check_digest(ref, pf)
         try:
             patch = Patch.load(pf)
             check_scope(patch, contract.editable.globs)
@@ -207,7 +242,7 @@ def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = Non
             files += patch.paths
         out = wt / "infrarsi" / study
         out.mkdir(parents=True, exist_ok=True)
-        written = _write_artifacts(out, contract, best, cfg, rows, patches, base.hexsha, d)
+        written = _write_artifacts(out, contract, best, cfg, rows, patches, base.hexsha, d, cand.patches)
         rel = [str(p.relative_to(wt)) for p in written]
         g.add("--", *rel)
         files += rel
@@ -219,7 +254,8 @@ def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = Non
                 env.update(GIT_AUTHOR_EMAIL="infrarsi@localhost", GIT_COMMITTER_EMAIL="infrarsi@localhost")
         msg = (f"infrarsi: {contract.study}: verified {best.get('speedup', 0):.3g}x step-time speedup\n\n"
                f"Knobs: {json.dumps({k: v for k, v in cfg.items()}, sort_keys=True)}\n"
-               f"95% CI: [{best.get('ci_low')}, {best.get('ci_high')}]\n"
+               f"Interval: [{best.get('ci_low')}, {best.get('ci_high')}], {_coverage(best)}\n"
+               f"Patches: {cand.describe()}\n"
                f"Contract: {contract.contract_hash}\nBaseline: {base.hexsha} (tag {tag})\n")
         with g.custom_environment(**env):
             g.commit("-m", msg, "--no-verify")
@@ -243,9 +279,14 @@ def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = Non
                        tag_created=tag_created, files=sorted(set(files)))
 
 
+def _coverage(best: dict[str, Any]) -> str:
+    cov = best.get("ci_coverage")
+    return f"{best.get('ci_method')}, exact coverage {cov:.1%}" if cov is not None else "coverage not recorded"
+
+
 def _write_artifacts(out: Path, contract: Contract, best: dict[str, Any], cfg: dict[str, Any],
                      rows: list[TrialResult], patches: list[Any], base_sha: str,
-                     study_dir: Path) -> list[Path]:
+                     study_dir: Path, refs: tuple[PatchRef, ...] = ()) -> list[Path]:
     from infrarsi.report.dsconfig import deepspeed_config
 
     written = []
@@ -262,6 +303,8 @@ def _write_artifacts(out: Path, contract: Contract, best: dict[str, Any], cfg: d
         "speedup": best.get("speedup"),
         "ci_low": best.get("ci_low"),
         "ci_high": best.get("ci_high"),
+        "ci_coverage": best.get("ci_coverage"),
+        "patch_sha256": {f"patches/{Path(p.path).name}": ref.sha256 for p, ref in zip(patches, refs, strict=True)},
         "knobs": cfg,
         "baseline_knobs": contract.workload.get("baseline", {}),
         "patches": [f"patches/{Path(p.path).name}" for p in patches],
@@ -279,8 +322,8 @@ def _write_artifacts(out: Path, contract: Contract, best: dict[str, Any], cfg: d
     readme = out / "README.md"
     readme.write_text(
         f"# infrarsi study {contract.study}\n\n"
-        f"Verified step-time speedup {best.get('speedup')}x (95% CI [{best.get('ci_low')}, "
-        f"{best.get('ci_high')}]) over the baseline commit {base_sha} (tag "
+        f"Verified step-time speedup {best.get('speedup')}x (interval [{best.get('ci_low')}, "
+        f"{best.get('ci_high')}], {_coverage(best)}) over the baseline commit {base_sha} (tag "
         f"`infrarsi/golden/{_ref_safe(contract.study)}`), at fixed {contract.invariants.tokens_per_step} "
         f"tokens per optimizer step, loss within the contract's tolerance.\n\n"
         f"- `knobs.yaml`: the winning knob values\n"

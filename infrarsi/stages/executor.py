@@ -108,7 +108,8 @@ class StudyExecutor:
     def run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
                   extra: dict[str, Any] | None = None, timeout_s: float | None = None,
                   placement_group: Any = None, patch_file: str | None = None,
-                  attempt_key: str | None = None) -> dict[str, Any]:
+                  attempt_key: str | None = None,
+                  expect_sha256: list[str] | None = None) -> dict[str, Any]:
         """Run one trial and return its logged row as a dict (TrialResult fields).
 
         Safe to call from several threads at once (the ``run`` stage's concurrent Tune trials,
@@ -119,10 +120,15 @@ class StudyExecutor:
         ``attempt_key`` (the ``run`` stage passes the Ray Tune trial id): a later call with the
         same key (Tune retrying a trial whose actor died, a node lost) runs nothing and returns
         the first call's row, waiting for it while it is still running, so a retried trial is
-        never run or logged twice. A first call that raised leaves the key free."""
+        never run or logged twice. A first call that raised leaves the key free.
+
+        ``expect_sha256`` (verify, the long check): the digests the candidate's patches must
+        have, in order; a patch file whose bytes changed since (or a different patch list) is
+        refused before any rank starts, logged ``failed`` naming the file and both digests."""
         if attempt_key is None:
             return self._run_trial(config, stage, patches=patches, extra=extra, timeout_s=timeout_s,
-                                   placement_group=placement_group, patch_file=patch_file)
+                                   placement_group=placement_group, patch_file=patch_file,
+                                   expect_sha256=expect_sha256)
         with self._lock:
             first = attempt_key not in self._attempts
             if first:
@@ -146,9 +152,20 @@ class StudyExecutor:
                     self._attempts.pop(attempt_key, None)
             done.set()
 
+    def run_candidate(self, candidate: Any, stage: str, *, extra: dict[str, Any] | None = None,
+                      timeout_s: float | None = None) -> dict[str, Any]:
+        """Run a ``Candidate`` (``infrarsi.study.candidate``): its config with exactly its patches
+        (a proposal's as ``patch_file``; a knob's through the config), refused when a patch's
+        bytes no longer match its recorded digest."""
+        digests = [p.sha256 for p in candidate.patches]
+        return self.run_trial(dict(candidate.config), stage, extra=extra, timeout_s=timeout_s,
+                              patch_file=candidate.proposal_patch,
+                              expect_sha256=digests if all(digests) else None)
+
     def _run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
                    extra: dict[str, Any] | None = None, timeout_s: float | None = None,
-                   placement_group: Any = None, patch_file: str | None = None) -> dict[str, Any]:
+                   placement_group: Any = None, patch_file: str | None = None,
+                   expect_sha256: list[str] | None = None) -> dict[str, Any]:
         from infrarsi.errors import PatchConflictError, PatchError
 
         with self._lock:
@@ -165,11 +182,13 @@ class StudyExecutor:
             self.markers.start(trial_id, stage, config, self.workload.world_size)
             log.info("trial.start", trial_id=trial_id, stage=stage, config=config)
             patch_list = list(patches or [])
+            digests: list[str] = []
             code_dir: str | None = None
             patch_extra: dict[str, Any] = {}
             patch_error: PatchError | None = None
             try:
-                code_dir, patch_extra = self._code_dir_for(config, patch_list, patch_file)
+                code_dir, patch_extra = self._code_dir_for(config, patch_list, patch_file, digests)
+                patch_error = _digest_mismatch(patch_list, digests, expect_sha256)
             except PatchError as e:
                 patch_error = e
         if patch_error is not None:  # refused before any rank starts: no device time spent
@@ -184,6 +203,7 @@ class StudyExecutor:
                 code_dir=code_dir, loss_guard=self.loss_guard(), placement_group=placement_group,
             )
             result.extra.update(patch_extra)
+        result.patch_sha256 = list(digests)
         self.markers.ended(trial_id)  # its devices are free: the heartbeat stops
         if extra:
             result.extra.update(extra)
@@ -197,26 +217,31 @@ class StudyExecutor:
         return result.to_dict()
 
     def _code_dir_for(self, config: dict[str, Any], patch_list: list[str],
-                      patch_file: str | None = None) -> tuple[str | None, dict[str, Any]]:
+                      patch_file: str | None = None,
+                      digests: list[str] | None = None) -> tuple[str | None, dict[str, Any]]:
         """The code dir of a config (None: the runner's own) and extra row fields; appends the
         patch files (repository-relative, every one of a set, or study-relative for a proposal's)
-        to ``patch_list``."""
+        to ``patch_list`` and their sha256 digests, as read now, to ``digests``."""
         from infrarsi.errors import PatchError
         from infrarsi.execution.knobs.code_patch import config_patch, patch_relpaths, patch_set
         from infrarsi.execution.knobs.code_patch import patch_file as named_patch
+        from infrarsi.study.candidate import file_sha256
+
+        digests = digests if digests is not None else []
 
         name = config_patch(config)
         if patch_file is not None:
             path = (self.paths.root / patch_file).resolve()
             if not path.is_relative_to(self.paths.root.resolve()):
                 raise PatchError(f"patch {patch_file!r}: a proposal's patch lives in the study directory.")
-            key, rels, files = f"proposal:{patch_file}", [patch_file], [path]
+            key, rels, files = f"proposal:{patch_file}:{file_sha256(path)}", [patch_file], [path]
         elif name is None:
             return None, {}
         else:  # a patch or a set `a+b` (one worktree per set, keyed by the value)
             root = Path(self.runner.code_dir).resolve()
             key, rels, files = name, patch_relpaths(name), [named_patch(root, n) for n in patch_set(name)]
         patch_list.extend(r for r in rels if r not in patch_list)  # named in the row even when refused
+        digests.extend(file_sha256(f) for f in files)
         tree, sub = self._tree(key, files)
         return str(tree.path / sub), {"patch_base_sha": tree.base_sha, "patch_paths_touched": list(tree.paths_touched)}
 
@@ -336,3 +361,22 @@ class StudyExecutor:
 
     def ping(self) -> bool:
         return True
+
+
+def _digest_mismatch(paths: list[str], digests: list[str], expect: list[str] | None) -> Any:
+    """A ``PatchError`` when the patches about to run are not the ones a candidate recorded
+    (another list, or a file whose bytes changed since), else None."""
+    from infrarsi.errors import PatchError
+
+    if expect is None:
+        return None
+    if len(expect) != len(digests):
+        return PatchError(f"the candidate recorded {len(expect)} patch(es), this trial would run "
+                          f"{len(digests)} ({paths}); re-run the stage that chose it.")
+    for path, got, want in zip(paths, digests, expect, strict=True):
+        if got != want:
+            return PatchError(f"patch {path!r} changed since the candidate was measured: sha256 "
+                              f"{got[:16] or 'unreadable'} now, {want[:16]} recorded. A candidate "
+                              f"runs exactly the patch it was measured with; restore that file or "
+                              f"propose the new one as a new candidate.")
+    return None

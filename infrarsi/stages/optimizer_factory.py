@@ -201,6 +201,8 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     for r in rows:
         if r.extra.get("interrupted") or not r.config:
             continue
+        if has_proposal_patch(r):  # another candidate than its knobs alone (study.candidate)
+            continue
         if not set(contract.editable.knobs) >= set(space.names):
             try:
                 space.validate(dict(r.config), where=f"trial {r.trial_id}")
@@ -209,6 +211,16 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
                 continue
         opt.tell(dict(r.config), Outcome.from_row(r))
     return opt
+
+
+def has_proposal_patch(row: TrialResult) -> bool:
+    """True when a row ran a proposal's code patch: the knob models only know knobs, so the
+    outcome of that patched code is not told to them as the knobs' (a cheat's violation would
+    deter the search from honest knobs, a real win would credit knobs with the patch's speed).
+    Verify still weighs it as its own candidate (``infrarsi.study.candidate``)."""
+    from infrarsi.study.candidate import patch_source
+
+    return any(patch_source(str(p)) == "proposal" for p in row.patches or [])
 
 
 def logged_row(study_dir: str | Path, tune_trial_id: str) -> TrialResult | None:
@@ -238,7 +250,14 @@ def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, propo
     from infrarsi.tune import InfrarsiSearcher
 
     class _StudySearcher(InfrarsiSearcher):  # type: ignore[misc, valid-type]
+        untold: set[str] = set()
+        """Tune trial ids of patched proposals: run and logged, never told to the knob models."""
+
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+            if trial_id in self.untold:
+                self.untold.discard(trial_id)
+                self.live.pop(trial_id, None)
+                return
             if study_dir is None or not (error or result is None) or trial_id not in self.live:
                 super().on_trial_complete(trial_id, result=result, error=error)
                 return
@@ -257,7 +276,11 @@ def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, propo
                 from infrarsi.errors import UserInputError
 
                 try:
-                    full = self.optimizer.add_pending(proposal.config)
+                    if proposal.patch:  # patched code: not a point of the knob models
+                        full = self.optimizer.space.validate(proposal.config, where=f"proposal {proposal.proposal_id}")
+                        self.untold.add(trial_id)
+                    else:
+                        full = self.optimizer.add_pending(proposal.config)
                 except UserInputError as e:  # checked when queued; a study edited since may refuse it
                     log.warning("run.proposal_refused", proposal_id=proposal.proposal_id, error=str(e)[:300])
                     return self.suggest(trial_id)
@@ -274,5 +297,7 @@ def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, propo
             out[info_key] = info.to_dict() if isinstance(info, AskInfo) else {}
             return out
 
-    return _StudySearcher(optimizer=optimizer, metric="step_time_s", mode="min")
+    searcher = _StudySearcher(optimizer=optimizer, metric="step_time_s", mode="min")
+    searcher.untold = set()  # per instance, not the class attribute
+    return searcher
 

@@ -31,6 +31,7 @@ from typing import Any, cast
 import structlog
 
 from infrarsi.errors import StudyError
+from infrarsi.study.candidate import Candidate
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import StudyPaths
 
@@ -213,8 +214,7 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
             log.warning("run.close_failed", error=str(e))
         ray.kill(executor)  # type: ignore[arg-type]
     final = [r for r in rows_from_table(read_trials(paths.root)) if r.stage == "run"]
-    ok = [r for r in final if r.status == "ok" and r.step_time_s]
-    best = min(ok, key=lambda r: r.step_time_s or math.inf) if ok else None
+    best = fastest_clean_row(final)
     base = _baseline_step(paths)
     from infrarsi.stages.bank_feed import add_to_bank
 
@@ -223,11 +223,20 @@ def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool 
         "trials": len([r for r in final if not r.extra.get("interrupted")]),
         "statuses": {s: sum(1 for r in final if r.status == s) for s in sorted({r.status for r in final})},
         "best_config": best.config if best else None,
+        "best_patches": [p.to_dict() for p in Candidate.from_row(best).patches] if best else [],
         "best_step_time_s": best.step_time_s if best else None,
         "baseline_step_time_s": base,
         "raw_speedup": (base / best.step_time_s) if (best and base and best.step_time_s) else None,
         "concurrency": limit,
     }
+
+
+def fastest_clean_row(rows: list[Any]) -> Any:
+    """The fastest ``ok`` run row of a candidate (config + patches) none of whose run trials
+    broke an invariant (None when there is none): what ``run``'s summary names as the best."""
+    broke = {Candidate.from_row(r).key for r in rows if r.status == "invariant_violation"}
+    ok = [r for r in rows if r.status == "ok" and r.step_time_s and Candidate.from_row(r).key not in broke]
+    return min(ok, key=lambda r: r.step_time_s or math.inf) if ok else None
 
 
 def topup_needed(*, lost_actors: int, remaining: int, round_: int, wall_spent: bool, device_spent: bool) -> bool:

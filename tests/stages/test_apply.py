@@ -175,3 +175,51 @@ def test_a_failed_apply_leaves_no_branch_and_restores_a_forced_one(tmp_path: Pat
     with pytest.raises(ApplyError, match="does not apply"):
         apply(study, repo.working_tree_dir, branch="tuned", force=True)
     assert repo.heads.tuned.commit.hexsha == old
+
+
+def test_a_rejected_cheats_patch_never_reaches_the_branch(tmp_path: Path) -> None:
+    """The knobs verify accepted also ran, in another trial, with a cheat's patch that broke an
+    invariant: apply commits the verified candidate (the knobs, no patch), never the cheat's code,
+    and refuses a verify.json edited to claim the cheat's patch."""
+    from synthetic_study import BEST, row, write_rows
+
+    from infrarsi.study.candidate import PatchRef, file_sha256
+
+    repo = make_repo(tmp_path / "repo")
+    cheat = make_patch(repo, tmp_path / "skip_layers.patch")
+    study = make_study(tmp_path)  # BEST verified without a patch
+    write_rows(study, [row("run-9", "run", BEST, 0.0, status="invariant_violation", patches=[str(cheat)],
+                           patch_sha256=[file_sha256(cheat)], error="loss left the tolerance at step 3")],
+               name="cheat")
+    res = apply(study, repo.working_tree_dir, branch="tuned")
+    assert "workloads/model.py" not in res.files
+    assert "return x * 1.0" not in repo.git.show("tuned:workloads/model.py")
+    assert "patches" not in " ".join(res.files)
+
+    verify = json.loads((study / "verify.json").read_text())
+    verify["best"]["patches"] = [PatchRef(str(cheat), file_sha256(cheat)).to_dict()]
+    (study / "verify.json").write_text(json.dumps(verify))
+    with pytest.raises(ApplyError, match="not what verify trial verify-c0 ran"):
+        apply(study, repo.working_tree_dir, branch="cheat")
+    assert "cheat" not in [h.name for h in repo.heads]
+
+
+def test_apply_refuses_a_patch_changed_since_verify_and_a_candidate_that_broke_an_invariant(tmp_path: Path) -> None:
+    from synthetic_study import BEST, row, write_rows
+
+    from infrarsi.study.candidate import file_sha256
+
+    repo = make_repo(tmp_path / "repo")
+    patch = make_patch(repo, tmp_path / "fuse.patch")
+    study = make_study(tmp_path, patches=[str(patch)])
+    verified_sha = file_sha256(patch)
+    patch.write_text(patch.read_text() + "\n")
+    with pytest.raises(ApplyError, match=rf"sha256 .* now, {verified_sha[:16]} when verify measured it"):
+        apply(study, repo.working_tree_dir)
+    patch.write_text(patch.read_text()[:-1])
+    # The same candidate (knobs, patch bytes) broke an invariant in one run trial: never promoted.
+    write_rows(study, [row("run-9", "run", BEST, 0.0, status="invariant_violation", patches=[str(patch)],
+                           patch_sha256=[verified_sha], error="eval loss differs")], name="broke")
+    with pytest.raises(ApplyError, match=r"run-9 of this very candidate .* broke an invariant"):
+        apply(study, repo.working_tree_dir)
+    assert [h.name for h in repo.heads] == ["main"]

@@ -153,14 +153,14 @@ def test_patched_trial_runs_the_patched_code_with_the_same_loss(tmp_path: Path, 
 
 
 def test_apply_puts_the_winners_patch_on_the_branch(tmp_path: Path) -> None:
-    import json
     import sys
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from synthetic_study import row, write_rows
+    from synthetic_study import row, write_rows, write_verified
 
     from infrarsi.stages.apply import apply
     from infrarsi.stages.common import load_space
+    from infrarsi.study.candidate import file_sha256
     from infrarsi.study.contract import Contract
 
     root = make_repo(tmp_path, ["none", "rope_complex"])
@@ -169,11 +169,11 @@ def test_apply_puts_the_winners_patch_on_the_branch(tmp_path: Path) -> None:
     space = load_space(Contract.load(study), study)
     base = space.validate(dict(contract.workload_model().baseline))
     best = space.validate({**FAST, PATCH_KNOB: "rope_complex"})
+    rel = ["workloads/patches/rope_complex.diff"]
+    sha = [file_sha256(root / p) for p in rel]
     write_rows(study, [row("doctor-0", "doctor", base, 0.0, step=2.0),
-                       row("run-0", "run", best, 30.0, step=0.6,
-                           patches=["workloads/patches/rope_complex.diff"])])
-    (study / "verify.json").write_text(json.dumps({"best": {"config": best, "speedup": 3.0, "ci_low": 2.8,
-                                                            "accepted": True}, "candidates": []}))
+                       row("run-0", "run", best, 30.0, step=0.6, patches=rel, patch_sha256=sha)])
+    write_verified(study, [row("v", "verify", best, 60.0, step=0.6, patches=rel, patch_sha256=sha)])
     res = apply(study, root, branch="tuned")
     assert MODEL in res.files
     repo = git.Repo(root)
@@ -276,14 +276,14 @@ def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_p
 
 
 def test_apply_puts_every_patch_of_the_winners_set_on_the_branch(tmp_path: Path) -> None:
-    import json
     import sys
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from synthetic_study import row, write_rows
+    from synthetic_study import row, write_rows, write_verified
 
     from infrarsi.stages.apply import apply
     from infrarsi.stages.common import load_space
+    from infrarsi.study.candidate import file_sha256
     from infrarsi.study.contract import Contract
 
     root = make_repo(tmp_path, ["none", "rope_complex", "sdpa_gqa", "rope_complex+sdpa_gqa"])
@@ -292,9 +292,10 @@ def test_apply_puts_every_patch_of_the_winners_set_on_the_branch(tmp_path: Path)
     space = load_space(Contract.load(study), study)
     base = space.validate(dict(contract.workload_model().baseline))
     best = space.validate({**FAST, PATCH_KNOB: "rope_complex+sdpa_gqa"})
+    rel = ["workloads/patches/rope_complex.diff", "workloads/patches/sdpa_gqa.diff"]
+    sha = [file_sha256(root / p) for p in rel]
     write_rows(study, [row("doctor-0", "doctor", base, 0.0, step=2.0), row("run-0", "run", best, 30.0, step=0.6)])
-    (study / "verify.json").write_text(json.dumps({"best": {"config": best, "speedup": 3.0, "ci_low": 2.8,
-                                                            "accepted": True}, "candidates": []}))
+    write_verified(study, [row("v", "verify", best, 60.0, step=0.6, patches=rel, patch_sha256=sha)])
     apply(study, root, branch="tuned")
     text = git.Repo(root).git.show(f"tuned:{MODEL}")
     assert "view_as_complex" in text and "enable_gqa=" in text
