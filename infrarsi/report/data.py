@@ -124,7 +124,8 @@ def load_study(study_dir: str | Path) -> StudyData:
     data.baseline = _side("baseline", base_cfg, trials, role="baseline", doctor_ok=True)
     best = (verify or {}).get("best")
     if best and best.get("config"):
-        data.best = _side("best", dict(best["config"]), trials, role="candidate")
+        data.best = _side("best", dict(best["config"]), trials, role="candidate",
+                          trial_ids=best.get("trial_ids"))
         data.best_verified = bool(best.get("accepted"))
         if not data.best_verified:
             data.notes.append("verify did not accept any candidate: the 'best' shown is the top "
@@ -169,8 +170,15 @@ def _matches(cfg: dict[str, Any], want: dict[str, Any]) -> bool:
 
 
 def _side(label: str, cfg: dict[str, Any], trials: list[TrialResult], *, role: str,
-          doctor_ok: bool = False) -> Side:
+          doctor_ok: bool = False, trial_ids: list[str] | None = None) -> Side:
+    """The figures of one side; ``trial_ids`` (verify's record of the candidate's own trials)
+    picks exactly those rows, so another candidate with the same knobs never counts."""
     ok = [r for r in trials if r.ok and r.step_time_s is not None]
+    if trial_ids:
+        own = set(trial_ids)
+        ver = [r for r in ok if r.trial_id in own]
+        if ver:
+            return Side(label, cfg, ver, "verify")
     ver = [r for r in ok if r.stage == "verify" and r.extra.get("role") == role and _matches(r.config, cfg)]
     if ver:
         return Side(label, cfg, ver, "verify")

@@ -36,7 +36,7 @@ def test_report_sections_and_files(tmp_path: Path) -> None:
                     "Appendix: noise and calibration (doctor)", "Audit",
                     "How every figure was measured"):
         assert f"## {heading}" in md
-    assert "3.03x, 95% bootstrap CI [2.9, 3.1]; accepted: yes" in md
+    assert "3.03x, interval [2.9, 3.1] (75.0% interval (order statistics 1 and 3 of 3 pairs): it covers the true median 75.0% of the time); accepted: yes" in md
     assert "| micro_batch_size | 1 | 8 |" in md
     for tid in ("doctor-0", "run-1", "verify-c2"):
         assert f"| {tid} |" in md
