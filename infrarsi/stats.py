@@ -1,5 +1,4 @@
-"""Verify statistics: the paired-ratio speedup, an interval whose coverage is what it says, and
-the noise margin.
+"""Verify statistics: the paired-ratio speedup, an interval that covers what it says, the margin.
 
 Verify measures baseline and candidate interleaved (A B A B ...), so drift in the machine hits
 both alike. Each pair gives a ratio ``baseline_step_time / candidate_step_time`` (> 1: the
