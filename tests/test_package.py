@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "infrarsi"
 TESTS = ROOT / "tests"
 
-WHOLE_PACKAGE_TESTS = {"test_package.py"}
-"""Test files of the package as a whole (this file), exempt from the one-to-one rule."""
+WHOLE_PACKAGE_TESTS = {"test_package.py", "test_docs.py"}
+"""Test files of the package or the repository as a whole (this file; the README and docs/ links),
+exempt from the one-to-one rule."""
 OTHER_TREES = {"workloads": ROOT / "workloads", "benchmarks": ROOT / "benchmarks", "scripts": ROOT / "scripts",
                "examples": ROOT / "examples"}
 """Test folders that mirror a source tree other than the package (``tests/X/...`` mirrors
