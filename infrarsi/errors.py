@@ -69,6 +69,10 @@ class ClusterError(UserInputError):
     """The Ray cluster cannot hold one trial of the contract's workload (devices, CPUs, nodes)."""
 
 
+class NotAStudyError(UserInputError):
+    """A directory given as a study is not one: it does not exist, or holds no ``contract.yaml``."""
+
+
 class ProposalError(UserInputError):
     """A proposal (``infrarsi propose``, the MCP server's ``propose``) breaks the contract: an
     unknown knob or value, a knob outside the editable scope, a patch that touches forbidden paths."""
@@ -96,6 +100,7 @@ __all__ = [
     "InfrarsiError",
     "KnobError",
     "LogError",
+    "NotAStudyError",
     "PatchConflictError",
     "PatchError",
     "ProposalError",

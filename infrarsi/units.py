@@ -17,11 +17,13 @@ _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_size(text: str | int | float, *, what: str = "size") -> int:
+def parse_size(text: str | int | float, *, what: str = "size", unit_required: bool = False) -> int:
     """Return a size in bytes. Accepts ints/floats (bytes) and strings with units.
 
     Decimal units (``KB``, ``MB``, ``GB``) are powers of 1000; binary units (``KiB``, ``MiB``,
-    ``GiB``, and bare ``K``/``M``/``G``) are powers of 1024.
+    ``GiB``, and bare ``K``/``M``/``G``) are powers of 1024. ``unit_required`` (the CLI's flags)
+    refuses a string without a unit: ``--memory-capacity 160`` is far more likely a slip for
+    160MiB or 160GB than 160 bytes. Numbers (the Python API) are always bytes.
     """
     if isinstance(text, bool):
         raise ConfigError(f"{what}: expected a size such as 512MiB or 80GB, but got {text!r}.")
@@ -36,6 +38,12 @@ def parse_size(text: str | int | float, *, what: str = "size") -> int:
                 f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 512MiB or 80GB."
             )
         value, unit = float(m.group(1)), m.group(2).lower()
+        if unit_required and not unit:
+            n = m.group(1)
+            raise ConfigError(
+                f"{what}: {text!r} has no unit; rule: a size names its unit (B, KB, MB, GB, TB, KiB, "
+                f"MiB, GiB, TiB). Fix: {what} {n}MiB? {what} {n}GB? ({n}B if you mean bytes)."
+            )
     scaled = value * _SIZE_UNITS[unit]
     if not math.isfinite(scaled):
         raise ConfigError(f"{what}: a size must be a finite number of bytes, but got {text!r}. "

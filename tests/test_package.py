@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "infrarsi"
 TESTS = ROOT / "tests"
 
-WHOLE_PACKAGE_TESTS = {"test_package.py"}
-"""Test files of the package as a whole (this file), exempt from the one-to-one rule."""
+WHOLE_PACKAGE_TESTS = {"test_package.py", "test_docs.py"}
+"""Test files of the package or the repository as a whole (this file; the README and docs/ links),
+exempt from the one-to-one rule."""
 OTHER_TREES = {"workloads": ROOT / "workloads", "benchmarks": ROOT / "benchmarks", "scripts": ROOT / "scripts",
                "examples": ROOT / "examples"}
 """Test folders that mirror a source tree other than the package (``tests/X/...`` mirrors
@@ -146,3 +147,107 @@ def test_tests_mirror_the_package() -> None:
                 or (target.parent == ROOT / "scripts" and target.with_suffix(".sh").is_file())):
             unmatched.append(f"{test_file.relative_to(ROOT)} (no {target.relative_to(ROOT)}.py)")
     assert unmatched == [], "each test file tests the module of the same path: " + ", ".join(unmatched)
+
+
+# ----------------------------------------------------------------------------- dependencies
+DIST_MODULES = {
+    "ray": "ray", "torch": "torch", "deepspeed": "deepspeed", "botorch": "botorch", "gpytorch": "gpytorch",
+    "scipy": "scipy", "pyarrow": "pyarrow", "nvidia-ml-py": "pynvml", "gitpython": "git", "structlog": "structlog",
+    "typer": "typer", "rich": "rich", "pydantic": "pydantic", "pyyaml": "yaml", "matplotlib": "matplotlib",
+    "numpy": "numpy", "mcp": "mcp", "transformers": "transformers", "ax-platform": "ax", "optuna": "optuna",
+    "psutil": "psutil", "fsspec": "fsspec",
+}
+"""Distribution name (as pyproject spells it, lower case) -> the module it installs."""
+FIRST_PARTY = {"infrarsi", "workloads"}
+"""Top-level modules of this repository that ``infrarsi/`` imports."""
+OPTIONAL_WITHOUT_EXTRA = {"fsspec"}
+"""Modules imported only under ``try/except ImportError`` with no extra of their own (the bank's
+"any fsspec protocol", with a fix naming ``pip install fsspec`` when it is absent)."""
+
+
+def _guards_import_error(node: ast.Try) -> bool:
+    names: list[str] = []
+    for h in node.handlers:
+        types = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type] if h.type else []
+        names += [t.id for t in types if isinstance(t, ast.Name)]
+    return bool({"ImportError", "ModuleNotFoundError"} & set(names))
+
+
+def third_party_imports(files: list[Path]) -> tuple[set[str], set[str]]:
+    """(required, optional): the top-level third-party modules ``files`` import anywhere
+    (function bodies included); optional ones are imported only inside a ``try`` whose handler
+    catches ``ImportError``."""
+    import sys
+
+    required: set[str] = set()
+    optional: set[str] = set()
+
+    def visit(node: ast.AST, guarded: bool) -> None:
+        if isinstance(node, ast.Try):
+            inner = guarded or _guards_import_error(node)
+            for child in node.body:
+                visit(child, inner)
+            for child in [*node.handlers, *node.orelse, *node.finalbody]:
+                visit(child, guarded)
+            return
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        for n in names:
+            top = n.split(".")[0]
+            if top not in sys.stdlib_module_names and top not in FIRST_PARTY:
+                (optional if guarded else required).add(top)
+        for child in ast.iter_child_nodes(node):
+            visit(child, guarded)
+
+    for f in files:
+        visit(ast.parse(f.read_text()), False)
+    return required, optional - required
+
+
+def _dist_name(requirement: str) -> str:
+    import re
+
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    assert m, requirement
+    return m.group(1).lower().replace("_", "-")
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _modules_of(requirements: list[str], where: str, *, strict: bool = True) -> set[str]:
+    """The modules ``requirements`` install; ``strict``: every one must be in ``DIST_MODULES``
+    (extras may hold tools, such as ruff, that install no module infrarsi could import)."""
+    dists = {_dist_name(r) for r in requirements}
+    unknown = dists - set(DIST_MODULES)
+    assert not (strict and unknown), f"{where}: add the module each installs to DIST_MODULES: {sorted(unknown)}"
+    return {DIST_MODULES[d] for d in dists - unknown}
+
+
+def test_runtime_dependencies_are_exactly_what_the_package_imports() -> None:
+    """A dependency nothing imports (ax-platform, psutil were) cannot come back, and an import
+    without its dependency (scipy was) is caught."""
+    project = _pyproject()["project"]
+    declared = _modules_of(project["dependencies"], "pyproject.toml [project] dependencies")
+    required, optional = third_party_imports(sorted(PACKAGE.rglob("*.py")))
+    assert declared - required == set(), f"declared but never imported by infrarsi/: {sorted(declared - required)}"
+    assert required - declared == set(), f"imported by infrarsi/ but not declared: {sorted(required - declared)}"
+    extras = set().union(*(_modules_of(reqs, f"extra {name}", strict=False)
+                           for name, reqs in project["optional-dependencies"].items()))
+    assert optional <= extras | OPTIONAL_WITHOUT_EXTRA, (
+        f"imported under try/except ImportError but in no extra: {sorted(optional - extras - OPTIONAL_WITHOUT_EXTRA)}")
+
+
+def test_the_import_scan_sees_lazy_and_guarded_imports(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("import os\nimport numpy as np\nfrom infrarsi import units\n"
+                   "def f():\n    from scipy.stats import binom\n"
+                   "    try:\n        import fsspec\n    except ImportError:\n        import ray\n"
+                   "try:\n    import psutil\nexcept ValueError:\n    pass\n")
+    required, optional = third_party_imports([src])
+    assert required == {"numpy", "scipy", "ray", "psutil"} and optional == {"fsspec"}

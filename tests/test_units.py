@@ -42,3 +42,17 @@ def test_any_text_is_a_positive_finite_quantity_or_a_config_error(text: object) 
             assert what in str(e)
         else:
             assert math.isfinite(value) and value > 0
+
+
+@pytest.mark.parametrize("text", ["160", "2.5", " 7 ", "1e9"])
+def test_a_flag_refuses_a_size_without_a_unit(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"--memory-capacity: .* has no unit.*Fix: --memory-capacity .*MiB\? "):
+        parse_size(text, what="--memory-capacity", unit_required=True)
+    assert parse_size(text) == int(float(text))  # YAML and the Python API: bytes, as before
+
+
+def test_a_unit_ful_size_or_a_byte_count_is_taken_where_a_unit_is_required() -> None:
+    assert parse_size("160MiB", unit_required=True) == 160 * 2**20
+    assert parse_size("80GB", unit_required=True) == 80 * 10**9
+    assert parse_size("4096B", unit_required=True) == 4096
+    assert parse_size(4096, unit_required=True) == 4096  # numbers are bytes in the Python API

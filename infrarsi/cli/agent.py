@@ -55,8 +55,15 @@ def state_cmd(
     console.print(f"editable knobs: {', '.join(s['scope']['editable_knobs'])}; globs: {s['scope']['editable_globs']}")
     console.print(f"proposals: {len(s['proposals']['queued'])} queued, {len(s['proposals']['taken'])} taken")
     for p in s["predictions"]:
-        console.print(f"predict {json.dumps(p['config'])}: {p['step_time_mean_s']:.4g} s, "
-                      f"P(fit) {p['p_fit']:.2f}, P(ok) {p['p_ok']:.2f}")
+        console.print(f"predict {json.dumps(p['config'])}: " + ", ".join((
+            _num(p.get("step_time_mean_s"), "{:.4g} s", "step time not predicted yet (no ok trial)"),
+            _num(p.get("p_fit"), "P(fit) {:.2f}", "P(fit) -"),
+            _num(p.get("p_ok"), "P(ok) {:.2f}", "P(ok) -"))), highlight=False)
+
+
+def _num(value: float | None, fmt: str, missing: str) -> str:
+    """``fmt`` of ``value``, or ``missing`` when the model has no prediction (a new study: null)."""
+    return missing if value is None else fmt.format(value)
 
 
 @command("propose")

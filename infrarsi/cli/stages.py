@@ -29,7 +29,7 @@ BANK_HELP = ("Experience bank: a directory, a URI shared across clusters (s3://b
 
 
 def _size(text: str | None, what: str) -> int | None:
-    return parse_size(text, what=what) if text else None
+    return parse_size(text, what=what, unit_required=True) if text else None
 
 
 def _duration(text: str | None, what: str) -> float | None:

@@ -104,7 +104,7 @@ def trial(
         configure_logging(log_format)
     wl = Workload.from_yaml(workload)
     workload_space_path(wl, workload)
-    capacity = parse_size(memory_capacity, what="--memory-capacity") if memory_capacity else None
+    capacity = parse_size(memory_capacity, what="--memory-capacity", unit_required=True) if memory_capacity else None
     timeout_s = parse_duration(timeout, what="--timeout") if timeout else None
     overrides = parse_sets(set_)
     tid = trial_id or f"trial-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infrarsi.errors import LogError, StudyError
+from infrarsi.errors import LogError, NotAStudyError, StudyError
 
 _ID = re.compile(r"^(?P<stage>[a-z]+)-(?P<n>\d+)$")
 
@@ -122,6 +122,23 @@ class StudyPaths:
                 f"{self.root}: {what} ({path.name}) is missing; run `infrarsi {stage} {self.root}` first."
             )
         return path
+
+
+def require_study(study_dir: str | os.PathLike[str]) -> StudyPaths:
+    """The ``StudyPaths`` of ``study_dir``, or ``NotAStudyError`` (exit 2) when it is not a study
+    (``init`` makes one: it writes ``contract.yaml``), before any stage looks for its outputs."""
+    root = Path(study_dir)
+    paths = StudyPaths(root)
+    fix = (f"Fix: pass a study directory (one `infrarsi init WORKLOAD --study DIR` or `infrarsi tune` "
+           f"made), or make one with `infrarsi init WORKLOAD --study {root}`.")
+    if not root.exists():
+        raise NotAStudyError(f"{root}: not a study: the directory does not exist. {fix}")
+    if not root.is_dir():
+        raise NotAStudyError(f"{root}: not a study: it is a file, not a directory. {fix}")
+    if not paths.contract.is_file():
+        raise NotAStudyError(f"{root}: not a study: rule: a study directory holds contract.yaml; this one "
+                             f"does not. {fix}")
+    return paths
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

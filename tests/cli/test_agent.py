@@ -40,3 +40,12 @@ def test_a_broken_proposal_exits_2_naming_the_rule(study: Path, args: list[str],
 
 def test_state_refuses_a_predict_that_is_not_a_json_object(study: Path) -> None:
     refused(_invoke("state", str(study), "--predict", "7"), "--predict")
+
+
+def test_state_predicts_in_text_on_a_new_study(study: Path) -> None:
+    """A study with no ok trial has no step-time prediction (null in --json): the text form says
+    so instead of failing to format None."""
+    res = _invoke("state", str(study), "--predict", '{"micro_batch_size": 4}')
+    assert res.exit_code == 0, res.output
+    out = res.output.replace("\n", "")
+    assert '"micro_batch_size": 4' in out and "step time not predicted yet" in out and "P(fit) " in out

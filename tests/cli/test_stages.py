@@ -113,12 +113,17 @@ def _not(parse, text: str) -> bool:
     return False
 
 
+def _cli_size(text: str) -> int:
+    """``parse_size`` as the CLI's flags call it: a unit is required."""
+    return parse_size(text, unit_required=True)
+
+
 BAD_OPTIONS = st.one_of(
     st.tuples(st.just("--trials"), st.one_of(st.integers(max_value=0).map(str), st.sampled_from(["many", "1.5", ""]))),
     st.tuples(st.just("--device-hours"), st.one_of(st.floats(max_value=0).map(str), st.sampled_from(["nan", "inf", "x"]))),
     st.tuples(st.just("--loss-tolerance"), st.one_of(st.floats(max_value=-1e-300).map(str),
                                                      st.sampled_from(["nan", "inf", "-inf", "tight"]))),
-    st.tuples(st.just("--memory-capacity"), st.text(max_size=10).filter(lambda t: t != "" and _not(parse_size, t))),
+    st.tuples(st.just("--memory-capacity"), st.text(max_size=10).filter(lambda t: t != "" and _not(_cli_size, t))),
     st.tuples(st.just("--time-budget"), st.text(max_size=10).filter(lambda t: t != "" and _not(parse_duration, t))),
     st.tuples(st.just("--editable"), st.one_of(st.sampled_from(["", " ", "/etc/**", "../**", "a/../../b", "C:\\x"]),
                                                st.text(max_size=8).map(lambda t: "/" + t))),
@@ -149,3 +154,11 @@ def test_stage_options_out_of_range_exit_2_naming_them(args: list[str], tmp_path
     args = [{"STUDY": str(tmp_path / "none"), "FILE": str(tmp_path / "file")}.get(a, a) for a in args]
     res = _invoke(*args)
     refused(res, next((a for a in args if a.startswith("--") and a != "--study"), str(tmp_path)))
+
+
+@pytest.mark.parametrize("cmd", ["init", "tune"])
+def test_a_size_without_a_unit_exits_2_with_the_fix(cmd: str, tmp_path: Path) -> None:
+    study = tmp_path / "s"
+    res = _invoke(cmd, DENSE, "--study", str(study), "--memory-capacity", "160")
+    refused(res, "--memory-capacity", "'160'", "no unit", "160MiB", "160GB")
+    assert not study.exists()

@@ -37,6 +37,7 @@ def _invoke(*args: str):
         (["trial", str(ROOT / "workloads" / "missing.yaml")], "missing.yaml"),
         (["trial", DENSE, "--set", "zero_stage"], "knob=value"),
         (["trial", DENSE, "--memory-capacity", "lots"], "--memory-capacity"),
+        (["trial", DENSE, "--memory-capacity", "160"], "160MiB"),
         (["trial", DENSE, "--timeout", "-5m"], "--timeout"),
     ],
 )
@@ -104,9 +105,8 @@ def test_any_bad_set_value_exits_2_naming_the_knob(knob: str, value: str) -> Non
 @PROPERTY
 @given(flag=st.sampled_from(["--timeout", "--memory-capacity"]), value=st.text(max_size=10))
 def test_bad_trial_sizes_and_durations_exit_2(flag: str, value: str) -> None:
-    parse = parse_duration if flag == "--timeout" else parse_size
     try:
-        parse(value)
+        parse_duration(value) if flag == "--timeout" else parse_size(value, unit_required=True)
     except ConfigError:
         pass
     else:

@@ -114,5 +114,5 @@ def check_handlers(knob_names: Iterable[str], *, source: str = "search space") -
     if missing:
         raise KnobError(
             f"{source}: knob(s) {missing} have no handler. Known knobs: {sorted(KNOB_HANDLERS)}. "
-            f"Register one with @infrarsi.execution.knobs.register_knob(name) (see README, 'Adding a knob')."
+            f"Register one with @infrarsi.execution.knobs.register_knob(name) (see docs/KNOBS.md, 'Adding a knob')."
         )
