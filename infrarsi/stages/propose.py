@@ -51,17 +51,18 @@ def propose(study_dir: str | Path, config: Mapping[str, Any], *, why: str, patch
     scope = scope_violation(contract, space, base, full)
     if scope is not None:
         raise ProposalError(f"propose --config: out of scope: {scope}")
+    if patch is not None and config_patch(full) is not None:
+        raise ProposalError("propose --patch: rule: a proposal brings one patch, and its config also names "
+                            f"code_patch={full.get('code_patch')!r}. Fix: drop one of them.")
     queue = ProposalQueue(paths.root)
-    pid = queue.next_id()
-    stored: str | None = None
-    touched: list[str] = []
-    if patch is not None:
-        if config_patch(full) is not None:
-            raise ProposalError("propose --patch: rule: a proposal brings one patch, and its config also names "
-                                f"code_patch={full.get('code_patch')!r}. Fix: drop one of them.")
-        touched, stored = _check_and_store_patch(contract, paths, Path(patch), pid)
-    return queue.add(Proposal(proposal_id=pid, config=full, why=why.strip(), proposer=proposer,
-                              asked=dict(config), patch=stored, patch_paths=touched))
+    with queue.locked():  # the id and its files, one proposer at a time
+        pid = queue.next_id()
+        stored: str | None = None
+        touched: list[str] = []
+        if patch is not None:
+            touched, stored = _check_and_store_patch(contract, paths, Path(patch), pid)
+        return queue.add(Proposal(proposal_id=pid, config=full, why=why.strip(), proposer=proposer,
+                                  asked=dict(config), patch=stored, patch_paths=touched))
 
 
 def _check_and_store_patch(contract: Any, paths: StudyPaths, patch: Path, pid: str) -> tuple[list[str], str]:

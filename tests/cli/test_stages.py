@@ -22,6 +22,7 @@ from infrarsi.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 DENSE = str(ROOT / "workloads" / "dense_debug.yaml")
+SURROGATE_SMALL = ROOT / "tests" / "fixtures" / "stages" / "surrogate_small.yaml"
 
 
 def _invoke(*args: str, env: dict[str, str] | None = None):
@@ -149,3 +150,58 @@ def test_stage_options_out_of_range_exit_2_naming_them(args: list[str], tmp_path
     args = [{"STUDY": str(tmp_path / "none"), "FILE": str(tmp_path / "file")}.get(a, a) for a in args]
     res = _invoke(*args)
     refused(res, next((a for a in args if a.startswith("--") and a != "--study"), str(tmp_path)))
+
+
+@pytest.mark.parametrize(("argv", "expanded"), [
+    (["run", "S", "--wait"], ["run", "S", "--wait=forever"]),
+    (["run", "S", "--wait", "10m"], ["run", "S", "--wait", "10m"]),
+    (["run", "S", "--wait", "--resume"], ["run", "S", "--wait=forever", "--resume"]),
+    (["run", "S", "--wait=90s"], ["run", "S", "--wait=90s"]),
+    (["verify", "--wait", "S"], ["verify", "--wait=forever", "S"]),
+])
+def test_a_bare_wait_means_as_long_as_it_takes(argv: list[str], expanded: list[str]) -> None:
+    from infrarsi.cli.stages import expand_bare_wait
+
+    assert expand_bare_wait(argv) == expanded
+
+
+HOLD = """
+import sys
+from infrarsi.study.lock import hold_study
+with hold_study(sys.argv[1], "run"):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("command", [["verify"], ["doctor"], ["report"], ["run", "--resume"]])
+def test_a_writer_on_a_held_study_exits_2_naming_the_holder(tmp_path: Path, command: list[str]) -> None:
+    """Another process holds the study as ``run``: each stage that writes exits 2 before doing
+    anything, naming the stage, host, pid and since when, and the fix; ``--wait 1s`` gives up
+    after waiting; ``state`` (read-only) takes no lock and answers."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from infrarsi.stages.init import init_stage
+
+    study = tmp_path / "s"
+    init_stage(SURROGATE_SMALL, study)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(study)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        res = _invoke(command[0], str(study), *command[1:])
+        assert res.exit_code == 2, res.output
+        out = " ".join(res.output.split())
+        assert "held by `run`" in out and f"host {socket.gethostname()}" in out and f"pid {proc.pid}" in out
+        assert "since" in out and "--wait" in out
+        res = _invoke(command[0], str(study), *command[1:], "--wait", "1s")
+        assert res.exit_code == 2 and "waited" in res.output, res.output
+        res = _invoke("state", str(study), "--json")
+        assert res.exit_code == 0, res.output
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert not list(study.glob("report.*")) and not (study / "doctor.json").exists()
