@@ -256,7 +256,15 @@ class StudyLock:
         t0 = time.monotonic()
         announced = False
         while True:
-            if self._create():
+            try:
+                created = self._create()
+            except OSError as e:  # an unwritable or full study directory: say which, and the fix
+                from infrarsi.study.paths import write_error
+
+                raise write_error(
+                    self.path.parent, self.path, e, f"take the {self.what} lock"
+                ) from e
+            if created:
                 return self._held()
             other = read_holder(self.path)
             if other is None:
@@ -402,7 +410,7 @@ class StudyLock:
         head = f"waited {_ago(waited)}, and " if waited is not None else ""
         return (
             f"{self.path}: {head}the {self.what} is held by {other.describe()}. Rule: one writer per "
-            f"{self.what} at a time ({self.stage} would be a second). Fix: run it again with "
+            f"{self.what} at a time (this `{self.stage}` would be a second). Fix: run it again with "
             f"`--wait` to queue behind the holder (`--wait 30m` gives up after 30 minutes), or stop "
             f"the other one (`kill {other.pid}` on {other.host}). A holder that died never blocks: "
             f"it is taken over at once on its own host, and from any host once its heartbeat is "

@@ -208,3 +208,17 @@ srv:/old /old nfs rw,vers=3,nolock 0 0
 def test_filesystem_caveat_reads_the_mount(path: str, needle: str | None) -> None:
     caveat = filesystem_caveat(Path(path), mounts=MOUNTS)
     assert (caveat is None) if needle is None else (needle in (caveat or ""))
+
+
+def test_an_unwritable_study_directory_says_so_instead_of_a_traceback(
+    tmp_path: Path, make_unwritable
+) -> None:
+    from infrarsi.errors import LogError
+
+    study = tmp_path / "s"
+    study.mkdir()
+    make_unwritable(study)
+    with pytest.raises(LogError) as info, hold_study(study, "run"):
+        pass
+    msg = str(info.value)
+    assert str(study / "study.lock") in msg and "not writable" in msg and "chmod -R u+w" in msg
