@@ -91,10 +91,12 @@ def study_state(study_dir: str | Path, predict: Sequence[Mapping[str, Any]] = ()
     from infrarsi.stages.common import baseline_config, scoped_space
     from infrarsi.study.contract import Contract
     from infrarsi.study.doctor_report import DoctorReport
+    from infrarsi.study.lock import holder_of
     from infrarsi.study.trial_log import read_trials, rows
 
     paths = StudyPaths(Path(study_dir).resolve())
     contract = Contract.load(paths.root)
+    holder = holder_of(paths.root)  # read only: state never takes the study lock
     history = rows(read_trials(paths.root))
     doctor = DoctorReport.load_if_present(paths.root)
     base_s = doctor.baseline_step_time_s if doctor is not None else None
@@ -110,6 +112,7 @@ def study_state(study_dir: str | Path, predict: Sequence[Mapping[str, Any]] = ()
         "study": str(paths.root),
         "workload": contract.workload_model().name,
         "stages_done": [s for s, p in (("doctor", paths.doctor), ("verify", paths.verify)) if p.exists()],
+        "held_by": None if holder is None else holder.to_dict(),
         "baseline": {"config": baseline_config(contract, paths.root), "step_time_s": base_s},
         "trials": {
             "by_stage_and_status": _counts(history),

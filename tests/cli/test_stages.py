@@ -3,6 +3,7 @@ contract (the environment is only the default), bad values exit 2 naming the opt
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -201,6 +202,8 @@ def test_a_writer_on_a_held_study_exits_2_naming_the_holder(tmp_path: Path, comm
         assert res.exit_code == 2 and "waited" in res.output, res.output
         res = _invoke("state", str(study), "--json")
         assert res.exit_code == 0, res.output
+        held = json.loads(res.output)["held_by"]
+        assert held["pid"] == proc.pid and held["stage"] == "run"
     finally:
         proc.kill()
         proc.wait(timeout=30)
