@@ -23,7 +23,7 @@ timestamps:
 - ``harness_sigkill``: SIGKILL of the ``infrarsi run`` process group while a trial is in flight,
   then ``run --resume`` (which takes over the dead harness's study lock);
 - ``duplicate_launch``: a second ``infrarsi run STUDY --resume`` started on the same study while
-  the harness runs (a user starting it twice): it must be refused with exit 2 naming the holder
+  the harness runs and holds the study lock (a user starting it twice): it must be refused with exit 2 naming the holder
   (``infrarsi.study.lock``); one that gets in would show in ``trials_duplicated``, and is counted
   in ``duplicate_launches_admitted``;
 - ``oom``: injected through the capacity: the surrogate study is made with a per-device
@@ -172,17 +172,28 @@ class Soak:
         self._fault(ph, "raylet_kill", node=node, held_actors_of_run=node in held,
                     replacement=ans.get("added"), ok=bool(ans.get("ok")), in_flight=flying)
 
-    def duplicate_launch(self, ph: Phase, proc: subprocess.Popen[bytes]) -> None:
+    def duplicate_launch(self, ph: Phase, proc: subprocess.Popen[bytes], timeout_s: float = 120) -> None:
         flying = self._wait_in_flight(ph, proc)
-        if proc.poll() is not None:
-            self._fault(ph, "duplicate_launch", skipped="the harness ended first")
+        end = time.monotonic() + timeout_s
+        while proc.poll() is None and time.monotonic() < end and not self.holds(ph, proc):
+            time.sleep(0.1)  # a harness just (re)started may not hold the study yet
+        if proc.poll() is not None or not self.holds(ph, proc):
+            self._fault(ph, "duplicate_launch", skipped="the harness ended or never held the study lock")
             return
         args = ["run", str(ph.study), "--trials", str(ph.requested), "--address", self.cluster.address,
                 *ph.run_args, "--resume"]
         r = subprocess.run([sys.executable, "-m", "infrarsi", *args], env=soak_env(), cwd=ROOT,
                            capture_output=True, text=True, timeout=ph.deadline_s)
-        self._fault(ph, "duplicate_launch", in_flight=flying, harness_alive=proc.poll() is None,
-                    **duplicate_launch_outcome(r.returncode, r.stderr))
+        self._fault(ph, "duplicate_launch", in_flight=flying, harness_pid=proc.pid,
+                    harness_alive=proc.poll() is None, **duplicate_launch_outcome(r.returncode, r.stderr))
+
+    @staticmethod
+    def holds(ph: Phase, proc: subprocess.Popen[bytes]) -> bool:
+        """Whether the harness process holds the study's lock now."""
+        from infrarsi.study.lock import read_holder
+
+        holder = read_holder(ph.study / "study.lock")
+        return holder is not None and holder.pid == proc.pid
 
     def harness_sigkill(self, ph: Phase, proc: subprocess.Popen[bytes]) -> bool:
         flying = self._wait_in_flight(ph, proc)
@@ -259,11 +270,13 @@ class Soak:
 
 
 def duplicate_launch_outcome(rc: int, stderr: str) -> dict[str, Any]:
-    """What a duplicate ``run`` launch did: ``refused`` (exit 2 naming the run holding the study),
-    its exit code and the first line of its message."""
+    """What a duplicate ``run`` launch (started while the harness held the study) did:
+    ``refused`` (exit 2 naming the run holding the study), its exit code and its message (from
+    ``error:`` on, lines joined)."""
     text = " ".join(stderr.split())
-    line = next((x for x in stderr.splitlines() if "error" in x), stderr.strip()[:300])
-    return {"rc": rc, "refused": rc == 2 and "held by `run`" in text, "message": line.strip()[:600]}
+    at = text.find("error:")
+    return {"rc": rc, "refused": rc == 2 and "held by `run`" in text,
+            "message": (text[at:] if at >= 0 else text[-600:])[:900]}
 
 
 def surrogate_faults(trials: int) -> list[str]:
