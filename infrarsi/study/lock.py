@@ -47,6 +47,7 @@ from typing import Literal, get_args
 import structlog
 
 from infrarsi.errors import StudyLockedError
+from infrarsi.study.processes import pid_alive, process_started_at
 
 log = structlog.get_logger(__name__)
 
@@ -135,43 +136,13 @@ def stale_reason(
     if holder.host == socket.gethostname() and holder.pid > 0:
         if not pid_alive(holder.pid):
             return f"its process (pid {holder.pid}) is gone on this host"
-        born = _process_started_at(holder.pid)
+        born = process_started_at(holder.pid)
         if born is not None and born > holder.started_at + 2.0:
             return f"pid {holder.pid} now belongs to a process started after the lock was taken"
     age = now - holder.heartbeat_at
     if age > stale_after_s:
         return f"its last heartbeat is {_ago(age)} old (more than {stale_after_s:g} s)"
     return None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie holds nothing
-
-
-def _process_started_at(pid: int) -> float | None:
-    """When process ``pid`` started (Unix seconds, from /proc), or None where /proc cannot say."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
-        ticks = int(fields[19])  # field 22 of stat: start time in clock ticks after boot
-        btime = next(
-            float(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime ")
-        )
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
 
 
 def filesystem_caveat(path: Path, mounts: str | None = None) -> str | None:
@@ -561,7 +532,6 @@ __all__ = [
     "hold",
     "hold_study",
     "holder_of",
-    "pid_alive",
     "read_holder",
     "stale_reason",
 ]

@@ -272,7 +272,7 @@ class InflightMarkers:
         another live process: its heartbeat is fresh (``MARKER_STALE_S``) and its writer is not
         known dead (same host: its pid is gone; this very process: no trial of a closed executor
         still runs). Markers written before they named their host count as dead (as before)."""
-        from infrarsi.study.lock import pid_alive
+        from infrarsi.study.processes import pid_alive
 
         now = time.time() if now is None else now
         if not marker.get("host") or now - float(marker.get("last_alive_at") or 0.0) > MARKER_STALE_S:
