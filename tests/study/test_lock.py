@@ -158,20 +158,27 @@ def test_reentrant_within_a_process_but_not_in_a_forked_child(tmp_path: Path) ->
 
 
 def test_the_heartbeat_refreshes_and_a_lock_taken_from_under_it_is_lost(tmp_path: Path) -> None:
-    lock = StudyLock(tmp_path / "study.lock", "run", heartbeat_s=0.05)
-    mine = lock.acquire()
+    path = tmp_path / "study.lock"
+    fast = StudyLock(path, "run", heartbeat_s=0.05)
+    mine = fast.acquire()
     try:
         for _ in range(400):
-            now = read_holder(tmp_path / "study.lock")
+            now = read_holder(path)
             if now is not None and now.heartbeat_at > mine.started_at:
                 break
             time.sleep(0.05)
         assert now is not None and now.heartbeat_at > mine.started_at and now.token == mine.token
-        _foreign(tmp_path / "study.lock", heartbeat_age_s=0.0)  # another process took it over
-        assert lock.beat() is False and lock.lost
     finally:
-        lock.release()
-    held = read_holder(tmp_path / "study.lock")
+        fast.release()
+    assert not path.exists()
+    slow = StudyLock(path, "run", heartbeat_s=3600.0)  # no beat of its own while this checks
+    slow.acquire()
+    try:
+        _foreign(path, heartbeat_age_s=0.0)  # another process took it over
+        assert slow.beat() is False and slow.lost
+    finally:
+        slow.release()
+    held = read_holder(path)
     assert held is not None and held.host == "another-host.example"  # not removed by the loser
 
 
