@@ -21,7 +21,11 @@ timestamps:
   actor of the run (never the head, which holds the driver and the executor), then a fresh
   raylet of the same size is added;
 - ``harness_sigkill``: SIGKILL of the ``infrarsi run`` process group while a trial is in flight,
-  then ``run --resume``;
+  then ``run --resume`` (which takes over the dead harness's study lock);
+- ``duplicate_launch``: a second ``infrarsi run STUDY --resume`` started on the same study while
+  the harness runs and holds the study lock (a user starting it twice): it must be refused with exit 2 naming the holder
+  (``infrarsi.study.lock``); one that gets in would show in ``trials_duplicated``, and is counted
+  in ``duplicate_launches_admitted``;
 - ``oom``: injected through the capacity: the surrogate study is made with a per-device
   ``--memory-capacity`` at a random quantile (seeded) of the modelled peaks of the search space's
   configs (made with ``--no-analytic-prior``: the prior's memory formulas would steer the
@@ -168,6 +172,29 @@ class Soak:
         self._fault(ph, "raylet_kill", node=node, held_actors_of_run=node in held,
                     replacement=ans.get("added"), ok=bool(ans.get("ok")), in_flight=flying)
 
+    def duplicate_launch(self, ph: Phase, proc: subprocess.Popen[bytes], timeout_s: float = 120) -> None:
+        flying = self._wait_in_flight(ph, proc)
+        end = time.monotonic() + timeout_s
+        while proc.poll() is None and time.monotonic() < end and not self.holds(ph, proc):
+            time.sleep(0.1)  # a harness just (re)started may not hold the study yet
+        if proc.poll() is not None or not self.holds(ph, proc):
+            self._fault(ph, "duplicate_launch", skipped="the harness ended or never held the study lock")
+            return
+        args = ["run", str(ph.study), "--trials", str(ph.requested), "--address", self.cluster.address,
+                *ph.run_args, "--resume"]
+        r = subprocess.run([sys.executable, "-m", "infrarsi", *args], env=soak_env(), cwd=ROOT,
+                           capture_output=True, text=True, timeout=ph.deadline_s)
+        self._fault(ph, "duplicate_launch", in_flight=flying, harness_pid=proc.pid,
+                    harness_alive=proc.poll() is None, **duplicate_launch_outcome(r.returncode, r.stderr))
+
+    @staticmethod
+    def holds(ph: Phase, proc: subprocess.Popen[bytes]) -> bool:
+        """Whether the harness process holds the study's lock now."""
+        from infrarsi.study.lock import read_holder
+
+        holder = read_holder(ph.study / "study.lock")
+        return holder is not None and holder.pid == proc.pid
+
     def harness_sigkill(self, ph: Phase, proc: subprocess.Popen[bytes]) -> bool:
         flying = self._wait_in_flight(ph, proc)
         if proc.poll() is not None:
@@ -230,6 +257,8 @@ class Soak:
                     self.actor_kill(ph, proc)
                 elif kind == "raylet_kill":
                     self.raylet_kill(ph, proc)
+                elif kind == "duplicate_launch":
+                    self.duplicate_launch(ph, proc)
             time.sleep(0.2)
         self.observe(ph)
         return "exited"
@@ -238,6 +267,22 @@ class Soak:
         import ray
 
         ray.shutdown()
+
+
+def duplicate_launch_outcome(rc: int, stderr: str) -> dict[str, Any]:
+    """What a duplicate ``run`` launch (started while the harness held the study) did:
+    ``refused`` (exit 2 naming the run holding the study), its exit code and its message (from
+    ``error:`` on, lines joined)."""
+    text = " ".join(stderr.split())
+    at = text.find("error:")
+    return {"rc": rc, "refused": rc == 2 and "held by `run`" in text,
+            "message": (text[at:] if at >= 0 else text[-600:])[:900]}
+
+
+def surrogate_faults(trials: int) -> list[str]:
+    """The fault kinds planned for the surrogate phase of ``trials`` run trials."""
+    return (["actor_kill"] * max(2, trials // 20) + ["raylet_kill"] * max(2, trials // 30)
+            + ["harness_sigkill"] * max(1, trials // 60) + ["duplicate_launch"] * max(1, trials // 60))
 
 
 # ------------------------------------------------------------------------------- studies
@@ -285,8 +330,7 @@ def surrogate_phase(work: Path, rng: random.Random, *, trials: int, address: str
     cli("init", str(wl), "--study", str(study), "--memory-capacity", str(cap), "--trials", str(trials),
          "--no-analytic-prior")  # the prior's memory formulas would steer the search clear of OOMs
     cli("doctor", str(study), "--repeats", "2", "--address", address)
-    kinds = ["actor_kill"] * max(2, trials // 20) + ["raylet_kill"] * max(2, trials // 30) + \
-        ["harness_sigkill"] * max(1, trials // 60)
+    kinds = surrogate_faults(trials)
     ph = Phase("surrogate", study, trials, _plan(rng, trials, kinds), ["--concurrency", "2"],
                actor_class="ImplicitFunc", deadline_s=900)
     ph.faults.append({"kind": "oom_capacity", "t_s": 0.0, "memory_capacity_bytes": cap,
@@ -306,7 +350,7 @@ def debug_phase(work: Path, rng: random.Random, *, trials: int, address: str, fu
     cli("init", str(wl), "--study", str(study), "--knob", "zero_stage", "--knob", "micro_batch_size",
          "--memory-capacity", "160MiB", "--trials", str(trials))
     cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", address)
-    kinds = ["actor_kill", "harness_sigkill"] + (["raylet_kill"] if full else [])
+    kinds = ["actor_kill", "harness_sigkill", "duplicate_launch"] + (["raylet_kill"] if full else [])
     plan = _plan(rng, trials, kinds, lo=1) if trials > len(kinds) + 3 else \
         [(1 + i, k) for i, k in enumerate(kinds)]
     ph = Phase("debug", study, trials, plan, [], actor_class="TrainWorker", deadline_s=900)
@@ -332,6 +376,8 @@ def summarize(ph: Phase) -> dict[str, Any]:
         **acc, "faults_injected": by_kind, "faults_skipped": sum(1 for f in ph.faults if f.get("skipped")),
         "faults": ph.faults, "harness_runs": ph.runs, "max_in_flight": ph.max_in_flight,
         "hangs": sum(1 for f in ph.faults if f["kind"] == "hang_detected"),
+        "duplicate_launches_admitted": sum(1 for f in ph.faults if f["kind"] == "duplicate_launch"
+                                           and not f.get("skipped") and not f.get("refused")),
         "actor_classes_seen": sorted(ph.actor_classes),
         "seconds": round(time.monotonic() - ph.t0, 1),
     }
@@ -354,7 +400,9 @@ def write_results(result: dict[str, Any], out: Path) -> None:
         lines.append(f"| {name} | {ph['trials_requested']} | {ph['trials_counted']} | {ph['trials_lost']} | "
                      f"{ph['trials_duplicated']} | {ph['trials_interrupted']} | {faults} | "
                      f"{len(ph['harness_runs'])} | {ph['max_in_flight']} | {ph['seconds']:.0f} |")
-    lines += ["", "Device seconds of run rows by status (interrupted: a lower bound):", ""]
+    lines += ["", f"Duplicate launches admitted (a second `infrarsi run` of a study not refused): "
+                  f"{result.get('duplicate_launches_admitted', 0)}.",
+              "", "Device seconds of run rows by status (interrupted: a lower bound):", ""]
     for name, ph in result["phases"].items():
         lines.append(f"- {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in ph["device_seconds"].items()))
     lines += ["", "## What each field means", ""]
@@ -408,15 +456,17 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.monotonic() - t0, 1), "work_dir": str(work), "phases": phases,
         "trials_lost": sum(p["trials_lost"] for p in phases.values()),
         "trials_duplicated": sum(p["trials_duplicated"] for p in phases.values()),
+        "duplicate_launches_admitted": sum(p["duplicate_launches_admitted"] for p in phases.values()),
         "budget_met": all(p["budget_met"] for p in phases.values()),
         "faults_injected": {k: sum(p["faults_injected"].get(k, 0) for p in phases.values())
                             for k in sorted({k for p in phases.values() for k in p["faults_injected"]})},
         "fields": FIELDS,
     }
     write_results(result, a.out)
-    print(json.dumps({k: result[k] for k in ("trials_lost", "trials_duplicated", "budget_met",
-                                             "faults_injected", "seconds")}, indent=1))
-    return 0 if result["trials_lost"] == 0 and result["trials_duplicated"] == 0 and result["budget_met"] else 1
+    print(json.dumps({k: result[k] for k in ("trials_lost", "trials_duplicated", "duplicate_launches_admitted",
+                                             "budget_met", "faults_injected", "seconds")}, indent=1))
+    return 0 if (result["trials_lost"] == 0 and result["trials_duplicated"] == 0 and result["budget_met"]
+                 and result["duplicate_launches_admitted"] == 0) else 1
 
 
 if __name__ == "__main__":

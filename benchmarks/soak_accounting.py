@@ -42,6 +42,9 @@ FIELDS: dict[str, str] = {
     "faults": "every fault with its time (s since the phase began), target and what it hit",
     "harness_runs": "each `infrarsi run` process: resume or not, exit code, why it ended, seconds",
     "max_in_flight": "most in-flight markers the soak saw at once (the concurrency reached)",
+    "duplicate_launches_admitted": "duplicate_launch faults whose second `infrarsi run` was not refused "
+                                   "with exit 2 naming the run holding the study (what it then logged "
+                                   "is in trials_duplicated)",
 }
 
 

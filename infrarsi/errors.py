@@ -78,6 +78,16 @@ class ProposalError(UserInputError):
     unknown knob or value, a knob outside the editable scope, a patch that touches forbidden paths."""
 
 
+class StudyLockedError(UserInputError):
+    """Another live process holds the study (or its proposal queue): one writer at a time.
+    ``holder`` is its ``infrarsi.study.lock.LockHolder``, ``path`` the lock file."""
+
+    def __init__(self, message: str, *, holder: object = None, path: object = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.path = path
+
+
 class StudyError(InfrarsiError):
     """A study directory is missing something a stage needs (run the earlier stage first)."""
 
@@ -106,6 +116,7 @@ __all__ = [
     "ProposalError",
     "SearchSpaceError",
     "StudyError",
+    "StudyLockedError",
     "TrialError",
     "UserInputError",
     "WorkloadError",

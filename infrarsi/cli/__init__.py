@@ -9,5 +9,8 @@ __all__ = ["agent", "app", "bank", "main", "stages", "trial"]
 
 
 def main() -> None:
-    """Console-script entry point (``infrarsi``)."""
-    app()
+    """Console-script entry point (``infrarsi``); a bare ``--wait`` means wait as long as it takes
+    (``infrarsi.cli.stages.expand_bare_wait``)."""
+    import sys
+
+    app(args=stages.expand_bare_wait(sys.argv[1:]))

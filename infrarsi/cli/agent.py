@@ -47,6 +47,9 @@ def state_cmd(
     b = s["budget"]
     console.print(f"study {s['study']} ({s['workload']}): {b['run_trials_used']}/{b['run_trials']} run trials, "
                   f"stages done: {', '.join(s['stages_done']) or 'init'}")
+    if s["held_by"]:
+        h = s["held_by"]
+        console.print(f"held by `{h['stage']}` on host {h['host']}, pid {h['pid']} (one writer per study)")
     base = s["baseline"]["step_time_s"]
     console.print(f"baseline step time: {base:.4g} s" if base else "baseline: not measured (run doctor)")
     if s["best"]:

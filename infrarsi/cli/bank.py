@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from infrarsi.cli.app import app, console, handle_errors
+from infrarsi.cli.stages import wait_option, wait_seconds
 from infrarsi.errors import ConfigError, StudyError
 
 bank_app = typer.Typer(name="bank", help="The experience bank: ingest studies, query rows, stats.",
@@ -64,8 +65,12 @@ def ingest_cmd(
     study: list[Path] = typer.Argument(..., help="Study directories (or folders holding studies)."),
     bank: str | None = typer.Option(None, "--bank", help=BANK_HELP + " Without it: the study's contract's bank."),
     as_json: bool = typer.Option(False, "--json", help="Print what was ingested as JSON."),
+    wait: str | None = wait_option(),
 ) -> None:
-    """Add (or replace: ingest is idempotent) every logged trial of each study to the bank."""
+    """Add (or replace: ingest is idempotent) every logged trial of each study to the bank (holding
+    each study's lock while it reads it)."""
+    from infrarsi.study.lock import hold_study
+
     found = [(d, s) for d in study for s in _studies(d)]
     missing = [str(d) for d in study if not _studies(d)]
     if missing:
@@ -75,7 +80,8 @@ def ingest_cmd(
     for _, s in found:
         b = open_bank(bank, study_dir=s)
         try:
-            n = b.add_study(s)
+            with hold_study(s, "bank", wait_s=wait_seconds(wait)):
+                n = b.add_study(s)
         except StudyError as e:  # a study with nothing logged: bad input for this command
             raise ConfigError(f"{s}/trials: rule: a study with logged trials; {e} ") from None
         out.append({"study": str(s), "bank": b.uri, "rows": n, "atomic": b.atomic_writes})

@@ -7,7 +7,9 @@ handling and exit codes (0 ok, 2 bad input, 1 any other failure).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -26,6 +28,53 @@ LOSS_GUARD_HELP = ("Stop a trial at the first step whose loss leaves the toleran
 BANK_HELP = ("Experience bank: a directory, a URI shared across clusters (s3://bucket/bank, gs://..., "
              "hdfs://..., file:///path, any fsspec protocol), or 'off' (recorded in the contract; default: "
              "INFRARSI_BANK, else ~/.cache/infrarsi/bank).")
+
+
+WAIT_HELP = ("When another infrarsi process holds the study (one writer per study): wait for it, as long as "
+             "it takes (--wait), or at most TIMEOUT (--wait 30m), instead of exiting 2 at once. Put it "
+             "after the study directory, or write --wait=TIMEOUT.")
+WAIT_FOREVER = "forever"
+"""What a bare ``--wait`` becomes (``expand_bare_wait``)."""
+
+
+def wait_option() -> Any:
+    """The ``--wait [TIMEOUT]`` option of the commands that write a study."""
+    return typer.Option(None, "--wait", metavar="[TIMEOUT]", help=WAIT_HELP)
+
+
+def wait_seconds(text: str | None) -> float | None:
+    """``--wait``'s value in seconds: None (refuse at once), ``math.inf`` (bare ``--wait``), or a duration."""
+    if text is None:
+        return None
+    if text == WAIT_FOREVER:
+        return math.inf
+    return parse_duration(text, what="--wait")
+
+
+def expand_bare_wait(argv: list[str]) -> list[str]:
+    """``--wait`` takes an optional TIMEOUT: a ``--wait`` not followed by a duration becomes
+    ``--wait=forever`` (typer options cannot have an optional value)."""
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a == "--":
+            break
+        if a == "--wait":
+            nxt = out[i + 1] if i + 1 < len(out) else None
+            if nxt is None or not _is_duration(nxt):
+                out[i] = f"--wait={WAIT_FOREVER}"
+    return out
+
+
+def _is_duration(text: str) -> bool:
+    from infrarsi.errors import ConfigError
+
+    if text == WAIT_FOREVER:
+        return True
+    try:
+        parse_duration(text)
+    except ConfigError:
+        return False
+    return True
 
 
 def _size(text: str | None, what: str) -> int | None:
@@ -78,11 +127,13 @@ def doctor_cmd(
     honest_change: bool = typer.Option(
         True, "--honest-change/--no-honest-change",
         help="Also run the baseline with another micro-batch split and with another ZeRO stage, and let their loss differences widen the loss tolerance (recorded in doctor.json)."),
+    wait: str | None = wait_option(),
 ) -> None:
     """Run the untouched baseline several times: noise, stragglers, phases, peak, loss tolerance."""
     from infrarsi.stages.doctor import doctor_stage
 
-    d = doctor_stage(study, repeats=repeats, address=address, honest_change=honest_change)
+    d = doctor_stage(study, repeats=repeats, address=address, honest_change=honest_change,
+                     wait_s=wait_seconds(wait))
     t = Table(title="doctor: baseline", header_style="bold")
     t.add_column("measure")
     t.add_column("value")
@@ -116,12 +167,13 @@ def run_cmd(
     concurrency: int | None = typer.Option(
         None, "--concurrency", min=1,
         help=CONCURRENCY_HELP),
+    wait: str | None = wait_option(),
 ) -> None:
     """Search: Ray Tune trials proposed by the censored-memory BoTorch optimizer."""
     from infrarsi.stages.run import run_stage
 
     s = run_stage(study, trials=trials, resume=resume, time_budget_s=_duration(time_budget, "--time-budget"),
-                  address=address, seed=seed, concurrency=concurrency)
+                  address=address, seed=seed, concurrency=concurrency, wait_s=wait_seconds(wait))
     console.print(json.dumps(s, indent=2, default=str))
 
 
@@ -132,11 +184,12 @@ def verify_cmd(
     pairs: int = typer.Option(3, "--pairs", min=2, help="Interleaved baseline/candidate pairs per round (>= 2; pairs x rounds >= 6 for a 95% interval)."),
     rounds: int = typer.Option(2, "--rounds", min=1, help="Rounds a candidate must pass."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    wait: str | None = wait_option(),
 ) -> None:
     """Re-run the top candidates against the baseline, interleaved; keep wins that clear the noise."""
     from infrarsi.stages.verify import verify_stage
 
-    v = verify_stage(study, top_k=top_k, pairs=pairs, rounds=rounds, address=address)
+    v = verify_stage(study, top_k=top_k, pairs=pairs, rounds=rounds, address=address, wait_s=wait_seconds(wait))
     _print_verify(v)
 
 
@@ -168,11 +221,12 @@ def _print_verify(v: dict) -> None:
 def report_cmd(
     study: Path = typer.Argument(..., help=STUDY_HELP),
     pdf: bool = typer.Option(False, "--pdf", help="Also write report.pdf (needs chromium)."),
+    wait: str | None = wait_option(),
 ) -> None:
     """Write report.md and a self-contained report.html (plots embedded, audit trail)."""
     from infrarsi.stages.report import write_report
 
-    out = write_report(study, pdf=pdf)
+    out = write_report(study, pdf=pdf, wait_s=wait_seconds(wait))
     console.print(f"report: {out}")
 
 
@@ -182,11 +236,12 @@ def apply_cmd(
     repo: Path = typer.Option(..., "--repo", help="Git repository to promote the winner into (a new branch, never main)."),
     branch: str | None = typer.Option(None, "--branch", help="Branch name (default infrarsi/<study>-<hash>)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing branch of that name and allow a dirty tree (never main/master)."),
+    wait: str | None = wait_option(),
 ) -> None:
     """Promote the verified winner (DeepSpeed JSON, knob YAML, patches) to a new git branch."""
     from infrarsi.stages.apply import apply
 
-    out = apply(study, repo, branch=branch, force=force)
+    out = apply(study, repo, branch=branch, force=force, wait_s=wait_seconds(wait))
     console.print(out.summary())
 
 
@@ -206,6 +261,7 @@ def tune_cmd(
     loss_guard: bool | None = typer.Option(None, "--loss-guard/--no-loss-guard", help=LOSS_GUARD_HELP),
     bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1, help=CONCURRENCY_HELP),
+    wait: str | None = wait_option(),
 ) -> None:
     """Every stage: init, doctor, run, verify, report (resumes a study directory where it stopped;
     the init options apply only to a new study)."""
@@ -214,6 +270,7 @@ def tune_cmd(
     out = tune_stage(workload, study, trials=trials, time_budget_s=_duration(time_budget, "--time-budget"),
                      memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"), address=address,
                      request=request, loss_tolerance=loss_tolerance, top_k=top_k, seed=seed,
-                     analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank, concurrency=concurrency)
+                     analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank, concurrency=concurrency,
+                     wait_s=wait_seconds(wait))
     _print_verify(out["verify"])
     console.print(f"report: {out['report_html']}")

@@ -160,9 +160,18 @@ def _resolve_patch(ref: PatchRef, contract: Contract, study_dir: Path) -> Path:
 
 
 def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = None,
-          force: bool = False) -> ApplyResult:
-    """Commit the study's verified winner to a new branch of ``repo_path``; see the module doc."""
-    d = Path(study_dir)
+          force: bool = False, *, wait_s: float | None = None) -> ApplyResult:
+    """Commit the study's verified winner to a new branch of ``repo_path``; see the module doc.
+    Holds the study lock, so verify cannot rewrite verify.json meanwhile (``wait_s`` as in
+    ``run_stage``)."""
+    from infrarsi.study.lock import hold_study
+
+    with hold_study(study_dir, "apply", wait_s=wait_s):
+        return _apply(Path(study_dir), repo_path, branch, force)
+
+
+def _apply(d: Path, repo_path: str | Path, branch: str | None, force: bool) -> ApplyResult:
+    """``apply`` without the lock."""
     contract = Contract.load(d)
     best = _load_best(d)
     cfg = dict(best["config"])

@@ -1,7 +1,9 @@
 """Feeding the experience bank: each stage adds its study to the bank its contract names.
 
 ``add_to_bank`` is called by doctor, run, verify and tune as they end (cheap, and idempotent: a
-study keeps one file in the bank); it never fails the stage.
+study keeps one file in the bank); it never fails the stage. It holds the study lock while it
+reads the study (re-entering the calling stage's), so a feed never reads a study another process
+is writing; a feed refused the lock is logged and skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ def add_to_bank(study_dir: str | Path, *, stage: str = "tune") -> dict[str, Any]
     ``{"root", "rows"}``, ``{"disabled": True}`` (the switch is off) or ``{"error"}``."""
     from infrarsi.study.bank import Bank
     from infrarsi.study.contract import Contract
+    from infrarsi.study.lock import hold_study
 
     root: str | None = None
     try:
@@ -28,7 +31,8 @@ def add_to_bank(study_dir: str | Path, *, stage: str = "tune") -> dict[str, Any]
         if root is None:
             return {"disabled": True}
         bank = Bank(root)
-        n = bank.add_study(study_dir)
+        with hold_study(study_dir, "bank"):  # re-entered by the stage that holds it; refused (logged) otherwise
+            n = bank.add_study(study_dir)
     except Exception as e:  # the study's results stand even when the bank cannot take them
         log.warning("bank.add_failed", bank=root, study=str(study_dir), stage=stage, error=str(e))
         return {"root": root, "error": str(e)}

@@ -38,7 +38,19 @@ HOW_MEASURED = (
 
 
 def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None = None,
-                 tolerance_floor: float = LOSS_TOLERANCE_FLOOR, honest_change: bool = True) -> DoctorReport:
+                 tolerance_floor: float = LOSS_TOLERANCE_FLOOR, honest_change: bool = True,
+                 wait_s: float | None = None) -> DoctorReport:
+    """``_doctor_stage`` holding the study lock (``infrarsi.study.lock``; ``wait_s``: how long to
+    wait for another writer, None refuses at once with ``StudyLockedError``)."""
+    from infrarsi.study.lock import hold_study
+
+    with hold_study(study_dir, "doctor", wait_s=wait_s):
+        return _doctor_stage(study_dir, repeats=repeats, address=address, tolerance_floor=tolerance_floor,
+                             honest_change=honest_change)
+
+
+def _doctor_stage(study_dir: str | Path, *, repeats: int, address: str | None,
+                  tolerance_floor: float, honest_change: bool) -> DoctorReport:
     """Run ``repeats`` baseline trials (separate trials, one after another), then, when
     ``honest_change``, the honest-change trials (``honest_change_configs``: the baseline with
     another micro-batch split and with another ZeRO stage, what honest candidates do to the

@@ -2,7 +2,8 @@
 
 Every stage that runs trials (doctor, run, verify) goes through ``StudyExecutor.run_trial``:
 
-1. allocate a trial id that is never reused (``TrialIds``),
+1. allocate a trial id that is never reused (``TrialIds``: reserved by an exclusive create in
+   ``DIR/ids/``, so ids stay unique even if two writers got past the study lock),
 2. write an in-flight marker (a leftover marker after a crash is logged as interrupted on resume),
 3. run the trial on the warm worker pool (``TrialRunner``); a config with ``code_patch != none``
    runs with ``code_dir`` = a git worktree of the workload's repository with that patch applied
@@ -33,7 +34,7 @@ import structlog
 from infrarsi.result import TrialResult
 from infrarsi.stages.common import load_space
 from infrarsi.study.doctor_report import DoctorReport
-from infrarsi.study.paths import InflightMarkers, StudyPaths, TrialIds
+from infrarsi.study.paths import MARKER_STALE_S, InflightMarkers, StudyPaths, TrialIds
 
 log = structlog.get_logger(__name__)
 
@@ -66,7 +67,7 @@ class StudyExecutor:
         used = [str(t) for t in table.column("trial_id").to_pylist()] if table.num_rows else []
         self.markers = InflightMarkers(self.paths)
         used += [m["trial_id"] for m in self.markers.leftovers()]
-        self.ids = TrialIds(used)
+        self.ids = TrialIds(used, reserve_dir=self.paths.trial_ids)
         self.writer = TrialLogWriter(self.paths.root)
         self.runner = TrialRunner(
             self.workload,
@@ -321,12 +322,26 @@ class StudyExecutor:
             result.status = "invariant_violation"
             result.error = "; ".join(reasons)
 
-    def recover_inflight(self) -> list[dict[str, Any]]:
+    def recover_inflight(self, wait_s: float = MARKER_STALE_S + 1.0) -> list[dict[str, Any]]:
         """Log every trial left in flight by a killed harness as interrupted (status ``failed``,
         ``extra.interrupted``), so the log says what happened and the device time is counted.
-        Interrupted rows do not count against the trial budget and do not teach the optimizer."""
+        Interrupted rows do not count against the trial budget and do not teach the optimizer.
+
+        A marker that may belong to a trial still running in another live process
+        (``InflightMarkers.live_elsewhere``: a writer that got past the study lock, or a dying
+        harness's actor) is given up to ``wait_s`` to go stale, and left alone if it does not:
+        that trial's own row will come from its process, never a second one from here."""
+        deadline = time.monotonic() + wait_s
+        left = self.markers.leftovers()
+        while any(self.markers.live_elsewhere(m) for m in left) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left = self.markers.leftovers()
         rows = []
-        for m in self.markers.leftovers():
+        for m in left:
+            if self.markers.live_elsewhere(m):
+                log.warning("run.inflight_marker_alive", trial_id=m["trial_id"], host=m.get("host"),
+                            pid=m.get("pid"), note="another live process runs this trial; not logged as interrupted")
+                continue
             now = time.time()
             started = float(m.get("started_at") or now)
             ended = max(started, float(m.get("last_alive_at") or started))  # its last heartbeat

@@ -51,17 +51,18 @@ def propose(study_dir: str | Path, config: Mapping[str, Any], *, why: str, patch
     scope = scope_violation(contract, space, base, full)
     if scope is not None:
         raise ProposalError(f"propose --config: out of scope: {scope}")
+    if patch is not None and config_patch(full) is not None:
+        raise ProposalError("propose --patch: rule: a proposal brings one patch, and its config also names "
+                            f"code_patch={full.get('code_patch')!r}. Fix: drop one of them.")
     queue = ProposalQueue(paths.root)
-    pid = queue.next_id()
-    stored: str | None = None
-    touched: list[str] = []
-    if patch is not None:
-        if config_patch(full) is not None:
-            raise ProposalError("propose --patch: rule: a proposal brings one patch, and its config also names "
-                                f"code_patch={full.get('code_patch')!r}. Fix: drop one of them.")
-        touched, stored = _check_and_store_patch(contract, paths, Path(patch), pid)
-    return queue.add(Proposal(proposal_id=pid, config=full, why=why.strip(), proposer=proposer,
-                              asked=dict(config), patch=stored, patch_paths=touched))
+    with queue.locked():  # the id and its files, one proposer at a time
+        pid = queue.next_id()
+        stored: str | None = None
+        touched: list[str] = []
+        if patch is not None:
+            touched, stored = _check_and_store_patch(contract, paths, Path(patch), pid)
+        return queue.add(Proposal(proposal_id=pid, config=full, why=why.strip(), proposer=proposer,
+                                  asked=dict(config), patch=stored, patch_paths=touched))
 
 
 def _check_and_store_patch(contract: Any, paths: StudyPaths, patch: Path, pid: str) -> tuple[list[str], str]:
@@ -90,10 +91,12 @@ def study_state(study_dir: str | Path, predict: Sequence[Mapping[str, Any]] = ()
     from infrarsi.stages.common import baseline_config, scoped_space
     from infrarsi.study.contract import Contract
     from infrarsi.study.doctor_report import DoctorReport
+    from infrarsi.study.lock import holder_of
     from infrarsi.study.trial_log import read_trials, rows
 
     paths = StudyPaths(Path(study_dir).resolve())
     contract = Contract.load(paths.root)
+    holder = holder_of(paths.root)  # read only: state never takes the study lock
     history = rows(read_trials(paths.root))
     doctor = DoctorReport.load_if_present(paths.root)
     base_s = doctor.baseline_step_time_s if doctor is not None else None
@@ -109,6 +112,7 @@ def study_state(study_dir: str | Path, predict: Sequence[Mapping[str, Any]] = ()
         "study": str(paths.root),
         "workload": contract.workload_model().name,
         "stages_done": [s for s, p in (("doctor", paths.doctor), ("verify", paths.verify)) if p.exists()],
+        "held_by": None if holder is None else holder.to_dict(),
         "baseline": {"config": baseline_config(contract, paths.root), "step_time_s": base_s},
         "trials": {
             "by_stage_and_status": _counts(history),

@@ -61,11 +61,19 @@ def _write(path: Path, data: str | bytes) -> None:
     os.replace(tmp, path)
 
 
-def write_report(study_dir: str | Path, pdf: bool = False) -> ReportPaths:
-    """Render the study's report; returns the paths written."""
+def write_report(study_dir: str | Path, pdf: bool = False, *, wait_s: float | None = None) -> ReportPaths:
+    """Render the study's report, holding the study lock (a run or verify writing meanwhile would
+    change what it reads; ``wait_s`` as in ``run_stage``); returns the paths written."""
+    from infrarsi.study.lock import hold_study
+
     d = Path(study_dir)
     if not d.is_dir():
         raise ContractError(f"study directory {d} does not exist; run `infrarsi init WORKLOAD --study {d}` first.")
+    with hold_study(d, "report", wait_s=wait_s):
+        return _write_report(d, pdf)
+
+
+def _write_report(d: Path, pdf: bool) -> ReportPaths:
     data = load_study(d)
     sections = build_sections(data)
     title = f"infrarsi report: {data.contract.study}"

@@ -92,7 +92,20 @@ def _make_trainable(executor_name: str, namespace: str, *, reserved: bool, concu
 
 def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool = False,
               time_budget_s: float | None = None, address: str | None = None,
-              seed: int = 0, progress: bool = True, concurrency: int | None = None) -> dict[str, Any]:
+              seed: int = 0, progress: bool = True, concurrency: int | None = None,
+              wait_s: float | None = None) -> dict[str, Any]:
+    """``_run_stage`` holding the study lock, taken by this driver process (the executor actor
+    never takes it); ``wait_s``: how long to wait for another writer (None: refuse at once with
+    ``StudyLockedError``)."""
+    from infrarsi.study.lock import hold_study
+
+    with hold_study(study_dir, "run", wait_s=wait_s):
+        return _run_stage(study_dir, trials=trials, resume=resume, time_budget_s=time_budget_s,
+                          address=address, seed=seed, progress=progress, concurrency=concurrency)
+
+
+def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_budget_s: float | None,
+               address: str | None, seed: int, progress: bool, concurrency: int | None) -> dict[str, Any]:
     """Run the search. Returns a summary: trials run, best config, its step time and speedup,
     and the concurrency used (``concurrency``: at most that many trials at once; None: as many
     as the cluster holds)."""

@@ -39,10 +39,12 @@ def tune_stage(
     loss_guard: bool | None = None,
     bank: str | None = None,
     concurrency: int | None = None,
+    wait_s: float | None = None,
 ) -> dict[str, Any]:
     """Run every stage on ``study_dir`` (``concurrency``: the run stage's, see ``run_stage``); the init options (``memory_capacity_bytes``, the switches
     ``analytic_prior``, ``loss_guard``, ``bank``, ...) only apply when the study has no contract
-    yet (see ``init_stage``)."""
+    yet (see ``init_stage``). The study lock is held once across every stage (``wait_s``: how long
+    to wait for another writer; None refuses at once with ``StudyLockedError``)."""
     from infrarsi.execution.runner import init_ray as ensure_ray
     from infrarsi.stages.bank_feed import add_to_bank
     from infrarsi.stages.doctor import doctor_stage
@@ -50,26 +52,30 @@ def tune_stage(
     from infrarsi.stages.report import write_report
     from infrarsi.stages.run import run_stage
     from infrarsi.stages.verify import verify_stage
+    from infrarsi.study.lock import hold_study
+    from infrarsi.study.paths import make_private_dir
     from infrarsi.study.trial_log import read_trials, rows
 
     paths = StudyPaths(Path(study_dir).resolve())
     if not paths.contract.exists():  # bad input fails before Ray starts
         check_init_options(study_dir=paths.root, trials=trials, wall_time_s=time_budget_s,
                            loss_tolerance=loss_tolerance)
-    ensure_ray(address)
-    if not paths.contract.exists():
-        init_stage(workload_path, paths.root, request=request, memory_capacity_bytes=memory_capacity_bytes,
-                   trials=trials, wall_time_s=time_budget_s, loss_tolerance=loss_tolerance,
-                   analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
-        log.info("tune.init_done", study=str(paths.root))
-    if not paths.doctor.exists():
-        doctor_stage(paths.root, repeats=doctor_repeats, address=address)
-    existing = [r for r in rows(read_trials(paths.root)) if r.stage == "run"]
-    run_summary = run_stage(paths.root, trials=trials, resume=bool(existing), time_budget_s=time_budget_s,
-                            address=address, seed=seed, progress=progress, concurrency=concurrency)
-    if not paths.verify.exists():
-        verify_stage(paths.root, top_k=top_k, pairs=pairs, rounds=rounds, address=address, seed=seed)
-    verify = json.loads(paths.verify.read_text())
-    write_report(paths.root)
-    return {"run": run_summary, "verify": verify, "report_html": str(paths.report_html),
-            "report_md": str(paths.report_md), "bank": add_to_bank(paths.root)}
+    make_private_dir(paths.root)
+    with hold_study(paths.root, "tune", wait_s=wait_s):  # the stages below re-enter it
+        ensure_ray(address)
+        if not paths.contract.exists():
+            init_stage(workload_path, paths.root, request=request, memory_capacity_bytes=memory_capacity_bytes,
+                       trials=trials, wall_time_s=time_budget_s, loss_tolerance=loss_tolerance,
+                       analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
+            log.info("tune.init_done", study=str(paths.root))
+        if not paths.doctor.exists():
+            doctor_stage(paths.root, repeats=doctor_repeats, address=address)
+        existing = [r for r in rows(read_trials(paths.root)) if r.stage == "run"]
+        run_summary = run_stage(paths.root, trials=trials, resume=bool(existing), time_budget_s=time_budget_s,
+                                address=address, seed=seed, progress=progress, concurrency=concurrency)
+        if not paths.verify.exists():
+            verify_stage(paths.root, top_k=top_k, pairs=pairs, rounds=rounds, address=address, seed=seed)
+        verify = json.loads(paths.verify.read_text())
+        write_report(paths.root)
+        return {"run": run_summary, "verify": verify, "report_html": str(paths.report_html),
+                "report_md": str(paths.report_md), "bank": add_to_bank(paths.root)}

@@ -101,7 +101,19 @@ def _as_candidate(c: Any) -> Candidate:
 
 def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, rounds: int = 2,
                  candidates: list[Any] | None = None, address: str | None = None,
-                 seed: int = 0, executor: Any = None) -> dict[str, Any]:
+                 seed: int = 0, executor: Any = None, wait_s: float | None = None) -> dict[str, Any]:
+    """``_verify_stage`` holding the study lock (``wait_s``: how long to wait for another writer;
+    None refuses at once with ``StudyLockedError``)."""
+    from infrarsi.study.lock import hold_study
+
+    with hold_study(study_dir, "verify", wait_s=wait_s):
+        return _verify_stage(study_dir, top_k=top_k, pairs=pairs, rounds=rounds, candidates=candidates,
+                             address=address, seed=seed, executor=executor)
+
+
+def _verify_stage(study_dir: str | Path, *, top_k: int, pairs: int, rounds: int,
+                  candidates: list[Any] | None, address: str | None,
+                  seed: int, executor: Any) -> dict[str, Any]:
     """Verify candidates and write ``verify.json``. ``candidates`` overrides the selection
     (``Candidate`` records, their dicts, or bare knob configs), e.g. to check one by hand.
     ``executor`` is an already open ``StudyExecutor`` to use (and leave open); by default verify

@@ -8,6 +8,8 @@ Layout::
     DIR/doctor.failed.json what a doctor that could not calibrate saw (fewer than two ok baselines)
     DIR/trials/*.arrows    the Arrow trial log, one stream file per harness process
     DIR/inflight/*.json    a marker per trial in flight; a leftover marker means the harness died
+    DIR/ids/<trial id>     one empty-ish file per trial id ever allocated (an exclusive create: ``TrialIds``)
+    DIR/study.lock         the writer holding the study (``infrarsi.study.lock``): host, pid, stage, heartbeat
     DIR/proposals/         proposals from agents or people: queued/, taken/, patches/ (``infrarsi.study.proposals``)
     DIR/optimizer.json     inspection snapshot of the optimizer at the end of run (see below)
     DIR/verify.json        verified candidates (verify)
@@ -30,6 +32,7 @@ import errno
 import json
 import os
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -87,6 +90,16 @@ class StudyPaths:
     @property
     def inflight(self) -> Path:
         return self.root / "inflight"
+
+    @property
+    def trial_ids(self) -> Path:
+        """Reserved trial ids (``TrialIds``): a file per id, created exclusively, never removed."""
+        return self.root / "ids"
+
+    @property
+    def lock(self) -> Path:
+        """The study lock (``infrarsi.study.lock``): one writer per study."""
+        return self.root / "study.lock"
 
     @property
     def proposals(self) -> Path:
@@ -177,10 +190,15 @@ class TrialIds:
     """Allocates ``<stage>-<n>`` trial ids that are never reused, also across resumes.
 
     The next number is one past the largest seen in the log and in leftover in-flight markers.
+    With ``reserve_dir`` (``StudyPaths.trial_ids``), each id is also reserved by an exclusive
+    create of ``reserve_dir/<id>`` before it is handed out, and an id some other process reserved
+    is skipped: two writers that both got into a study (a filesystem where the study lock does
+    not hold) still never share an id.
     """
 
-    def __init__(self, used: list[str]) -> None:
+    def __init__(self, used: list[str], reserve_dir: Path | None = None) -> None:
         self._next: dict[str, int] = {}
+        self.reserve_dir = reserve_dir
         for tid in used:
             m = _ID.match(tid)
             if m:
@@ -189,12 +207,32 @@ class TrialIds:
 
     def new(self, stage: str) -> str:
         n = self._next.get(stage, 0)
+        while not self._reserve(f"{stage}-{n:04d}"):
+            n += 1
         self._next[stage] = n + 1
         return f"{stage}-{n:04d}"
+
+    def _reserve(self, trial_id: str) -> bool:
+        """Create ``reserve_dir/<trial_id>`` exclusively (False: another process has it)."""
+        if self.reserve_dir is None:
+            return True
+        path = self.reserve_dir / trial_id
+        try:
+            make_private_dir(self.reserve_dir)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return False
+        except OSError as e:
+            raise write_error(self.reserve_dir.parent, path, e, f"reserve trial id {trial_id!r}") from e
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{socket.gethostname()} {os.getpid()} {time.time():.3f}\n")
+        return True
 
 
 HEARTBEAT_S = 2.0
 """Seconds between two touches of an in-flight marker (its mtime is the trial's last sign of life)."""
+MARKER_STALE_S = 5 * HEARTBEAT_S
+"""A marker untouched this long belongs to no live trial, whoever wrote it."""
 
 
 class InflightMarkers:
@@ -216,7 +254,8 @@ class InflightMarkers:
             write_json_atomic(
                 path,
                 {"trial_id": trial_id, "stage": stage, "config": config,
-                 "world_size": world_size, "started_at": time.time(), "pid": os.getpid()},
+                 "world_size": world_size, "started_at": time.time(), "pid": os.getpid(),
+                 "host": socket.gethostname()},
             )
         except OSError as e:
             raise write_error(self.dir.parent, path, e, f"mark trial {trial_id!r} in flight") from e
@@ -243,6 +282,22 @@ class InflightMarkers:
         """Stop every heartbeat (the harness is closing; leftover markers keep their last mtime)."""
         for trial_id in list(self._beats):
             self.ended(trial_id)
+
+    @staticmethod
+    def live_elsewhere(marker: dict[str, Any], now: float | None = None) -> bool:
+        """Whether ``marker`` (a ``leftovers()`` entry) may belong to a trial still running in
+        another live process: its heartbeat is fresh (``MARKER_STALE_S``) and its writer is not
+        known dead (same host: its pid is gone; this very process: no trial of a closed executor
+        still runs). Markers written before they named their host count as dead (as before)."""
+        from infrarsi.study.processes import pid_alive
+
+        now = time.time() if now is None else now
+        if not marker.get("host") or now - float(marker.get("last_alive_at") or 0.0) > MARKER_STALE_S:
+            return False
+        if marker["host"] != socket.gethostname():
+            return True
+        pid = int(marker.get("pid") or 0)
+        return pid > 0 and pid != os.getpid() and pid_alive(pid)
 
     def leftovers(self) -> list[dict[str, Any]]:
         """The markers on disk, each with ``last_alive_at``: its mtime (the last heartbeat)."""

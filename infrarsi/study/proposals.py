@@ -14,11 +14,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from infrarsi.study.paths import StudyPaths, make_private_dir, write_json_atomic
+
+QUEUE_WAIT_S = 30.0
+"""Seconds a proposer waits for the queue's lock (each holder keeps it for milliseconds)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,17 @@ class ProposalQueue:
         """Proposals a run trial took (its row carries ``extra["proposal"]``)."""
         self.patch_dir = self.paths.proposals / "patches"
         """The proposals' patch files."""
+        self.lock_path = self.paths.proposals / "queue.lock"
+        """The queue's own lock (``infrarsi.study.lock``): held while an id is chosen and its
+        proposal written, so two proposers never get the same id (the study lock is not taken:
+        proposing while ``run`` holds the study is the point of the queue)."""
+
+    def locked(self, wait_s: float = QUEUE_WAIT_S) -> AbstractContextManager[object]:
+        """Hold the queue's lock (``StudyLockedError`` if another live proposer keeps it past ``wait_s``)."""
+        from infrarsi.study.lock import hold
+
+        make_private_dir(self.paths.proposals)
+        return hold(self.lock_path, "propose", wait_s=wait_s, what="proposal queue")
 
     def next_id(self) -> str:
         """The next unused proposal id."""

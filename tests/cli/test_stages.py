@@ -3,6 +3,7 @@ contract (the environment is only the default), bad values exit 2 naming the opt
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from infrarsi.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 DENSE = str(ROOT / "workloads" / "dense_debug.yaml")
+SURROGATE_SMALL = ROOT / "tests" / "fixtures" / "stages" / "surrogate_small.yaml"
 
 
 def _invoke(*args: str, env: dict[str, str] | None = None):
@@ -162,3 +164,60 @@ def test_a_size_without_a_unit_exits_2_with_the_fix(cmd: str, tmp_path: Path) ->
     res = _invoke(cmd, DENSE, "--study", str(study), "--memory-capacity", "160")
     refused(res, "--memory-capacity", "'160'", "no unit", "160MiB", "160GB")
     assert not study.exists()
+
+
+@pytest.mark.parametrize(("argv", "expanded"), [
+    (["run", "S", "--wait"], ["run", "S", "--wait=forever"]),
+    (["run", "S", "--wait", "10m"], ["run", "S", "--wait", "10m"]),
+    (["run", "S", "--wait", "--resume"], ["run", "S", "--wait=forever", "--resume"]),
+    (["run", "S", "--wait=90s"], ["run", "S", "--wait=90s"]),
+    (["verify", "--wait", "S"], ["verify", "--wait=forever", "S"]),
+])
+def test_a_bare_wait_means_as_long_as_it_takes(argv: list[str], expanded: list[str]) -> None:
+    from infrarsi.cli.stages import expand_bare_wait
+
+    assert expand_bare_wait(argv) == expanded
+
+
+HOLD = """
+import sys
+from infrarsi.study.lock import hold_study
+with hold_study(sys.argv[1], "run"):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("command", [["verify"], ["doctor"], ["report"], ["run", "--resume"]])
+def test_a_writer_on_a_held_study_exits_2_naming_the_holder(tmp_path: Path, command: list[str]) -> None:
+    """Another process holds the study as ``run``: each stage that writes exits 2 before doing
+    anything, naming the stage, host, pid and since when, and the fix; ``--wait 1s`` gives up
+    after waiting; ``state`` (read-only) takes no lock and answers."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from infrarsi.stages.init import init_stage
+
+    study = tmp_path / "s"
+    init_stage(SURROGATE_SMALL, study)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(study)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        res = _invoke(command[0], str(study), *command[1:])
+        assert res.exit_code == 2, res.output
+        out = " ".join(res.output.split())
+        assert "held by `run`" in out and f"host {socket.gethostname()}" in out and f"pid {proc.pid}" in out
+        assert "since" in out and "--wait" in out
+        res = _invoke(command[0], str(study), *command[1:], "--wait", "1s")
+        assert res.exit_code == 2 and "waited" in res.output, res.output
+        res = _invoke("state", str(study), "--json")
+        assert res.exit_code == 0, res.output
+        held = json.loads(res.output)["held_by"]
+        assert held["pid"] == proc.pid and held["stage"] == "run"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert not list(study.glob("report.*")) and not (study / "doctor.json").exists()

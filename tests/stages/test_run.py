@@ -282,3 +282,58 @@ def test_run_tops_up_the_budget_lost_actors_left_only_while_budgets_last(
     assert TOPUP_ROUNDS == 2
     assert topup_needed(lost_actors=lost, remaining=remaining, round_=round_, wall_spent=wall,
                         device_spent=device) is expected
+
+
+def test_two_runs_on_one_study_the_second_is_refused_or_queued_and_nothing_runs_twice(
+        ray_local: str, tmp_path: Path) -> None:
+    """The issue's scenario: ``infrarsi run STUDY --trials 4`` twice on one surrogate study
+    (trials held ~4 s each). While the first holds the study, a second ``run`` and a ``verify``
+    exit 2 naming ``run``, its host, pid and start, and ``--wait``; a third ``run --resume --wait``
+    queues behind it and then finds the budget spent. The log holds each trial id once and run
+    rows within the budget."""
+    import socket
+
+    data = yaml.safe_load(SURROGATE.read_text())
+    data["surrogate"]["wall_clock_scale"] = 0.02
+    data["search_space"] = str(ROOT / "search_spaces" / "surrogate_gpu.yaml")
+    workload = tmp_path / "slow.yaml"
+    workload.write_text(yaml.safe_dump(data))
+    study = tmp_path / "study"
+    r = _cli("init", str(workload), "--study", str(study))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", ray_local)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    run = [sys.executable, "-m", "infrarsi", "run", str(study), "--trials", "4", "--address", ray_local]
+    first_out, third_out = (tmp_path / "first.out").open("w"), (tmp_path / "third.out").open("w")
+    first = subprocess.Popen(run, env=_env(), cwd=ROOT, stdout=first_out, stderr=subprocess.STDOUT)
+    third = None
+    try:
+        end = time.monotonic() + 120
+        while first.poll() is None and time.monotonic() < end and not (study / "study.lock").exists():
+            time.sleep(0.1)
+        held = json.loads((study / "study.lock").read_text())
+        assert held["pid"] == first.pid and held["stage"] == "run"
+        second = _cli(*run[3:])
+        verify = _cli("verify", str(study), "--address", ray_local)
+        third = subprocess.Popen([*run, "--resume", "--wait"], env=_env(), cwd=ROOT, stdout=third_out,
+                                 stderr=subprocess.STDOUT)
+        assert first.wait(timeout=480) == 0, (tmp_path / "first.out").read_text()[-3000:]
+        assert third.wait(timeout=480) == 0, (tmp_path / "third.out").read_text()[-3000:]
+    finally:
+        for p in (first, third):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(timeout=60)
+        first_out.close()
+        third_out.close()
+    for refused in (second, verify):
+        msg = " ".join(refused.stderr.split())
+        assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
+        assert "held by `run`" in msg and f"host {socket.gethostname()}" in msg and f"pid {first.pid}" in msg
+        assert "since" in msg and "--wait" in msg
+    run_rows = [x for x in rows(read_trials(study)) if x.stage == "run"]
+    ids = [x.trial_id for x in run_rows]
+    assert len(ids) == len(set(ids)) == 4, ids  # within the budget, each id once
+    assert '"trials": 4' in (tmp_path / "third.out").read_text()  # the queued one ran none: the budget was spent
+    assert not (study / "study.lock").exists()

@@ -25,6 +25,54 @@ def test_trial_ids_continue_after_the_largest_seen() -> None:
     assert ids.new("verify") == "verify-0000"
 
 
+ALLOCATE = """
+import sys
+from pathlib import Path
+from infrarsi.study.paths import TrialIds
+ids = TrialIds([], reserve_dir=Path(sys.argv[1]))
+print(" ".join(ids.new("run") for _ in range(int(sys.argv[2]))))
+"""
+
+
+def test_two_writers_that_both_got_in_never_share_a_trial_id(tmp_path: Path) -> None:
+    """Two processes allocate run ids from the same stale view of the log (both saw run-0000, as
+    two writers on a filesystem where the study lock does not hold would): the exclusive
+    reservation in DIR/ids hands each id to exactly one of them."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    reserve = StudyPaths(tmp_path).trial_ids
+    procs = [subprocess.Popen([sys.executable, "-c", ALLOCATE, str(reserve), "40"], stdout=subprocess.PIPE,
+                              text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+             for _ in range(2)]
+    mine = TrialIds(["run-0000"], reserve_dir=reserve)
+    here = [mine.new("run") for _ in range(40)]
+    theirs = [p.communicate(timeout=120)[0].split() for p in procs]
+    every = here + theirs[0] + theirs[1]
+    assert len(every) == 120 and len(set(every)) == 120, sorted(every)
+    assert sorted(p.name for p in reserve.iterdir()) == sorted(every)
+
+
+def test_a_marker_is_live_elsewhere_only_while_fresh_and_its_writer_may_be_alive(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    now = time.time()
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    live = InflightMarkers.live_elsewhere
+    assert live({"host": "other-host", "pid": 1, "last_alive_at": now - 1}, now)
+    assert not live({"host": "other-host", "pid": 1, "last_alive_at": now - 60}, now)  # stale heartbeat
+    assert not live({"pid": 1, "last_alive_at": now}, now)  # an older marker: no host, as before
+    here = socket.gethostname()
+    assert not live({"host": here, "pid": dead, "last_alive_at": now}, now)  # its process is gone
+    assert not live({"host": here, "pid": os.getpid(), "last_alive_at": now}, now)  # a closed executor of ours
+    assert live({"host": here, "pid": os.getppid(), "last_alive_at": now}, now)
+
+
 def test_inflight_markers_round_trip(tmp_path: Path) -> None:
     m = InflightMarkers(StudyPaths(tmp_path))
     assert m.leftovers() == []
