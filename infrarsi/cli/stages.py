@@ -1,4 +1,4 @@
-"""The stage commands of the ``infrarsi`` CLI: init, doctor, run, verify, report, apply, tune.
+"""The stage commands of the ``infrarsi`` CLI: init, doctor, run, verify, long-check, report, apply, tune.
 
 They register on ``infrarsi.cli.app`` with its ``command`` decorator, so they share its error
 handling and exit codes (0 ok, 2 bad input, 1 any other failure).
@@ -52,6 +52,9 @@ def init_cmd(
     analytic_prior: bool | None = typer.Option(None, "--analytic-prior/--no-analytic-prior", help=PRIOR_HELP),
     loss_guard: bool | None = typer.Option(None, "--loss-guard/--no-loss-guard", help=LOSS_GUARD_HELP),
     bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),
+    long_check_budget: str | None = typer.Option(
+        None, "--long-check-budget",
+        help="Seconds the long check past the trial's horizon may take, e.g. 150s or 5m (recorded in the contract; default 150s)."),
 ) -> None:
     """Lock the task contract of a new study (DIR/contract.yaml, frozen and hashed)."""
     from infrarsi.stages.init import init_stage
@@ -62,6 +65,7 @@ def init_cmd(
         editable_globs=list(editable) or None, editable_knobs=list(knob) or None, trials=trials,
         wall_time_s=_duration(time_budget, "--time-budget"), device_hours=device_hours,
         loss_tolerance=loss_tolerance, analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank,
+        long_check_budget_s=_duration(long_check_budget, "--long-check-budget"),
     )
     console.print(f"contract written: {study / 'contract.yaml'} (hash {c.contract_hash[:12]})")
     sw = c.switches_in_force()
@@ -155,6 +159,45 @@ def _print_verify(v: dict) -> None:
         console.print(f"verified speedup: {best['speedup']:.2f}x (95% CI lower bound {best['ci_low']:.2f}x)")
     else:
         console.print("no candidate was accepted: no win cleared the measured noise with every invariant kept")
+
+
+@command("long-check")
+def long_check_cmd(
+    study: Path = typer.Argument(..., help=STUDY_HELP),
+    horizon_factor: float = typer.Option(
+        10.0, "--horizon-factor",
+        help="The horizon in trials' optimizer steps (> 1; the contract's long-check budget caps it)."),
+    budget: str | None = typer.Option(None, "--budget", help="Seconds the check may take, e.g. 150s (default: the contract's budgets.long_check_s)."),
+    skip_checkpoint: bool = typer.Option(False, "--skip-checkpoint", help="Do not run the mid-horizon checkpoint round trip (the verdict says so)."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+) -> None:
+    """Train verify's accepted candidate and the baseline side by side past the trial's horizon,
+    and round-trip a DeepSpeed checkpoint at mid-horizon (DIR/long_check.json)."""
+    from infrarsi.stages.long_check import accepted_candidate, long_check_stage
+
+    config, patch_file = accepted_candidate(study)
+    res = long_check_stage(study, config=config, patch_file=patch_file, horizon_factor=horizon_factor,
+                           budget_s=_duration(budget, "--budget"), address=address, checkpoint=not skip_checkpoint)
+    t = Table(title=f"long check: {res.status}", header_style="bold")
+    t.add_column("measure")
+    t.add_column("value")
+    t.add_row("horizon (optimizer steps)", f"{res.horizon_steps} (trial {res.trial_steps}; factor {res.horizon_factor:g}"
+              + (", capped by the budget)" if res.capped_by_budget else ")"))
+    t.add_row("budget / estimated / wall", f"{res.budget_s:.0f} s / {res.estimated_cost_s:.0f} s / {res.wall_s:.0f} s")
+    t.add_row("loss tolerance (abs, per step)", f"{res.loss_atol:.3g} (contract {res.contract_loss_atol:.3g})")
+    if res.calibration is not None:
+        d = res.calibration.loss_max_abs_diff
+        t.add_row(f"calibration ({res.calibration.changed} {res.calibration.config.get(res.calibration.changed)})",
+                  f"max loss diff {d:.3g}" if d is not None else f"ended {res.calibration.status}, not used")
+    t.add_row("max |candidate - baseline|", "-" if res.max_abs_diff is None
+              else f"{res.max_abs_diff:.3g} at step {res.max_abs_diff_step}")
+    t.add_row("first step out of tolerance", "none" if res.first_step_out is None else str(res.first_step_out))
+    ck = res.checkpoint
+    t.add_row("checkpoint round trip", f"{ck.status} (step {ck.step}, max diff "
+              f"{'-' if ck.max_abs_diff is None else f'{ck.max_abs_diff:.3g}'}, tolerance {ck.atol:.3g})")
+    console.print(t)
+    if res.reason:
+        console.print(f"reason: {res.reason}", highlight=False)
 
 
 @command("report")
