@@ -19,6 +19,8 @@ from a mid-run checkpoint. So, for the candidate verify accepted, before ``apply
    was measured over a trial's. What it costs: one more run of the horizon, at the honest
    change's speed (the fastest one is picked); it is the price of not guessing how honest noise
    grows. None in scope: the contract's tolerance holds unwidened.
+   Steps 2 and 3 do not depend on the candidate: a run logged by an earlier long check of the
+   same study with the same config and horizon is reused (``_reusable``).
 4. **Candidate** for the horizon (role ``long_candidate``), with the candidate's patch if any,
    and a DeepSpeed checkpoint round trip at mid-horizon (``checkpoint_trip``: save, train on,
    rebuild the engine from scratch, load, continue). Its row is checked by the executor against
@@ -164,8 +166,8 @@ def long_check_stage(study_dir: str | Path, *, config: dict[str, Any], patch_fil
 
         log.info("long_check.start", horizon_steps=h, trial_steps=trial_steps, budget_s=budget,
                  estimated_cost_s=round(plan.estimated_cost_s, 1))
-        b_row = TrialResult.from_dict(ex.run_trial(baseline_cfg, STAGE, steps=h, timeout_s=timeout(base_step, h),
-                                                   extra={"role": "long_baseline"}))
+        b_row = _reusable(logged, "long_baseline", baseline_cfg, h) or TrialResult.from_dict(ex.run_trial(
+            baseline_cfg, STAGE, steps=h, timeout_s=timeout(base_step, h), extra={"role": "long_baseline"}))
         base.trial_ids["baseline"] = b_row.trial_id
         base.baseline_loss = list(b_row.loss)
         if b_row.status != "ok":
@@ -174,8 +176,8 @@ def long_check_stage(study_dir: str | Path, *, config: dict[str, Any], patch_fil
         calibration = None
         if calib is not None:
             knob, cfg, step_s = calib
-            c_row = TrialResult.from_dict(ex.run_trial(cfg, STAGE, steps=h, timeout_s=timeout(step_s, h),
-                                                       extra={"role": "long_calibration", "changed": knob}))
+            c_row = _reusable(logged, "long_calibration", cfg, h) or TrialResult.from_dict(ex.run_trial(
+                cfg, STAGE, steps=h, timeout_s=timeout(step_s, h), extra={"role": "long_calibration", "changed": knob}))
             base.trial_ids["calibration"] = c_row.trial_id
             base.calibration_loss = list(c_row.loss)
             ok = c_row.status == "ok"
@@ -212,6 +214,17 @@ def long_check_stage(study_dir: str | Path, *, config: dict[str, Any], patch_fil
     else:
         base.checkpoint = _no_checkpoint(ck_atol, "not asked for (--skip-checkpoint)")
     return base.judge(paths, r_row, checkpoint_required=checkpoint, t0=t0)
+
+
+def _reusable(logged: list[TrialResult], role: str, config: dict[str, Any], horizon: int) -> TrialResult | None:
+    """An earlier long check's ``ok`` run of the untouched code with this role, config and horizon
+    (the last one), or None. The baseline and the calibration do not depend on the candidate, so
+    a second candidate's check (or a re-run) reuses them instead of paying for them again."""
+    found = [r for r in logged if r.stage == STAGE and r.ok and r.extra.get("role") == role and not r.patches
+             and r.config == config and int(r.extra.get("horizon_steps") or 0) == horizon and len(r.loss) == horizon]
+    if found:
+        log.info("long_check.reuse", role=role, trial_id=found[-1].trial_id)
+    return found[-1] if found else None
 
 
 def _no_checkpoint(atol: float, why: str) -> CheckpointVerdict:
