@@ -51,13 +51,14 @@ from infrarsi.result import TrialResult
 from infrarsi.stages.doctor_analysis import HONEST_CHANGE_FACTOR
 from infrarsi.stages.long_check_analysis import (
     DEFAULT_HORIZON_FACTOR,
+    MIN_CALIBRATED_FACTOR,
     HorizonPlan,
     checkpoint_tolerance,
     checkpoint_verdict,
+    choose_plan,
     first_step_out,
     horizon_tolerance,
     max_abs_diff,
-    plan_horizon,
 )
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.long_check_report import Calibration, CheckpointVerdict, LongCheckResult
@@ -147,11 +148,15 @@ def long_check_stage(study_dir: str | Path, *, config: dict[str, Any], patch_fil
         base_step = float(doctor.baseline_step_time_s or 0.0)
         calib = _calibration_choice(doctor, logged, base_step)
         overhead = _overhead_s(doctor, trial_steps)
-        plan = plan_horizon(trial_steps=trial_steps, factor=float(horizon_factor), budget_s=budget,
-                            baseline_step_s=base_step,
-                            candidate_step_s=_candidate_step_s(paths.root, cand_cfg, patch_file, logged, base_step),
-                            calibration_step_s=calib[2] if calib else None, overhead_s=overhead,
-                            checkpoint=checkpoint)
+        plan, calibrate = choose_plan(
+            trial_steps=trial_steps, factor=float(horizon_factor), budget_s=budget, baseline_step_s=base_step,
+            candidate_step_s=_candidate_step_s(paths.root, cand_cfg, patch_file, logged, base_step),
+            calibration_step_s=calib[2] if calib else None, overhead_s=overhead, checkpoint=checkpoint)
+        if calib is not None and not calibrate:
+            base.notes.append(f"no calibration run: with one, the budget of {budget:.0f} s bought less than "
+                              f"{MIN_CALIBRATED_FACTOR:g}x the trial's steps, so the horizon got the time and the "
+                              f"contract's tolerance holds unwidened")
+            calib = None
         base.plan = plan
         if plan.horizon_steps <= trial_steps:
             need = plan.fixed_s + 2 * trial_steps * plan.per_step_s
@@ -295,6 +300,7 @@ class _Result:
         self.candidate_loss: list[float] = []
         self.calibration_loss: list[float] = []
         self.trial_ids: dict[str, str] = {}
+        self.notes: list[str] = []
 
     def _record(self, status: str, reason: str, t0: float, *, first: int | None = None,
                 diff: tuple[float | None, int | None] = (None, None), reasons: list[str] | None = None) -> LongCheckResult:
@@ -309,7 +315,7 @@ class _Result:
             eval_atol=self.eval_atol, calibration=self.calibration, first_step_out=first, max_abs_diff=diff[0],
             max_abs_diff_step=diff[1], invariant_reasons=list(reasons or []), checkpoint=self.checkpoint,
             baseline_loss=self.baseline_loss, candidate_loss=self.candidate_loss,
-            calibration_loss=self.calibration_loss, trial_ids=dict(self.trial_ids),
+            calibration_loss=self.calibration_loss, trial_ids=dict(self.trial_ids), notes=list(self.notes),
             at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
     def _save(self, paths: StudyPaths, res: LongCheckResult) -> LongCheckResult:
@@ -346,6 +352,8 @@ class _Result:
         ck = self.checkpoint
         if ck.status == "failed" or (checkpoint_required and ck.status != "passed"):
             problems.append(f"checkpoint round trip {ck.status}: {ck.reason}")
+        if problems and self.notes:
+            problems += self.notes
         status = "failed" if problems else "passed"
         return self._save(paths, self._record(status, "; ".join(problems), t0, first=first, diff=diff,
                                               reasons=reasons))

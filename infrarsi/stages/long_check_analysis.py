@@ -15,6 +15,10 @@ DEFAULT_HORIZON_FACTOR = 10.0
 """The horizon asked for, in a trial's optimizer steps (the issue's "about 10x"); the contract's
 budget caps it (``plan_horizon``)."""
 
+MIN_CALIBRATED_FACTOR = 2.0
+"""The calibration run is dropped when, with it, the budget buys less than this many trials'
+steps (``choose_plan``)."""
+
 CHECKPOINT_ATOL: dict[str, float] = {"fp32": 1e-5, "bf16": 5e-3, "fp16": 5e-3}
 """Per-step tolerance of |continued - uninterrupted| loss after the checkpoint round trip, by the
 config's ``dtype``. The restored run is the same run (same weights, optimizer moments, step
@@ -66,6 +70,25 @@ def plan_horizon(*, trial_steps: int, factor: float, budget_s: float, baseline_s
     return HorizonPlan(trial_steps=trial_steps, horizon_steps=horizon, checkpoint_step=max(1, horizon // 2),
                        estimated_cost_s=fixed + horizon * per_step, capped_by_budget=afford < want,
                        per_step_s=per_step, fixed_s=fixed)
+
+
+def choose_plan(*, trial_steps: int, factor: float, budget_s: float, baseline_step_s: float,
+                candidate_step_s: float, calibration_step_s: float | None, overhead_s: float,
+                checkpoint: bool = True) -> tuple[HorizonPlan, bool]:
+    """(the plan, whether it runs the calibration). With the calibration when the budget buys at
+    least ``MIN_CALIBRATED_FACTOR`` x the trial's steps with it (or buys no more without it);
+    else without it: a horizon past the trial's is worth more than widening the tolerance, and
+    the contract's narrower tolerance errs on the safe side (an honest candidate whose noise
+    outgrew it fails, and the verdict says the tolerance was not calibrated for the horizon)."""
+    kw = dict(trial_steps=trial_steps, factor=factor, budget_s=budget_s, baseline_step_s=baseline_step_s,
+              candidate_step_s=candidate_step_s, overhead_s=overhead_s, checkpoint=checkpoint)
+    without = plan_horizon(calibration_step_s=None, **kw)  # type: ignore[arg-type]
+    if calibration_step_s is None:
+        return without, False
+    with_cal = plan_horizon(calibration_step_s=calibration_step_s, **kw)  # type: ignore[arg-type]
+    if with_cal.horizon_steps >= MIN_CALIBRATED_FACTOR * trial_steps or with_cal.horizon_steps >= without.horizon_steps:
+        return with_cal, True
+    return without, False
 
 
 def max_abs_diff(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, int | None]:
@@ -141,5 +164,6 @@ def checkpoint_verdict(trip: dict[str, Any] | None, uninterrupted: Sequence[floa
     return verdict("passed", "", diff)
 
 
-__all__ = ["CHECKPOINT_ATOL", "DEFAULT_HORIZON_FACTOR", "HorizonPlan", "checkpoint_tolerance", "checkpoint_verdict",
+__all__ = ["CHECKPOINT_ATOL", "DEFAULT_HORIZON_FACTOR", "MIN_CALIBRATED_FACTOR", "HorizonPlan", "checkpoint_tolerance",
+           "checkpoint_verdict", "choose_plan",
            "first_step_out", "horizon_tolerance", "max_abs_diff", "plan_horizon"]

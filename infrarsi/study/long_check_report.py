@@ -20,7 +20,7 @@ JSON layout (``to_json``)::
                     "max_abs_diff": float | null, "continued_steps": int, "save_s": float,
                     "restart_s": float, "checkpoint_bytes": int},
      "baseline_loss": [...], "candidate_loss": [...], "calibration_loss": [...],
-     "trial_ids": {"baseline": str, "calibration": str, "candidate": str}, "at": str}
+     "trial_ids": {"baseline": str, "calibration": str, "candidate": str}, "notes": [...], "at": str}
 """
 
 from __future__ import annotations
@@ -149,6 +149,8 @@ class LongCheckResult:
     """The honest change's loss per step over the horizon (empty: none)."""
     trial_ids: dict[str, str] = field(default_factory=dict)
     """Role (``baseline``, ``calibration``, ``candidate``) -> trial id in the log."""
+    notes: list[str] = field(default_factory=list)
+    """What the check left out and why (e.g. no calibration run when the budget could not buy one)."""
     at: str = ""
     """ISO-8601 UTC time the check ended."""
 

@@ -9,6 +9,7 @@ from infrarsi.errors import StudyError
 from infrarsi.stages.long_check_analysis import (
     checkpoint_tolerance,
     checkpoint_verdict,
+    choose_plan,
     first_step_out,
     horizon_tolerance,
     max_abs_diff,
@@ -29,6 +30,17 @@ def test_the_factor_sets_the_horizon_when_the_budget_allows_and_the_budget_caps_
     assert no_cal.fixed_s == pytest.approx(10.0) and no_cal.horizon_steps == 64  # (170 - 10) / 2.5
     broke = plan_horizon(factor=10, budget_s=10.0, **kw)
     assert broke.horizon_steps == 0 and broke.capped_by_budget
+
+
+def test_the_calibration_run_is_dropped_only_when_it_would_leave_less_than_twice_the_trial() -> None:
+    kw = dict(trial_steps=11, factor=10, baseline_step_s=2.0, candidate_step_s=0.6, calibration_step_s=1.2,
+              overhead_s=4.0)
+    plan, calibrated = choose_plan(budget_s=400.0, **kw)
+    assert calibrated and plan.horizon_steps >= 22
+    plan, calibrated = choose_plan(budget_s=100.0, **kw)  # with it: (100 - 16) / 4.1 = 20 < 22 steps
+    assert not calibrated and plan.horizon_steps == 30  # (100 - 12) / 2.9
+    plan, calibrated = choose_plan(budget_s=100.0, **{**kw, "calibration_step_s": None})
+    assert not calibrated and plan.horizon_steps == 30
 
 
 def test_the_horizon_tolerance_is_the_doctors_rule_and_never_narrower_than_the_contract() -> None:
