@@ -191,7 +191,7 @@ def device_seconds(data: StudyData) -> Png | None:
         return None
     fig, ax = plt.subplots(figsize=(7, 3.2))
     bottom = [0.0] * len(statuses)
-    for stage, col in zip(sorted(acc), ("#2a7ab9", "#ff7f0e", "#2ca02c", "#9467bd"), strict=False):
+    for stage, col in zip(sorted(acc), ("#2a7ab9", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728"), strict=False):
         vals = [acc[stage].get(s, 0.0) for s in statuses]
         ax.bar(statuses, vals, bottom=bottom, color=col, label=stage)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]

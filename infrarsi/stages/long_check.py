@@ -128,7 +128,7 @@ def long_check_stage(study_dir: str | Path, *, config: dict[str, Any], patch_fil
     contract = Contract.load(paths.root)
     budget = contract.budgets.long_check_budget_s if budget_s is None else float(budget_s)
     if not math.isfinite(budget) or budget <= 0:
-        raise ConfigError(f"--budget: rule: a finite number of seconds > 0; got {budget_s!r}. Fix: e.g. --budget 150s.")
+        raise ConfigError(f"--budget: rule: a finite number of seconds > 0; got {budget_s!r}. Fix: e.g. --budget 120s.")
     doctor = DoctorReport.load(paths.root)
     trial_steps = int(contract.invariants.optimizer_steps)
     base = _Result(config=dict(config), trial_steps=trial_steps, horizon_factor=float(horizon_factor),
