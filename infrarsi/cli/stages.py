@@ -54,7 +54,7 @@ def init_cmd(
     bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),
     long_check_budget: str | None = typer.Option(
         None, "--long-check-budget",
-        help="Seconds the long check past the trial's horizon may take, e.g. 150s or 5m (recorded in the contract; default 120s)."),
+        help="Seconds the long check past the trial's horizon may take, e.g. 90s or 5m (recorded in the contract; default 90s)."),
 ) -> None:
     """Lock the task contract of a new study (DIR/contract.yaml, frozen and hashed)."""
     from infrarsi.stages.init import init_stage
@@ -167,7 +167,7 @@ def long_check_cmd(
     horizon_factor: float = typer.Option(
         10.0, "--horizon-factor",
         help="The horizon in trials' optimizer steps (> 1; the contract's long-check budget caps it)."),
-    budget: str | None = typer.Option(None, "--budget", help="Seconds the check may take, e.g. 120s (default: the contract's budgets.long_check_s)."),
+    budget: str | None = typer.Option(None, "--budget", help="Seconds the check may take, e.g. 90s (default: the contract's budgets.long_check_s)."),
     skip_checkpoint: bool = typer.Option(False, "--skip-checkpoint", help="Do not run the mid-horizon checkpoint round trip (the verdict says so)."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
 ) -> None:

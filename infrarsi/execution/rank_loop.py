@@ -299,17 +299,21 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     res.end_checks_time_s = time.perf_counter() - t_checks
     res.status = "ok"
     if trip is not None and not trip.skipped:
-        def rebuild() -> tuple[Any, Any]:
+        def rebuild() -> tuple[Any, Any, TrainingJob]:
+            # the trial's own code imported afresh (the eval check imported the reference since), as
+            # a restarted process would: module-level state starts over
+            fresh_job = job_for(dict(build.model_options), fn=import_entry(spec["code_dir"], entry_point))
             torch.manual_seed(seed)
             with rs.build_context(device, build.ds_config, partitioned=True):
-                fresh = job.build_model()
+                fresh = fresh_job.build_model()
             fresh_opt = rs.make_optimizer(build.runtime["optimizer_impl"], list(fresh.parameters()), wl.optimizer)
             fresh_engine, *_ = deepspeed.initialize(model=fresh, optimizer=fresh_opt, config=build.ds_config)
             seams.configure_engine(fresh_engine)
             torch.set_num_threads(build.runtime["threads_per_worker"])
-            return fresh_engine, fresh_opt
+            return fresh_engine, fresh_opt, fresh_job
 
-        _round_trip(trip, state, rebuild, job, seams, planned, vocab, loss_chunk, dev)
+        del engine, model, opt, counters, job  # nothing here may keep the trained engine alive past the restart
+        _round_trip(trip, state, rebuild, seams, planned, vocab, loss_chunk, dev)
         res.checkpoint = trip.to_dict()
 
 
@@ -340,11 +344,12 @@ def _plan_round_trip(spec: dict[str, Any], total_steps: int, expert_parallel: bo
     return trip
 
 
-def _round_trip(trip: ckpt.RoundTrip, state: dict[str, Any], rebuild: Any, job: TrainingJob, seams: Seams,
+def _round_trip(trip: ckpt.RoundTrip, state: dict[str, Any], rebuild: Any, seams: Seams,
                 planned: list[list[Any]], vocab: int, loss_chunk: int, dev: torch.device) -> None:
     """The restart half of the checkpoint round trip (``checkpoint_trip``): destroy the trained
-    engine, rebuild it from scratch, load the checkpoint, continue to the last step. A failure
-    is recorded in ``trip.error``; the trial itself stays ``ok``."""
+    engine, rebuild it from scratch (``rebuild() -> (engine, base optimizer, job)``), load the
+    checkpoint, continue to the last step. A failure is recorded in ``trip.error``; the trial
+    itself stays ``ok``."""
     counters = state.pop("counters", None)
     if counters is not None:
         counters.detach()
@@ -357,7 +362,7 @@ def _round_trip(trip: ckpt.RoundTrip, state: dict[str, Any], rebuild: Any, job: 
     t0 = time.perf_counter()
     directory = state["ckpt_dir"]
     try:
-        engine, opt = rebuild()
+        engine, opt, job = rebuild()
         state["engine"] = engine
     except Exception as e:
         trip.error = f"rebuilding the engine for the restart failed: {type(e).__name__}: {e}"[:800]

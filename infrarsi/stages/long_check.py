@@ -68,6 +68,9 @@ log = structlog.get_logger(__name__)
 
 STAGE = "long"
 """The trial log's ``stage`` of the long check's rows (ids ``long-NNNN``)."""
+START_S = 10.0
+"""Estimated seconds a check with its own executor spends before its first step: connecting to
+(or starting) Ray and starting the first worker group (measured 6-10 s on dense_debug)."""
 TIMEOUT_FACTOR = 3.0
 """A long run is cut at this many times its estimated seconds (plus ``TIMEOUT_SLACK_S``)."""
 TIMEOUT_SLACK_S = 120.0
@@ -128,7 +131,7 @@ def long_check_stage(study_dir: str | Path, *, config: dict[str, Any], patch_fil
     contract = Contract.load(paths.root)
     budget = contract.budgets.long_check_budget_s if budget_s is None else float(budget_s)
     if not math.isfinite(budget) or budget <= 0:
-        raise ConfigError(f"--budget: rule: a finite number of seconds > 0; got {budget_s!r}. Fix: e.g. --budget 120s.")
+        raise ConfigError(f"--budget: rule: a finite number of seconds > 0; got {budget_s!r}. Fix: e.g. --budget 90s.")
     doctor = DoctorReport.load(paths.root)
     trial_steps = int(contract.invariants.optimizer_steps)
     base = _Result(config=dict(config), trial_steps=trial_steps, horizon_factor=float(horizon_factor),
@@ -151,7 +154,8 @@ def long_check_stage(study_dir: str | Path, *, config: dict[str, Any], patch_fil
         plan, calibrate = choose_plan(
             trial_steps=trial_steps, factor=float(horizon_factor), budget_s=budget, baseline_step_s=base_step,
             candidate_step_s=_candidate_step_s(paths.root, cand_cfg, patch_file, logged, base_step),
-            calibration_step_s=calib[2] if calib else None, overhead_s=overhead, checkpoint=checkpoint)
+            calibration_step_s=calib[2] if calib else None, overhead_s=overhead, checkpoint=checkpoint,
+            start_s=START_S if executor is None else 0.0)
         if calib is not None and not calibrate:
             base.notes.append(f"no calibration run: with one, the budget of {budget:.0f} s bought less than "
                               f"{MIN_CALIBRATED_FACTOR:g}x the trial's steps, so the horizon got the time and the "

@@ -52,17 +52,18 @@ class HorizonPlan:
 
 def plan_horizon(*, trial_steps: int, factor: float, budget_s: float, baseline_step_s: float,
                  candidate_step_s: float, calibration_step_s: float | None, overhead_s: float,
-                 checkpoint: bool = True) -> HorizonPlan:
+                 checkpoint: bool = True, start_s: float = 0.0) -> HorizonPlan:
     """The horizon: ``ceil(factor x trial_steps)`` optimizer steps, capped so the estimated cost
     fits ``budget_s``. Estimated cost = ``fixed_s + horizon x per_step_s`` with ``per_step_s`` =
     baseline step + calibration step (when there is one) + candidate step x (1.5 with the
     checkpoint round trip: the continued run trains the second half again) and ``fixed_s`` =
     ``overhead_s`` (one run's set-up and end checks, from the doctor's baseline trial) per run,
-    the restart counting as one. Step times are seconds per optimizer step (the doctor's
-    baseline median; the candidate's verified speed)."""
+    the restart counting as one, plus ``start_s`` once (a fresh executor: Ray and the first worker
+    group). Step times are seconds per optimizer step (the doctor's baseline median; the
+    candidate's verified speed)."""
     runs = 2 + (calibration_step_s is not None) + (1 if checkpoint else 0)
     per_step = baseline_step_s + (calibration_step_s or 0.0) + candidate_step_s * (1.5 if checkpoint else 1.0)
-    fixed = overhead_s * runs
+    fixed = overhead_s * runs + start_s
     want = max(1, math.ceil(factor * trial_steps))
     afford = int((budget_s - fixed) // per_step) if per_step > 0 else want
     horizon = min(want, afford)
@@ -74,14 +75,14 @@ def plan_horizon(*, trial_steps: int, factor: float, budget_s: float, baseline_s
 
 def choose_plan(*, trial_steps: int, factor: float, budget_s: float, baseline_step_s: float,
                 candidate_step_s: float, calibration_step_s: float | None, overhead_s: float,
-                checkpoint: bool = True) -> tuple[HorizonPlan, bool]:
+                checkpoint: bool = True, start_s: float = 0.0) -> tuple[HorizonPlan, bool]:
     """(the plan, whether it runs the calibration). With the calibration when the budget buys at
     least ``MIN_CALIBRATED_FACTOR`` x the trial's steps with it (or buys no more without it);
     else without it: a horizon past the trial's is worth more than widening the tolerance, and
     the contract's narrower tolerance errs on the safe side (an honest candidate whose noise
     outgrew it fails, and the verdict says the tolerance was not calibrated for the horizon)."""
     kw = dict(trial_steps=trial_steps, factor=factor, budget_s=budget_s, baseline_step_s=baseline_step_s,
-              candidate_step_s=candidate_step_s, overhead_s=overhead_s, checkpoint=checkpoint)
+              candidate_step_s=candidate_step_s, overhead_s=overhead_s, checkpoint=checkpoint, start_s=start_s)
     without = plan_horizon(calibration_step_s=None, **kw)  # type: ignore[arg-type]
     if calibration_step_s is None:
         return without, False
