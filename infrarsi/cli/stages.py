@@ -198,6 +198,8 @@ def long_check_cmd(
     console.print(t)
     if res.reason:
         console.print(f"reason: {res.reason}", highlight=False)
+    for note in res.notes:
+        console.print(f"note: {note}", highlight=False)
 
 
 @command("report")
