@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 Status = Literal["ok", "oom", "failed", "timeout", "nan", "invariant_violation"]
 STATUSES: tuple[str, ...] = ("ok", "oom", "failed", "timeout", "nan", "invariant_violation")
-Stage = Literal["doctor", "run", "verify", "trial"]
+Stage = Literal["doctor", "run", "verify", "long", "trial"]
 
 
 @dataclass
@@ -23,7 +23,8 @@ class TrialResult:
     trial_id: str
     """Unique id of the trial within the study (never reused, also across resumes)."""
     stage: str
-    """Which stage ran it: ``doctor``, ``run``, ``verify`` or ``trial`` (the CLI command)."""
+    """Which stage ran it: ``doctor``, ``run``, ``verify``, ``long`` (the long check past the
+    trial's horizon: ``extra["horizon_steps"]`` steps) or ``trial`` (the CLI command)."""
     config: dict[str, Any]
     """Knob name -> value; every knob of the space (inactive knobs hold their default)."""
     status: str = "failed"

@@ -63,6 +63,22 @@ def study(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.fixture(scope="session")
+def doctored_honest_study(tmp_path_factory: pytest.TempPathFactory, ray_local: str) -> Path:
+    """A study of the honest twin of the cheat fixtures (``tests/fixtures/cheats/honest.yaml``:
+    dense debug, 2 ranks, 4-step trials, ZeRO-0 micro-batch 8), initialised and doctored (2
+    baseline repeats and the honest changes) once per session, for the integration tests that
+    need a calibrated study (the executor's cheats, the long check). Tests add rows to its log;
+    none may rely on the log holding only its own."""
+    from infrarsi.stages.doctor import doctor_stage
+    from infrarsi.stages.init import init_stage
+
+    d = tmp_path_factory.mktemp("honest") / "study"
+    init_stage(TESTS_DIR / "fixtures" / "cheats" / "honest.yaml", d)
+    doctor_stage(d, repeats=2)
+    return d
+
+
 @pytest.fixture
 def make_unwritable() -> Iterator[Callable[[Path], None]]:
     """``make_unwritable(dir)``: nobody may create files in ``dir`` until the test ends.

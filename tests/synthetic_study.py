@@ -72,6 +72,27 @@ def row(tid: str, stage: str, cfg: dict[str, Any], t0: float, *, status: str = "
     return r
 
 
+def write_long_check(study_dir: Path, best: dict[str, Any], *, status: str = "passed") -> None:
+    """A ``long_check.json`` of verify's best (as the long check writes it), ``status`` as given."""
+    from infrarsi.study.candidate import Candidate
+    from infrarsi.study.long_check_report import CheckpointVerdict, LongCheckResult
+
+    ok = status == "passed"
+    LongCheckResult(
+        status=status, reason="" if ok else "step 14: |loss diff| 0.3 > 1e-4, past the trial's 10 steps",  # type: ignore[arg-type]
+        config=dict(best["config"]), patches=[p["path"] for p in best.get("patches") or []], trial_steps=10,
+        horizon_steps=24, horizon_factor=10.0, budget_s=90.0, estimated_cost_s=88.0, capped_by_budget=True,
+        wall_s=91.0, loss_atol=1e-4, loss_rtol=0.0, contract_loss_atol=1e-4, eval_atol=1e-4, calibration=None,
+        first_step_out=None if ok else 14, max_abs_diff=1e-6 if ok else 0.3, max_abs_diff_step=3 if ok else 14,
+        invariant_reasons=[], checkpoint=CheckpointVerdict(status="passed", reason="", step=12, atol=1e-5,
+                                                           max_abs_diff=0.0, continued_steps=12, save_s=0.1,
+                                                           restart_s=0.2, checkpoint_bytes=1 << 20),
+        baseline_loss=[8.3 - 0.05 * i for i in range(24)],
+        candidate_loss=[8.3 - 0.05 * i + (0.0 if ok or i < 14 else 0.3) for i in range(24)],
+        candidate_key=Candidate.from_dict(best).key,
+    ).save(study_dir)
+
+
 def write_verified(study_dir: Path, candidate_rows: list[TrialResult], *, speedup: float = 3.0) -> dict[str, Any]:
     """Log ``candidate_rows`` as verify trials of one candidate (their config, patches and
     digests) and write a ``verify.json`` whose accepted best names them, as verify would."""
@@ -87,6 +108,7 @@ def write_verified(study_dir: Path, candidate_rows: list[TrialResult], *, speedu
             "accepted": True, "trial_ids": [r.trial_id for r in rows],
             "patches": [PatchRef(p, d).to_dict() for p, d in zip(first.patches, first.patch_sha256, strict=True)]}
     (study_dir / "verify.json").write_text(json.dumps({"best": best, "candidates": [best]}))
+    write_long_check(study_dir, best)
     return best
 
 
@@ -139,4 +161,6 @@ def make_study(tmp: Path, name: str = "study", *, hw: str = "cpu-2core", verifie
             "trial_ids": [f"verify-c{p}" for p in range(3)]}
     (d / "verify.json").write_text(json.dumps({"best": best, "candidates": [best],
                                                "baseline_config": BASE, "noise_margin": 0.05}))
+    if verified:
+        write_long_check(d, best)
     return d

@@ -1,4 +1,4 @@
-"""The stage commands of the ``infrarsi`` CLI: init, doctor, run, verify, report, apply, tune.
+"""The stage commands of the ``infrarsi`` CLI: init, doctor, run, verify, long-check, report, apply, tune.
 
 They register on ``infrarsi.cli.app`` with its ``command`` decorator, so they share its error
 handling and exit codes (0 ok, 2 bad input, 1 any other failure).
@@ -101,6 +101,9 @@ def init_cmd(
     analytic_prior: bool | None = typer.Option(None, "--analytic-prior/--no-analytic-prior", help=PRIOR_HELP),
     loss_guard: bool | None = typer.Option(None, "--loss-guard/--no-loss-guard", help=LOSS_GUARD_HELP),
     bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),
+    long_check_budget: str | None = typer.Option(
+        None, "--long-check-budget",
+        help="Seconds the long check past the trial's horizon may take, e.g. 90s or 5m (recorded in the contract; default 90s)."),
 ) -> None:
     """Lock the task contract of a new study (DIR/contract.yaml, frozen and hashed)."""
     from infrarsi.stages.init import init_stage
@@ -111,6 +114,7 @@ def init_cmd(
         editable_globs=list(editable) or None, editable_knobs=list(knob) or None, trials=trials,
         wall_time_s=_duration(time_budget, "--time-budget"), device_hours=device_hours,
         loss_tolerance=loss_tolerance, analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank,
+        long_check_budget_s=_duration(long_check_budget, "--long-check-budget"),
     )
     console.print(f"contract written: {study / 'contract.yaml'} (hash {c.contract_hash[:12]})")
     sw = c.switches_in_force()
@@ -217,6 +221,48 @@ def _print_verify(v: dict) -> None:
         console.print("no candidate was accepted: no win cleared the measured noise with every invariant kept")
 
 
+@command("long-check")
+def long_check_cmd(
+    study: Path = typer.Argument(..., help=STUDY_HELP),
+    horizon_factor: float = typer.Option(
+        10.0, "--horizon-factor",
+        help="The horizon in trials' optimizer steps (> 1; the contract's long-check budget caps it)."),
+    budget: str | None = typer.Option(None, "--budget", help="Seconds the check may take, e.g. 90s (default: the contract's budgets.long_check_s)."),
+    skip_checkpoint: bool = typer.Option(False, "--skip-checkpoint", help="Do not run the mid-horizon checkpoint round trip (the verdict says so)."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    wait: str | None = wait_option(),
+) -> None:
+    """Train verify's accepted candidate and the baseline side by side past the trial's horizon,
+    and round-trip a DeepSpeed checkpoint at mid-horizon (DIR/long_check.json)."""
+    from infrarsi.stages.long_check import accepted_candidate, long_check_stage
+
+    res = long_check_stage(study, candidate=accepted_candidate(study), horizon_factor=horizon_factor,
+                           budget_s=_duration(budget, "--budget"), address=address, checkpoint=not skip_checkpoint,
+                           wait_s=wait_seconds(wait))
+    t = Table(title=f"long check: {res.status}", header_style="bold")
+    t.add_column("measure")
+    t.add_column("value")
+    t.add_row("horizon (optimizer steps)", f"{res.horizon_steps} (trial {res.trial_steps}; factor {res.horizon_factor:g}"
+              + (", capped by the budget)" if res.capped_by_budget else ")"))
+    t.add_row("budget / estimated / wall", f"{res.budget_s:.0f} s / {res.estimated_cost_s:.0f} s / {res.wall_s:.0f} s")
+    t.add_row("loss tolerance (abs, per step)", f"{res.loss_atol:.3g} (contract {res.contract_loss_atol:.3g})")
+    if res.calibration is not None:
+        d = res.calibration.loss_max_abs_diff
+        t.add_row(f"calibration ({res.calibration.changed} {res.calibration.config.get(res.calibration.changed)})",
+                  f"max loss diff {d:.3g}" if d is not None else f"ended {res.calibration.status}, not used")
+    t.add_row("max |candidate - baseline|", "-" if res.max_abs_diff is None
+              else f"{res.max_abs_diff:.3g} at step {res.max_abs_diff_step}")
+    t.add_row("first step out of tolerance", "none" if res.first_step_out is None else str(res.first_step_out))
+    ck = res.checkpoint
+    t.add_row("checkpoint round trip", f"{ck.status} (step {ck.step}, max diff "
+              f"{'-' if ck.max_abs_diff is None else f'{ck.max_abs_diff:.3g}'}, tolerance {ck.atol:.3g})")
+    console.print(t)
+    if res.reason:
+        console.print(f"reason: {res.reason}", highlight=False)
+    for note in res.notes:
+        console.print(f"note: {note}", highlight=False)
+
+
 @command("report")
 def report_cmd(
     study: Path = typer.Argument(..., help=STUDY_HELP),
@@ -237,11 +283,15 @@ def apply_cmd(
     branch: str | None = typer.Option(None, "--branch", help="Branch name (default infrarsi/<study>-<hash>)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing branch of that name and allow a dirty tree (never main/master)."),
     wait: str | None = wait_option(),
+    skip_long_check: bool = typer.Option(
+        False, "--skip-long-check",
+        help="Promote without a passed long check of the candidate (the commit message and DIR/apply.json say so)."),
 ) -> None:
-    """Promote the verified winner (DeepSpeed JSON, knob YAML, patches) to a new git branch."""
+    """Promote exactly the verified candidate (its knobs, and the patches verify ran, checked by sha256)
+    to a new git branch, after a passed long check."""
     from infrarsi.stages.apply import apply
 
-    out = apply(study, repo, branch=branch, force=force, wait_s=wait_seconds(wait))
+    out = apply(study, repo, branch=branch, force=force, wait_s=wait_seconds(wait), skip_long_check=skip_long_check)
     console.print(out.summary())
 
 
@@ -262,15 +312,26 @@ def tune_cmd(
     bank: str | None = typer.Option(None, "--bank", help=BANK_HELP),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1, help=CONCURRENCY_HELP),
     wait: str | None = wait_option(),
+    long_check: bool = typer.Option(
+        True, "--long-check/--no-long-check",
+        help="After verify accepts a candidate, train it beside the baseline past the trial's horizon and "
+             "round-trip a checkpoint (apply requires it)."),
+    long_check_budget: str | None = typer.Option(
+        None, "--long-check-budget", help="Seconds the long check may take, e.g. 90s (a new study's contract; default 90s)."),
 ) -> None:
-    """Every stage: init, doctor, run, verify, report (resumes a study directory where it stopped;
-    the init options apply only to a new study)."""
+    """Every stage: init, doctor, run, verify, long check, report (resumes a study directory where
+    it stopped; the init options apply only to a new study)."""
     from infrarsi.stages.tune import tune_stage
 
     out = tune_stage(workload, study, trials=trials, time_budget_s=_duration(time_budget, "--time-budget"),
                      memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"), address=address,
                      request=request, loss_tolerance=loss_tolerance, top_k=top_k, seed=seed,
                      analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank, concurrency=concurrency,
-                     wait_s=wait_seconds(wait))
+                     wait_s=wait_seconds(wait), long_check=long_check,
+                     long_check_budget_s=_duration(long_check_budget, "--long-check-budget"))
     _print_verify(out["verify"])
+    lc = out.get("long_check")
+    if lc:
+        console.print(f"long check: {lc['status']} over {lc['horizon_steps']} steps (a trial: {lc['trial_steps']})"
+                      + (f": {lc['reason']}" if lc.get("reason") else ""), highlight=False)
     console.print(f"report: {out['report_html']}")

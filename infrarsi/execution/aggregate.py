@@ -13,6 +13,8 @@ Pure functions (no Ray), so that the rules are unit-tested on their own:
   ``extra["device_used_peak_bytes"]`` = max over ranks of the GPU's used-memory peak (``memory.py``);
 - ``extra["leftover_device_bytes"]`` = max over ranks of the GPU memory still allocated after the
   trial's cleanup (the pool recycles a group that leaves too much).
+- ``extra["checkpoint_round_trip"]`` (only when the trial asked for one): rank 0's round trip
+  (``checkpoint_trip.RoundTrip``), with the first rank's error when rank 0 has none.
 """
 
 from __future__ import annotations
@@ -133,6 +135,12 @@ def aggregate(
         res.extra["end_checks_time_s"] = max(checks)
     if rank0.get("stopped_early"):
         res.extra["stopped_early"] = str(rank0["stopped_early"])
+    trips = [r["checkpoint"] for r in answered if r.get("checkpoint")]
+    if trips:
+        trip = dict(rank0.get("checkpoint") or trips[0])
+        if not trip.get("error"):
+            trip["error"] = next((str(t["error"]) for t in trips if t.get("error")), "")
+        res.extra["checkpoint_round_trip"] = trip
     checksums = [r.get("param_checksum") for r in answered if r.get("param_checksum") is not None]
     if checksums:
         res.extra["param_checksum"] = checksums[0]

@@ -20,7 +20,13 @@ resolved by the driver), optional ``loss_guard`` (``{"reference": [baseline
 loss per step], "atol": a, "rtol": r}``: stop as soon as a step's loss differs from the
 baseline's by more than ``a + r*|baseline|``, the same rule as the contract's loss invariant, so
 a trial that can no longer pass stops burning device time; every rank sees the same all-reduced
-loss, so all ranks stop at the same step).
+loss, so all ranks stop at the same step), optional ``steps`` (int: optimizer steps to train, warm-up
+included, instead of the workload's ``warmup + measured``: the long check's horizon; the batches of
+every step come from the harness's source by (step, rank, micro-batch), past the workload's usual
+count too), optional ``checkpoint_step`` (int S, 0 < S < steps: a DeepSpeed checkpoint round trip,
+``infrarsi.execution.checkpoint_trip``: save after step S, train on uninterrupted, then after the
+end-of-trial checks rebuild the engine, load the checkpoint and continue from S; reported in
+``RankResult.checkpoint``). Without those two keys a trial runs exactly as before.
 
 Harness-owned measures (anti reward hacking): tokens and sequences fed to the model are counted
 by a forward pre-hook, optimizer steps by a step post-hook on the real torch optimizer (once
@@ -46,6 +52,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from infrarsi.errors import JobError
+from infrarsi.execution import checkpoint_trip as ckpt
 from infrarsi.execution import rank_support as rs
 from infrarsi.execution.data_sources import make_source
 from infrarsi.execution.flops import flops_per_token, peak_flops_per_s
@@ -177,7 +184,10 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     monitor.check("engine_init")
     dev = engine.device
     source = make_source(wl.data, shape.vocab_size, job=job, data_path=spec.get("data_path"))
-    total_steps = wl.steps.warmup + wl.steps.measured
+    total_steps = trial_steps(spec, wl)
+    trip = _plan_round_trip(spec, total_steps, ep)
+    if trip is not None and not trip.skipped:
+        state["ckpt_dir"] = ckpt.shared_temp_dir()
     # Every step's rows are generated before the clock starts (a data loader that keeps up):
     # the timed steps measure training, not the harness's synthetic source.
     planned = rs.plan_batches(source, total_steps, wl.global_batch_size, rank, world, res.micro_batch_size, dev)
@@ -259,10 +269,18 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
         res.stopped_early = loss_guard_trip(spec.get("loss_guard"), step, res.loss[-1])
         if res.stopped_early:
             break
+        if trip is not None and not trip.skipped and step + 1 == trip.step:  # outside the timed step
+            ckpt.save(engine, state["ckpt_dir"], trip.step, trip)
     res.peak_memory_bytes = monitor.peak()
     monitor.stop()
     measured = {p: v[wl.steps.warmup:] or v for p, v in phases.items()}
     res.phase_times_s = {p: rs.median(v) for p, v in measured.items() if v}
+    if trip is not None and not trip.skipped and len(res.loss) < total_steps:
+        trip.skipped = (f"training stopped after {len(res.loss)} of {total_steps} steps "
+                        f"({res.status if res.status == 'nan' else 'loss guard'}), so the checkpoint "
+                        f"round trip was not tried")
+    if trip is not None:
+        res.checkpoint = trip.to_dict()
     if res.status == "nan":
         return
 
@@ -280,6 +298,89 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
         del reference
     res.end_checks_time_s = time.perf_counter() - t_checks
     res.status = "ok"
+    if trip is not None and not trip.skipped:
+        def rebuild() -> tuple[Any, Any, TrainingJob]:
+            # the trial's own code imported afresh (the eval check imported the reference since), as
+            # a restarted process would: module-level state starts over
+            fresh_job = job_for(dict(build.model_options), fn=import_entry(spec["code_dir"], entry_point))
+            torch.manual_seed(seed)
+            with rs.build_context(device, build.ds_config, partitioned=True):
+                fresh = fresh_job.build_model()
+            fresh_opt = rs.make_optimizer(build.runtime["optimizer_impl"], list(fresh.parameters()), wl.optimizer)
+            fresh_engine, *_ = deepspeed.initialize(model=fresh, optimizer=fresh_opt, config=build.ds_config)
+            seams.configure_engine(fresh_engine)
+            torch.set_num_threads(build.runtime["threads_per_worker"])
+            return fresh_engine, fresh_opt, fresh_job
+
+        del engine, model, opt, counters, job  # nothing here may keep the trained engine alive past the restart
+        _round_trip(trip, state, rebuild, seams, planned, vocab, loss_chunk, dev)
+        res.checkpoint = trip.to_dict()
+
+
+def trial_steps(spec: dict[str, Any], wl: Workload) -> int:
+    """Optimizer steps the trial trains (warm-up included): the spec's ``steps`` when given (the
+    long check's horizon), else the workload's ``warmup + measured``."""
+    steps = spec.get("steps")
+    if steps is None:
+        return wl.steps.warmup + wl.steps.measured
+    if int(steps) <= wl.steps.warmup:
+        raise ValueError(f"spec steps={steps}: must exceed the workload's {wl.steps.warmup} warm-up steps")
+    return int(steps)
+
+
+def _plan_round_trip(spec: dict[str, Any], total_steps: int, expert_parallel: bool) -> ckpt.RoundTrip | None:
+    """The checkpoint round trip the spec asks for (None: none), skipped with the reason where it
+    cannot be tried."""
+    step = spec.get("checkpoint_step")
+    if step is None:
+        return None
+    if not 0 < int(step) < total_steps:
+        raise ValueError(f"spec checkpoint_step={step}: must be between 1 and {total_steps - 1} (the steps "
+                         f"trained are {total_steps})")
+    trip = ckpt.RoundTrip(step=int(step))
+    if expert_parallel:
+        trip.skipped = ("expert parallelism: the experts' optimizer lives outside the DeepSpeed engine, so "
+                        "DeepSpeed's checkpoint does not hold its state")
+    return trip
+
+
+def _round_trip(trip: ckpt.RoundTrip, state: dict[str, Any], rebuild: Any, seams: Seams,
+                planned: list[list[Any]], vocab: int, loss_chunk: int, dev: torch.device) -> None:
+    """The restart half of the checkpoint round trip (``checkpoint_trip``): destroy the trained
+    engine, rebuild it from scratch (``rebuild() -> (engine, base optimizer, job)``), load the
+    checkpoint, continue to the last step. A failure is recorded in ``trip.error``; the trial
+    itself stays ``ok``."""
+    counters = state.pop("counters", None)
+    if counters is not None:
+        counters.detach()
+    old = state.pop("engine", None)
+    state.pop("model", None)
+    if old is not None:
+        old.destroy()
+    del old
+    gc.collect()
+    t0 = time.perf_counter()
+    directory = state["ckpt_dir"]
+    try:
+        engine, opt, job = rebuild()
+        state["engine"] = engine
+    except Exception as e:
+        trip.error = f"rebuilding the engine for the restart failed: {type(e).__name__}: {e}"[:800]
+        ckpt.any_rank(True, dev)
+        return
+    if ckpt.any_rank(False, dev):
+        trip.error = "rebuilding the engine for the restart failed on another rank"
+        return
+    loaded = ckpt.load(engine, directory, trip.step, trip)
+    trip.restart_s = time.perf_counter() - t0
+    ckpt.remove(directory)  # every rank has loaded (the load's all-reduce): the files can go
+    if not loaded:
+        return
+    try:
+        ckpt.continue_training(engine, opt, job, seams, planned, trip.step, vocab,
+                               ckpt.harness_loss(vocab, loss_chunk), trip)
+    except Exception as e:  # the uninterrupted run's measurements stand; the restart is what failed
+        trip.error = f"training on after the restart failed: {type(e).__name__}: {e}"[:800]
 
 
 def _seams(wl: Workload) -> Seams:
@@ -315,6 +416,8 @@ def _cleanup(state: dict[str, Any], device: str) -> None:
     if engine is not None:
         with contextlib.suppress(Exception):  # best effort; actors are recycled after failures
             engine.destroy()
+    if state.get("ckpt_dir"):
+        ckpt.remove(state["ckpt_dir"])
     state.clear()
     del engine
     gc.collect()

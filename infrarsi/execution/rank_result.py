@@ -91,3 +91,8 @@ class RankResult:
     """Why the harness stopped training before the contract's last step (the loss guard: a
     step's loss left the baseline's tolerance, so the trial could no longer pass); empty when
     every step ran."""
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+    """The checkpoint round trip when the spec asked for one (``checkpoint_step``; see
+    ``infrarsi.execution.checkpoint_trip.RoundTrip``: ``step``, the continued ``loss`` per step,
+    ``error``, ``skipped``, ``save_s``, ``restart_s``, ``continue_s``, ``checkpoint_bytes``); empty
+    otherwise."""

@@ -59,9 +59,10 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> bool
     return True
 
 
-def default_timeout_s(workload: Workload) -> float:
-    """Trial deadline when none is given: 120 s of set-up plus 30 s per optimizer step."""
-    return 120.0 + 30.0 * (workload.steps.warmup + workload.steps.measured)
+def default_timeout_s(workload: Workload, steps: int | None = None) -> float:
+    """Trial deadline when none is given: 120 s of set-up plus 30 s per optimizer step (``steps``
+    when the trial overrides the workload's ``warmup + measured``)."""
+    return 120.0 + 30.0 * (steps if steps is not None else workload.steps.warmup + workload.steps.measured)
 
 
 def default_code_dir(workload: Workload) -> str:
@@ -237,8 +238,16 @@ class TrialRunner:
         code_dir: str | None = None,
         loss_guard: dict[str, Any] | None = None,
         placement_group: Any = None,
+        steps: int | None = None,
+        checkpoint_step: int | None = None,
     ) -> TrialResult:
         """Run one trial; always returns a classified ``TrialResult`` (bad input raises).
+
+        ``steps`` (the long check's horizon): train this many optimizer steps, warm-up included,
+        instead of the workload's ``warmup + measured``. ``checkpoint_step`` (S, with ``steps``
+        or without): a DeepSpeed checkpoint round trip at step S (``rank_loop``,
+        ``checkpoint_trip``); the row's ``extra["checkpoint_round_trip"]`` reports it. Both None:
+        the ordinary trial, unchanged.
 
         ``placement_group``: run the ranks in this reserved placement group (a Ray Tune trial's;
         its bundles are the workload's ``GroupSpec.bundles()``), keeping a warm group there for
@@ -249,6 +258,13 @@ class TrialRunner:
         then has ``extra["stopped_early"]`` and fewer steps than the contract's.
         """
         full = self.validate(config, where=f"trial {trial_id} config")
+        total = steps if steps is not None else self.workload.steps.warmup + self.workload.steps.measured
+        if steps is not None and steps <= self.workload.steps.warmup:
+            raise ValueError(f"trial {trial_id}: steps={steps} must exceed the workload's "
+                             f"{self.workload.steps.warmup} warm-up steps")
+        if checkpoint_step is not None and not 0 < checkpoint_step < total:
+            raise ValueError(f"trial {trial_id}: checkpoint_step={checkpoint_step} must be between 1 and "
+                             f"{total - 1} (the trial trains {total} steps)")
         if self.workload.backend == "surrogate":
             from infrarsi.execution.surrogate.backend import run_surrogate
 
@@ -257,13 +273,14 @@ class TrialRunner:
             res.patches = list(patches)
             return res
         return self._run_real(full, trial_id=trial_id, stage=stage, patches=list(patches),
-                              timeout_s=timeout_s or default_timeout_s(self.workload),
+                              timeout_s=timeout_s or default_timeout_s(self.workload, steps),
                               code_dir=code_dir or self.code_dir, loss_guard=loss_guard,
-                              placement_group=placement_group)
+                              placement_group=placement_group, steps=steps, checkpoint_step=checkpoint_step)
 
     def _run_real(self, config: dict[str, Any], *, trial_id: str, stage: str, patches: list[str],
                   timeout_s: float, code_dir: str, loss_guard: dict[str, Any] | None = None,
-                  placement_group: Any = None) -> TrialResult:
+                  placement_group: Any = None, steps: int | None = None,
+                  checkpoint_step: int | None = None) -> TrialResult:
         pool = self.pool_for(placement_group)
         started = time.time()
         t0 = time.perf_counter()
@@ -296,6 +313,10 @@ class TrialRunner:
             spec["seed"] = self.seed
         if loss_guard:
             spec["loss_guard"] = dict(loss_guard)
+        if steps is not None:
+            spec["steps"] = int(steps)
+        if checkpoint_step is not None:
+            spec["checkpoint_step"] = int(checkpoint_step)
         try:
             self._ship_code(group, spec)
             res = self._run_on(group, spec, config, trial_id=trial_id, stage=stage, patches=patches,

@@ -34,7 +34,7 @@ def gib(b: float | int | None) -> str:
 
 def build_sections(data: StudyData) -> list[Section]:
     """Every section of the report, in order."""
-    secs = [_summary(data), _config_diff(data), _figures(data), _proposals(data), _trials(data),
+    secs = [_summary(data), _long_check(data), _config_diff(data), _figures(data), _proposals(data), _trials(data),
             _device_seconds(data), _doctor(data), _audit(data), _methods(data)]
     return [s for s in secs if s.blocks]
 
@@ -110,6 +110,38 @@ def _coverage(c: dict[str, Any]) -> str:
 def _patch_list(c: dict[str, Any]) -> str:
     """A verify record's patches with their digests (``none``: the knobs alone)."""
     return ", ".join(f"{p.get('path')} (sha256 {str(p.get('sha256'))[:12]})" for p in c.get("patches") or []) or "none"
+
+
+def _long_check(data: StudyData) -> Section:
+    """The check past the trial's horizon of verify's candidate, and what apply did with it."""
+    s = Section("Past the trial's horizon (long check)")
+    lc = data.long_check
+    if not lc:
+        if (data.verify or {}).get("best"):
+            s.blocks.append(Note("No long check ran on the verified candidate: `apply` refuses to promote it "
+                                 "without one unless told --skip-long-check."))
+    else:
+        ck = lc.get("checkpoint") or {}
+        diff = lc.get("max_abs_diff")
+        s.blocks.append(Para(
+            f"Verdict: {str(lc.get('status')).upper()} over {lc.get('horizon_steps')} optimizer steps (a trial: "
+            f"{lc.get('trial_steps')}; asked {fmt(lc.get('horizon_factor'))}x, budget {fmt(lc.get('budget_s'), ' s')}, "
+            f"took {fmt(lc.get('wall_s'), ' s')}). Max |candidate - baseline| loss "
+            f"{'-' if diff is None else f'{diff:.3g}'} against a tolerance of {fmt(lc.get('loss_atol'))}; first step "
+            f"out: {lc.get('first_step_out') if lc.get('first_step_out') is not None else 'none'}. Checkpoint "
+            f"round trip at step {ck.get('step')}: {ck.get('status')}"
+            + (f" ({ck.get('reason')})" if ck.get("reason") else "") + "."
+            + (f" Reason: {lc.get('reason')}" if lc.get("reason") else "")))
+        for n in lc.get("notes") or []:
+            s.blocks.append(Note(str(n)))
+        out = plots.long_check_curves(data)
+        if out is not None:
+            s.blocks.append(Figure("long_check_curves", out[0], out[1]))
+    for a in data.applied:
+        s.blocks.append(Para(f"apply: branch {a.get('branch')} at {str(a.get('commit_sha'))[:12]}; "
+                             + ("long check SKIPPED (--skip-long-check)" if a.get("skip_long_check")
+                                else str(a.get("long_check") or ""))))
+    return s
 
 
 def _all_oom(data: StudyData) -> str | None:

@@ -96,6 +96,10 @@ class StudyData:
     """True when ``best`` comes from verify.json with ``accepted: true``."""
     notes: list[str] = field(default_factory=list)
     """Caveats shown at the top of the report."""
+    long_check: dict[str, Any] | None = None
+    """``long_check.json`` (``LongCheckResult.to_json``; None when no long check ran)."""
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    """``apply.json``: every promotion apply made, with its long check or its skip."""
 
     @property
     def simulated(self) -> bool:
@@ -119,7 +123,10 @@ def load_study(study_dir: str | Path) -> StudyData:
     doctor = DoctorReport.load_if_present(d)
     verify = _json(d / "verify.json")
     trials = read_trial_rows(d)
-    data = StudyData(study_dir=d, contract=contract, doctor=doctor, verify=verify, trials=trials)
+    data = StudyData(study_dir=d, contract=contract, doctor=doctor, verify=verify, trials=trials,
+                     long_check=_json(d / "long_check.json"))
+    applied = _json_list(d / "apply.json")
+    data.applied = [a for a in applied if isinstance(a, dict)]
     base_cfg = _baseline_config(data)
     data.baseline = _side("baseline", base_cfg, trials, role="baseline", doctor_ok=True)
     best = (verify or {}).get("best")
@@ -151,6 +158,16 @@ def _json(p: Path) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return out if isinstance(out, dict) else None
+
+
+def _json_list(p: Path) -> list[Any]:
+    if not p.exists():
+        return []
+    try:
+        out = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return []
+    return out if isinstance(out, list) else []
 
 
 def _baseline_config(data: StudyData) -> dict[str, Any]:

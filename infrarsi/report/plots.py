@@ -191,7 +191,7 @@ def device_seconds(data: StudyData) -> Png | None:
         return None
     fig, ax = plt.subplots(figsize=(7, 3.2))
     bottom = [0.0] * len(statuses)
-    for stage, col in zip(sorted(acc), ("#2a7ab9", "#ff7f0e", "#2ca02c", "#9467bd"), strict=False):
+    for stage, col in zip(sorted(acc), ("#2a7ab9", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728"), strict=False):
         vals = [acc[stage].get(s, 0.0) for s in statuses]
         ax.bar(statuses, vals, bottom=bottom, color=col, label=stage)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
@@ -215,6 +215,33 @@ def loss_curves(data: StudyData) -> Png | None:
     ax.grid(alpha=0.3)
     return _png(fig), ("Training loss per optimizer step, same seed and data order: the best "
                        "config must stay within the contract's tolerance of the baseline.")
+
+
+def long_check_curves(data: StudyData) -> Png | None:
+    """The long check's loss curves past the trial's horizon: baseline, candidate, and the honest
+    change that calibrated the tolerance, with the trial's horizon and the checkpoint marked."""
+    lc = data.long_check or {}
+    base, cand = lc.get("baseline_loss") or [], lc.get("candidate_loss") or []
+    if not base or not cand:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ax.plot(range(len(base)), base, "-", label="baseline")
+    ax.plot(range(len(cand)), cand, "--", label="candidate")
+    cal = lc.get("calibration_loss") or []
+    if cal:
+        ax.plot(range(len(cal)), cal, ":", label="honest change (calibration)")
+    steps = lc.get("trial_steps")
+    if steps:
+        ax.axvline(float(steps) - 0.5, color="#7f7f7f", lw=1, label="a trial's horizon")
+    ck = (lc.get("checkpoint") or {}).get("step")
+    if ck:
+        ax.axvline(float(ck) - 0.5, color="#2ca02c", lw=1, ls="-.", label="checkpoint saved, engine rebuilt")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _png(fig), (f"The long check: {len(cand)} optimizer steps of the candidate beside the baseline (a trial "
+                       f"runs {steps}); every step must stay within {lc.get('loss_atol', 0):.3g} of the baseline.")
 
 
 FIGURES = {

@@ -8,6 +8,12 @@ starts at the target repository's HEAD:
 - ``infrarsi/<study>/patches/*.patch``: its code patches, which are also applied to the code;
 - ``infrarsi/<study>/README.md``: speedup, CI, contract hash and how to reproduce.
 
+What it promotes is exactly the candidate verify accepted (``verified_candidate``): its knobs and
+the patches its verify trials ran, each file checked against the sha256 recorded then; a
+candidate that broke an invariant in any trial is refused. It also needs a passed long check of
+that very candidate (``DIR/long_check.json``; ``long_check_line``) unless ``skip_long_check``,
+which the commit message, ``knobs.yaml`` and ``DIR/apply.json`` (the report's record) then say.
+
 It tags the baseline commit ``infrarsi/golden/<study>`` if that tag is absent. It works in a
 temporary git worktree, so the user's checkout and its current branch are never touched, and it
 never commits to ``main`` or ``master``. It refuses (``ApplyError``) a protected branch name, a
@@ -23,6 +29,7 @@ import json
 import re
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,17 +167,60 @@ def _resolve_patch(ref: PatchRef, contract: Contract, study_dir: Path) -> Path:
 
 
 def apply(study_dir: str | Path, repo_path: str | Path, branch: str | None = None,
-          force: bool = False, *, wait_s: float | None = None) -> ApplyResult:
+          force: bool = False, *, wait_s: float | None = None, skip_long_check: bool = False) -> ApplyResult:
     """Commit the study's verified winner to a new branch of ``repo_path``; see the module doc.
     Holds the study lock, so verify cannot rewrite verify.json meanwhile (``wait_s`` as in
     ``run_stage``)."""
     from infrarsi.study.lock import hold_study
 
     with hold_study(study_dir, "apply", wait_s=wait_s):
-        return _apply(Path(study_dir), repo_path, branch, force)
+        return _apply(Path(study_dir), repo_path, branch, force, skip_long_check)
 
 
-def _apply(d: Path, repo_path: str | Path, branch: str | None, force: bool) -> ApplyResult:
+def long_check_line(d: Path, cand: Candidate, skip: bool) -> str:
+    """The long check's verdict on ``cand`` as the commit message records it; an ``ApplyError``
+    unless ``DIR/long_check.json`` holds a passed check of this very candidate (or ``skip``)."""
+    from infrarsi.errors import StudyError
+    from infrarsi.study.long_check_report import LongCheckResult
+    from infrarsi.study.paths import StudyPaths
+
+    if skip:
+        return "Long check: SKIPPED (apply --skip-long-check): not checked past the trial's horizon"
+    fix = (f"Run `infrarsi long-check {d}` (or `infrarsi tune`, which runs it), or pass --skip-long-check "
+           f"(recorded in the commit).")
+    if not StudyPaths(d).long_check.exists():
+        raise ApplyError(f"{d}: no long check of the verified candidate ({cand.describe()}): apply promotes a "
+                         f"candidate only after it trained beside the baseline past the trial's horizon and "
+                         f"round-tripped a checkpoint. {fix}")
+    try:
+        lc = LongCheckResult.load(d)
+    except StudyError as e:
+        raise ApplyError(f"{e} {fix}") from None
+    if lc.candidate_key != cand.key:
+        raise ApplyError(f"{StudyPaths(d).long_check}: it checked another candidate than the one verify accepted "
+                         f"({cand.describe()}); re-run the long check. {fix}")
+    if not lc.passed:
+        raise ApplyError(f"{StudyPaths(d).long_check}: the long check of this candidate {lc.status}: "
+                         f"{lc.reason[:400]}. It is not promoted.")
+    diff = f"{lc.max_abs_diff:.3g}" if lc.max_abs_diff is not None else "-"
+    return (f"Long check: passed over {lc.horizon_steps} optimizer steps (a trial: {lc.trial_steps}), max |loss "
+            f"diff| {diff} <= {lc.loss_atol:.3g}; checkpoint round trip {lc.checkpoint.status} at step "
+            f"{lc.checkpoint.step}")
+
+
+def _record_apply(d: Path, entry: dict[str, Any]) -> None:
+    """Append a promotion to ``DIR/apply.json`` (the report's audit shows it); never fails apply."""
+    from infrarsi.study.paths import StudyPaths, write_json_atomic
+
+    path = StudyPaths(d).apply_record
+    try:
+        old = json.loads(path.read_text()) if path.exists() else []
+        write_json_atomic(path, [*(old if isinstance(old, list) else []), entry])
+    except (OSError, ValueError):
+        pass
+
+
+def _apply(d: Path, repo_path: str | Path, branch: str | None, force: bool, skip_long_check: bool) -> ApplyResult:
     """``apply`` without the lock."""
     contract = Contract.load(d)
     best = _load_best(d)
@@ -209,6 +259,7 @@ def _apply(d: Path, repo_path: str | Path, branch: str | None, force: bool) -> A
     # Patches: scope-checked against the contract, applied in the new branch's tree.
     rows = _trial_rows(d)
     cand = verified_candidate(best, rows, d)
+    checked = long_check_line(d, cand, skip_long_check)
     from infrarsi.patches import Patch, check_scope, check_tree
 
     patches = []
@@ -251,7 +302,7 @@ def _apply(d: Path, repo_path: str | Path, branch: str | None, force: bool) -> A
             files += patch.paths
         out = wt / "infrarsi" / study
         out.mkdir(parents=True, exist_ok=True)
-        written = _write_artifacts(out, contract, best, cfg, rows, patches, base.hexsha, d, cand.patches)
+        written = _write_artifacts(out, contract, best, cfg, rows, patches, base.hexsha, d, cand.patches, checked)
         rel = [str(p.relative_to(wt)) for p in written]
         g.add("--", *rel)
         files += rel
@@ -264,7 +315,7 @@ def _apply(d: Path, repo_path: str | Path, branch: str | None, force: bool) -> A
         msg = (f"infrarsi: {contract.study}: verified {best.get('speedup', 0):.3g}x step-time speedup\n\n"
                f"Knobs: {json.dumps({k: v for k, v in cfg.items()}, sort_keys=True)}\n"
                f"Interval: [{best.get('ci_low')}, {best.get('ci_high')}], {_coverage(best)}\n"
-               f"Patches: {cand.describe()}\n"
+               f"Patches: {cand.describe()}\n{checked}\n"
                f"Contract: {contract.contract_hash}\nBaseline: {base.hexsha} (tag {tag})\n")
         with g.custom_environment(**env):
             g.commit("-m", msg, "--no-verify")
@@ -284,6 +335,8 @@ def _apply(d: Path, repo_path: str | Path, branch: str | None, force: bool) -> A
                     repo.git.branch("-f", short, old_sha)
     if tag_created:
         repo.create_tag(tag, ref=base.hexsha, message=f"infrarsi golden baseline of study {contract.study}")
+    _record_apply(d, {"branch": short, "commit_sha": sha, "base_sha": base.hexsha, "candidate_key": cand.key,
+                      "skip_long_check": skip_long_check, "long_check": checked, "at": time.time()})
     return ApplyResult(branch=short, commit_sha=sha, base_sha=base.hexsha, tag=tag,
                        tag_created=tag_created, files=sorted(set(files)))
 
@@ -295,7 +348,7 @@ def _coverage(best: dict[str, Any]) -> str:
 
 def _write_artifacts(out: Path, contract: Contract, best: dict[str, Any], cfg: dict[str, Any],
                      rows: list[TrialResult], patches: list[Any], base_sha: str,
-                     study_dir: Path, refs: tuple[PatchRef, ...] = ()) -> list[Path]:
+                     study_dir: Path, refs: tuple[PatchRef, ...] = (), checked: str = "") -> list[Path]:
     from infrarsi.report.dsconfig import deepspeed_config
 
     written = []
@@ -317,6 +370,7 @@ def _write_artifacts(out: Path, contract: Contract, best: dict[str, Any], cfg: d
         "knobs": cfg,
         "baseline_knobs": contract.workload.get("baseline", {}),
         "patches": [f"patches/{Path(p.path).name}" for p in patches],
+        "long_check": checked,
     }
     p = out / "knobs.yaml"
     p.write_text("# Written by `infrarsi apply`: the verified winning knob values.\n"

@@ -16,6 +16,12 @@ Every stage that runs trials (doctor, run, verify) goes through ``StudyExecutor.
    trials ran 10 s steps), unless the contract's ``switches.loss_guard`` is off,
 5. append the row to the Arrow log (flushed and fsynced) and remove the marker.
 
+A horizon trial (``steps=``, the long check's: more optimizer steps than the contract's, and
+optionally a checkpoint round trip, ``checkpoint_step=``) gets no loss guard and is not checked
+against the doctor's trial-length reference; it is checked only against the reference and the
+contract its caller passes (``horizon_reference``, ``horizon_contract``: the long baseline's curve
+and the tolerance calibrated for that horizon).
+
 During ``run`` the executor lives in a threaded Ray actor (``num_cpus=0``, pinned to the driver's
 node, so the log is written where the study directory is): each Ray Tune trial reserves its
 placement group and asks the executor to run its config there; trials in different placement
@@ -110,8 +116,15 @@ class StudyExecutor:
                   extra: dict[str, Any] | None = None, timeout_s: float | None = None,
                   placement_group: Any = None, patch_file: str | None = None,
                   attempt_key: str | None = None,
-                  expect_sha256: list[str] | None = None) -> dict[str, Any]:
+                  expect_sha256: list[str] | None = None, steps: int | None = None,
+                  checkpoint_step: int | None = None, horizon_reference: Any = None,
+                  horizon_contract: Any = None) -> dict[str, Any]:
         """Run one trial and return its logged row as a dict (TrialResult fields).
+
+        ``steps``/``checkpoint_step``: a horizon trial (module docstring; ``TrialRunner.run``);
+        ``horizon_reference`` (``invariants.Reference``) and ``horizon_contract`` (a ``Contract``
+        whose invariants hold the horizon's step count and tolerances) check it; without a
+        reference it is logged unchecked.
 
         Safe to call from several threads at once (the ``run`` stage's concurrent Tune trials,
         each with its own ``placement_group``): ids, markers, worktrees and the log are taken
@@ -126,10 +139,11 @@ class StudyExecutor:
         ``expect_sha256`` (verify, the long check): the digests the candidate's patches must
         have, in order; a patch file whose bytes changed since (or a different patch list) is
         refused before any rank starts, logged ``failed`` naming the file and both digests."""
+        horizon = {"steps": steps, "checkpoint_step": checkpoint_step, "horizon_reference": horizon_reference,
+                   "horizon_contract": horizon_contract, "expect_sha256": expect_sha256}
         if attempt_key is None:
             return self._run_trial(config, stage, patches=patches, extra=extra, timeout_s=timeout_s,
-                                   placement_group=placement_group, patch_file=patch_file,
-                                   expect_sha256=expect_sha256)
+                                   placement_group=placement_group, patch_file=patch_file, **horizon)
         with self._lock:
             first = attempt_key not in self._attempts
             if first:
@@ -142,10 +156,11 @@ class StudyExecutor:
                             trial_id=box["row"].get("trial_id"))
                 return dict(box["row"])
             return self.run_trial(config, stage, patches=patches, extra=extra, timeout_s=timeout_s,
-                                  placement_group=placement_group, patch_file=patch_file, attempt_key=attempt_key)
+                                  placement_group=placement_group, patch_file=patch_file, attempt_key=attempt_key,
+                                  **horizon)
         try:
             box["row"] = self._run_trial(config, stage, patches=patches, extra=extra, timeout_s=timeout_s,
-                                         placement_group=placement_group, patch_file=patch_file)
+                                         placement_group=placement_group, patch_file=patch_file, **horizon)
             return dict(box["row"])
         finally:
             if "row" not in box:
@@ -154,19 +169,21 @@ class StudyExecutor:
             done.set()
 
     def run_candidate(self, candidate: Any, stage: str, *, extra: dict[str, Any] | None = None,
-                      timeout_s: float | None = None) -> dict[str, Any]:
+                      timeout_s: float | None = None, **horizon: Any) -> dict[str, Any]:
         """Run a ``Candidate`` (``infrarsi.study.candidate``): its config with exactly its patches
         (a proposal's as ``patch_file``; a knob's through the config), refused when a patch's
-        bytes no longer match its recorded digest."""
+        bytes no longer match its recorded digest. ``horizon``: ``run_trial``'s horizon options."""
         digests = [p.sha256 for p in candidate.patches]
         return self.run_trial(dict(candidate.config), stage, extra=extra, timeout_s=timeout_s,
                               patch_file=candidate.proposal_patch,
-                              expect_sha256=digests if all(digests) else None)
+                              expect_sha256=digests if all(digests) else None, **horizon)
 
     def _run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
                    extra: dict[str, Any] | None = None, timeout_s: float | None = None,
                    placement_group: Any = None, patch_file: str | None = None,
-                   expect_sha256: list[str] | None = None) -> dict[str, Any]:
+                   expect_sha256: list[str] | None = None, steps: int | None = None,
+                   checkpoint_step: int | None = None, horizon_reference: Any = None,
+                   horizon_contract: Any = None) -> dict[str, Any]:
         from infrarsi.errors import PatchConflictError, PatchError
 
         with self._lock:
@@ -201,14 +218,20 @@ class StudyExecutor:
                 timeout_s = self.default_timeout_s()
             result = self.runner.run(
                 config, trial_id=trial_id, stage=stage, patches=patch_list, timeout_s=timeout_s,
-                code_dir=code_dir, loss_guard=self.loss_guard(), placement_group=placement_group,
+                code_dir=code_dir, loss_guard=self.loss_guard() if steps is None else None,
+                placement_group=placement_group, steps=steps, checkpoint_step=checkpoint_step,
             )
             result.extra.update(patch_extra)
         result.patch_sha256 = list(digests)
+        if steps is not None:
+            result.extra["horizon_steps"] = int(steps)
         self.markers.ended(trial_id)  # its devices are free: the heartbeat stops
         if extra:
             result.extra.update(extra)
-        if self.check and result.status == "ok" and self.reference is not None and self.reference.reference_loss:
+        if steps is not None:
+            if self.check and result.status == "ok" and horizon_reference is not None:
+                self._apply_invariants(result, horizon_reference, horizon_contract or self.contract)
+        elif self.check and result.status == "ok" and self.reference is not None and self.reference.reference_loss:
             self._apply_invariants(result)
         with self._lock:
             self.writer.write(result)
@@ -308,13 +331,17 @@ class StudyExecutor:
             return None
         return TIMEOUT_FACTOR * float(wall) + TIMEOUT_SLACK_S
 
-    def _apply_invariants(self, result: TrialResult) -> None:
+    def _apply_invariants(self, result: TrialResult, reference: Any = None, contract: Any = None) -> None:
+        """Check ``result`` against ``reference`` under ``contract`` (default: the doctor's
+        reference and the study's contract) and mark it ``invariant_violation`` with the reasons."""
         from infrarsi.study.invariants import Reference, check_invariants
 
-        if self.reference is None:
-            return
-        reference = Reference(loss=list(self.reference.reference_loss), eval_loss=self.reference.reference_eval_loss)
-        ok, reasons = check_invariants(result, reference, self.contract)
+        if reference is None:
+            if self.reference is None:
+                return
+            reference = Reference(loss=list(self.reference.reference_loss),
+                                  eval_loss=self.reference.reference_eval_loss)
+        ok, reasons = check_invariants(result, reference, contract if contract is not None else self.contract)
         result.extra["invariants_checked"] = True
         if not ok:
             result.extra["invariant_reasons"] = reasons

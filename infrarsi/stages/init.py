@@ -28,8 +28,12 @@ def init_stage(
     analytic_prior: bool | None = None,
     loss_guard: bool | None = None,
     bank: str | None = None,
+    long_check_budget_s: float | None = None,
 ) -> Any:
     """Write ``DIR/contract.yaml`` (frozen, hashed) and a copy of the search space.
+
+    ``long_check_budget_s``: seconds the long check may take (``budgets.long_check_s``; default
+    ``DEFAULT_LONG_CHECK_BUDGET_S``).
 
     ``memory_capacity_bytes`` is ``--memory-capacity`` (else the workload's: see
     ``infrarsi.study.capacity``). The switches ``analytic_prior``, ``loss_guard`` and ``bank`` (a
@@ -45,13 +49,13 @@ def init_stage(
     """
     from infrarsi.search import SearchSpace
     from infrarsi.stages.common import copy_space
-    from infrarsi.study.contract import Contract
+    from infrarsi.study.contract import DEFAULT_LONG_CHECK_BUDGET_S, Contract
     from infrarsi.study.switches import StudySwitches
 
     d = Path(study_dir)
     check_init_options(study_dir=d, trials=trials, wall_time_s=wall_time_s, device_hours=device_hours,
                        loss_tolerance=loss_tolerance, eval_tolerance=eval_tolerance,
-                       editable_globs=editable_globs)
+                       editable_globs=editable_globs, long_check_budget_s=long_check_budget_s)
     switches = StudySwitches.resolve(analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
     wl = Workload.from_yaml(workload_path)
     space_path = Path(space) if space else workload_space_path(wl, workload_path)
@@ -91,6 +95,7 @@ def init_stage(
         device_hours=device_hours,
         loss_atol=loss_tolerance,
         eval_atol=eval_tolerance,
+        long_check_s=DEFAULT_LONG_CHECK_BUDGET_S if long_check_budget_s is None else float(long_check_budget_s),
     )
     copy_space(contract, d)
     return contract
@@ -118,6 +123,7 @@ def check_init_options(
     loss_tolerance: float | None = None,
     eval_tolerance: float | None = None,
     editable_globs: list[str] | None = None,
+    long_check_budget_s: float | None = None,
 ) -> None:
     """Refuse (``ConfigError``, exit code 2) an init option no study could use, naming the
     flag, the rule and the value: budgets must be positive and finite, tolerances finite and
@@ -128,7 +134,8 @@ def check_init_options(
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise ConfigError(f"--trials: rule: must be an integer >= 1; got {trials!r}.")
     for flag, value, low in (("--time-budget", wall_time_s, "> 0"), ("--device-hours", device_hours, "> 0"),
-                             ("--loss-tolerance", loss_tolerance, ">= 0"), ("eval tolerance", eval_tolerance, ">= 0")):
+                             ("--loss-tolerance", loss_tolerance, ">= 0"), ("eval tolerance", eval_tolerance, ">= 0"),
+                             ("--long-check-budget", long_check_budget_s, "> 0")):
         if value is None:
             continue
         number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

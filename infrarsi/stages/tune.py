@@ -40,11 +40,15 @@ def tune_stage(
     bank: str | None = None,
     concurrency: int | None = None,
     wait_s: float | None = None,
+    long_check: bool = True,
+    long_check_budget_s: float | None = None,
 ) -> dict[str, Any]:
     """Run every stage on ``study_dir`` (``concurrency``: the run stage's, see ``run_stage``); the init options (``memory_capacity_bytes``, the switches
     ``analytic_prior``, ``loss_guard``, ``bank``, ...) only apply when the study has no contract
     yet (see ``init_stage``). The study lock is held once across every stage (``wait_s``: how long
-    to wait for another writer; None refuses at once with ``StudyLockedError``)."""
+    to wait for another writer; None refuses at once with ``StudyLockedError``). When verify
+    accepted a candidate, ``long_check`` runs the check past the trial's horizon on it (unless
+    ``long_check.json`` already holds that very candidate's), which ``apply`` requires."""
     from infrarsi.execution.runner import init_ray as ensure_ray
     from infrarsi.stages.bank_feed import add_to_bank
     from infrarsi.stages.doctor import doctor_stage
@@ -66,7 +70,8 @@ def tune_stage(
         if not paths.contract.exists():
             init_stage(workload_path, paths.root, request=request, memory_capacity_bytes=memory_capacity_bytes,
                        trials=trials, wall_time_s=time_budget_s, loss_tolerance=loss_tolerance,
-                       analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
+                       analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank,
+                       long_check_budget_s=long_check_budget_s)
             log.info("tune.init_done", study=str(paths.root))
         if not paths.doctor.exists():
             doctor_stage(paths.root, repeats=doctor_repeats, address=address)
@@ -76,6 +81,33 @@ def tune_stage(
         if not paths.verify.exists():
             verify_stage(paths.root, top_k=top_k, pairs=pairs, rounds=rounds, address=address, seed=seed)
         verify = json.loads(paths.verify.read_text())
+        checked = _long_check(paths, verify, address) if long_check else None
         write_report(paths.root)
-        return {"run": run_summary, "verify": verify, "report_html": str(paths.report_html),
+        return {"run": run_summary, "verify": verify, "long_check": checked, "report_html": str(paths.report_html),
                 "report_md": str(paths.report_md), "bank": add_to_bank(paths.root)}
+
+
+def _long_check(paths: StudyPaths, verify: dict[str, Any], address: str | None) -> dict[str, Any] | None:
+    """The long check of verify's accepted candidate, run unless ``long_check.json`` already
+    holds that candidate's (None when verify accepted nothing)."""
+    from infrarsi.stages.long_check import accepted_candidate, long_check_stage
+    from infrarsi.study.long_check_report import LongCheckResult
+
+    if not (verify.get("best") or {}).get("accepted"):
+        return None
+    cand = accepted_candidate(paths.root)
+    if paths.long_check.exists():
+        done = LongCheckResult.load(paths.root)
+        if done.candidate_key and done.candidate_key == _full_key(paths, cand):
+            return done.to_json()
+    return long_check_stage(paths.root, candidate=cand, address=address).to_json()
+
+
+def _full_key(paths: StudyPaths, cand: Any) -> str:
+    """The key of ``cand`` with every knob of the space (as the long check records it)."""
+    from infrarsi.stages.common import load_space
+    from infrarsi.study.candidate import Candidate
+    from infrarsi.study.contract import Contract
+
+    space = load_space(Contract.load(paths.root), paths.root)
+    return Candidate(config=dict(space.validate(dict(cand.config))), patches=cand.patches).key

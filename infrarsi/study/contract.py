@@ -123,6 +123,14 @@ class Invariants(_Strict):
         return (DEFAULT_EVAL_ATOL if self.eval_atol is None else self.eval_atol, self.eval_rtol)
 
 
+DEFAULT_LONG_CHECK_BUDGET_S = 90.0
+"""Seconds the long check (``infrarsi.stages.long_check``) may take by default: what init records
+when not told otherwise, and what a contract written before the field gets. Measured on
+``dense_debug`` (2 CPU cores; docs/LONG_CHECK.md): it buys about 2.5x a trial's steps there (the
+budget, not the factor, binds: the baseline recipe's steps are slow), and the demo's ``tune``
+(9.6 min measured) plus the check stays under 12 minutes."""
+
+
 class Budgets(_Strict):
     """Limits of the search (None: unlimited)."""
 
@@ -132,6 +140,15 @@ class Budgets(_Strict):
     """Maximum wall time of the run stage, seconds."""
     device_hours: float | None = None
     """Maximum device-hours (devices x hours) the study may burn, failed trials included."""
+    long_check_s: float | None = None
+    """Seconds the long check past the trial's horizon may take (its estimated cost caps the
+    horizon: ``infrarsi.stages.long_check``). Init records it; None only in a contract written
+    before the field, which gets ``DEFAULT_LONG_CHECK_BUDGET_S`` (``long_check_budget_s``)."""
+
+    @property
+    def long_check_budget_s(self) -> float:
+        """The long check's budget in force, seconds: ``long_check_s``, else the default."""
+        return DEFAULT_LONG_CHECK_BUDGET_S if self.long_check_s is None else float(self.long_check_s)
 
 
 class Amendment(_Strict):
@@ -211,6 +228,7 @@ class Contract(_Strict):
         loss_rtol: float = 0.0,
         eval_atol: float | None = None,
         eval_rtol: float = 0.0,
+        long_check_s: float = DEFAULT_LONG_CHECK_BUDGET_S,
     ) -> Contract:
         """Build (and, with ``study_dir``, write) a frozen contract for ``workload``.
 
@@ -269,7 +287,8 @@ class Contract(_Strict):
             ),
             memory_capacity_bytes=capacity.memory_capacity_bytes,
             switches=switches if switches is not None else StudySwitches.resolve(),
-            budgets=Budgets(trials=trials, wall_time_s=wall_time_s, device_hours=device_hours),
+            budgets=Budgets(trials=trials, wall_time_s=wall_time_s, device_hours=device_hours,
+                            long_check_s=long_check_s),
             created_at=_now(),
             infrarsi_version=_version(),
         ).freeze()
@@ -285,8 +304,13 @@ class Contract(_Strict):
 
     def content(self) -> dict[str, Any]:
         """Every field but ``contract_hash``, as canonical JSON-able data (an absent ``switches``
-        section stays absent, so contracts written before it keep their hash)."""
-        exclude = {"contract_hash", "section_hashes"} | ({"switches"} if self.switches is None else set())
+        section or ``budgets.long_check_s`` stays absent, so contracts written before them keep
+        their hash)."""
+        exclude: dict[str, Any] = {"contract_hash": True, "section_hashes": True}
+        if self.switches is None:
+            exclude["switches"] = True
+        if self.budgets.long_check_s is None:
+            exclude["budgets"] = {"long_check_s": True}
         return self.model_dump(mode="json", exclude=exclude)
 
     def compute_hash(self) -> str:
@@ -570,4 +594,4 @@ def _calibratable(path: str) -> bool:
     return any(path == c or path.startswith(c + ".") for c in _CALIBRATABLE)
 
 
-__all__ = ["SPACE_COPY", "TIMING_RULES", "Amendment", "Budgets", "Contract", "EditableScope", "Invariants"]
+__all__ = ["DEFAULT_LONG_CHECK_BUDGET_S", "SPACE_COPY", "TIMING_RULES", "Amendment", "Budgets", "Contract", "EditableScope", "Invariants"]

@@ -51,7 +51,7 @@ from infrarsi.study.processes import pid_alive, process_started_at
 
 log = structlog.get_logger(__name__)
 
-LockStage = Literal["doctor", "run", "verify", "report", "apply", "tune", "bank", "propose"]
+LockStage = Literal["doctor", "run", "verify", "long_check", "report", "apply", "tune", "bank", "propose"]
 """What a holder is doing (``propose``: the proposal queue's own lock, ``proposals/queue.lock``)."""
 
 HEARTBEAT_S = 5.0

@@ -13,6 +13,7 @@ Layout::
     DIR/proposals/         proposals from agents or people: queued/, taken/, patches/ (``infrarsi.study.proposals``)
     DIR/optimizer.json     inspection snapshot of the optimizer at the end of run (see below)
     DIR/verify.json        verified candidates (verify)
+    DIR/long_check.json    the accepted candidate past the trial's horizon (long check; ``infrarsi.study.long_check_report``)
     DIR/bank_warm_start.json the experience bank's configs chosen to warm-start the search, and those dropped
     DIR/report.md, DIR/report.html
 
@@ -120,6 +121,16 @@ class StudyPaths:
     @property
     def verify(self) -> Path:
         return self.root / "verify.json"
+
+    @property
+    def long_check(self) -> Path:
+        """The long check's verdict on the accepted candidate (``LongCheckResult``)."""
+        return self.root / "long_check.json"
+
+    @property
+    def apply_record(self) -> Path:
+        """Every promotion ``apply`` made (branch, commit, long check or its skip), a JSON list."""
+        return self.root / "apply.json"
 
     @property
     def report_md(self) -> Path:

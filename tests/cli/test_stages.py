@@ -149,7 +149,7 @@ def test_bad_init_options_exit_2_naming_the_option(option: tuple[str, str], tmp_
     ["verify", "STUDY", "--rounds", "0"], ["run", "STUDY", "--trials", "0"], ["run", "STUDY", "--seed", "-1"],
     ["tune", DENSE, "--study", "STUDY", "--trials", "-3"], ["tune", DENSE, "--study", "STUDY", "--top-k", "0"],
     ["tune", DENSE, "--study", "STUDY", "--loss-tolerance", "nan"], ["report", "STUDY"],
-    ["init", DENSE, "--study", "FILE"],
+    ["init", DENSE, "--study", "FILE"], ["init", DENSE, "--study", "STUDY", "--long-check-budget", "-5s"],
 ])
 def test_stage_options_out_of_range_exit_2_naming_them(args: list[str], tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
@@ -221,3 +221,16 @@ def test_a_writer_on_a_held_study_exits_2_naming_the_holder(tmp_path: Path, comm
         proc.kill()
         proc.wait(timeout=30)
     assert not list(study.glob("report.*")) and not (study / "doctor.json").exists()
+
+
+def test_long_check_without_an_accepted_candidate_exits_2_naming_verify_json(tmp_path: Path) -> None:
+    import json
+
+    study = tmp_path / "s"
+    study.mkdir()
+    res = _invoke("long-check", str(study))
+    refused(res, "verify.json")
+    (study / "verify.json").write_text(json.dumps({"best": None, "candidates": []}))
+    res = _invoke("long-check", str(study))
+    refused(res, "best")
+    assert "accepted" in res.output

@@ -31,7 +31,8 @@ def test_report_sections_and_files(tmp_path: Path) -> None:
     d = make_study(tmp_path, patches=[])
     out = write_report(d)
     md = out.markdown.read_text()
-    for heading in ("Baseline vs verified best", "The winning config, as a diff against the baseline",
+    for heading in ("Baseline vs verified best", "Past the trial's horizon (long check)",
+                    "The winning config, as a diff against the baseline",
                     "Figures", "Every trial", "Device-seconds per status",
                     "Appendix: noise and calibration (doctor)", "Audit",
                     "How every figure was measured"):
@@ -41,9 +42,10 @@ def test_report_sections_and_files(tmp_path: Path) -> None:
     for tid in ("doctor-0", "run-1", "verify-c2"):
         assert f"| {tid} |" in md
     assert "(>=, censored)" in md  # the OOM row
-    assert len(out.figures) == 6 and all(p.stat().st_size > 1000 for p in out.figures)
+    assert "Verdict: PASSED over 24 optimizer steps (a trial: 10" in md  # the long check, with its curves
+    assert len(out.figures) == 7 and all(p.stat().st_size > 1000 for p in out.figures)
     html = out.html.read_text()
-    assert html.count("src='data:image/png;base64,") == 6
+    assert html.count("src='data:image/png;base64,") == 7
     assert not re.search(r"src=['\"](?!data:)", html), "the HTML must not load external files"
 
 

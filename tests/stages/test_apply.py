@@ -223,3 +223,29 @@ def test_apply_refuses_a_patch_changed_since_verify_and_a_candidate_that_broke_a
     with pytest.raises(ApplyError, match=r"run-9 of this very candidate .* broke an invariant"):
         apply(study, repo.working_tree_dir)
     assert [h.name for h in repo.heads] == ["main"]
+
+
+def test_apply_needs_a_passed_long_check_of_this_very_candidate_or_says_it_skipped(tmp_path: Path) -> None:
+    from synthetic_study import write_long_check
+
+    repo = make_repo(tmp_path / "repo")
+    study = make_study(tmp_path)
+    best = json.loads((study / "verify.json").read_text())["best"]
+    (study / "long_check.json").unlink()
+    with pytest.raises(ApplyError, match="no long check of the verified candidate"):
+        apply(study, repo.working_tree_dir)
+    write_long_check(study, best, status="failed")
+    with pytest.raises(ApplyError, match="long check of this candidate failed: step 14"):
+        apply(study, repo.working_tree_dir)
+    write_long_check(study, {**best, "config": {**best["config"], "micro_batch_size": 4}})
+    with pytest.raises(ApplyError, match="checked another candidate"):
+        apply(study, repo.working_tree_dir)
+    assert [h.name for h in repo.heads] == ["main"]
+    res = apply(study, repo.working_tree_dir, branch="unchecked", skip_long_check=True)
+    assert "Long check: SKIPPED" in repo.commit(res.commit_sha).message
+    assert json.loads((study / "apply.json").read_text())[-1]["skip_long_check"] is True
+    write_long_check(study, best)
+    res = apply(study, repo.working_tree_dir, branch="checked")
+    msg = repo.commit(res.commit_sha).message
+    assert "Long check: passed over 24 optimizer steps (a trial: 10)" in msg
+    assert "long_check" in repo.git.show("checked:infrarsi/study/knobs.yaml")

@@ -32,14 +32,8 @@ CHEATS = {
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory: pytest.TempPathFactory, ray_local: str) -> Path:
-    from infrarsi.stages.doctor import doctor_stage
-    from infrarsi.stages.init import init_stage
-
-    d = tmp_path_factory.mktemp("cheats") / "study"
-    init_stage(FIXTURES / "honest.yaml", d)
-    doctor_stage(d, repeats=2)
-    return d
+def study(doctored_honest_study: Path) -> Path:
+    return doctored_honest_study
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """verify: candidates are knobs with their patches; what verify measures is what apply promotes.
 
 The whole path an agent takes, on a small job of our own in its own git repository: three
-proposals through ``propose``, one ``run``, ``verify``, ``apply``. The job wastes a wait in every
+proposals through ``propose``, one ``run``, ``verify``, the long check, ``apply``. The job wastes a wait in every
 forward; an honest patch removes it, a cheat removes it and skips a layer."""
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ def test_what_verify_measures_is_what_apply_promotes(tmp_path: Path, ray_local: 
     from infrarsi.stages.apply import apply
     from infrarsi.stages.doctor import doctor_stage
     from infrarsi.stages.init import init_stage
+    from infrarsi.stages.long_check import accepted_candidate, long_check_stage
     from infrarsi.stages.propose import propose
     from infrarsi.stages.run import run_stage
     from infrarsi.stages.verify import verify_stage
@@ -133,6 +134,10 @@ def test_what_verify_measures_is_what_apply_promotes(tmp_path: Path, ray_local: 
     assert best["patches"][0]["sha256"] == file_sha256(honest)
     assert best["ci_coverage"] == pytest.approx(0.96875) and "96.9%" in best["ci_method"]
 
+    # Past the trial's horizon: the honest patch trains like the baseline and restarts cleanly.
+    checked = long_check_stage(study, candidate=accepted_candidate(study))
+    assert checked.passed, checked.reason
+    assert checked.candidate_key == Candidate.from_dict(best).key and checked.patches == [p_honest.patch]
     res = apply(study, repo_dir, branch="tuned")
     code = git.Repo(repo_dir).git.show("tuned:my_job/padded_job.py")
     assert "WAIT_S = 0.0\n" in code and "self.mix2(h)" in code  # the honest patch, not the cheat's

@@ -247,3 +247,26 @@ def test_a_damaged_contract_file_is_a_contract_error(tmp_path: Path, wl_copy: Pa
     with pytest.raises(ContractError, match=match) as e:
         Contract.load(study)
     assert str(study / name) in str(e.value)
+
+
+# ------------------------------------------------------------------------------ long-check budget
+def test_the_long_check_budget_is_recorded_and_an_old_contract_gets_the_default(tmp_path: Path, wl_copy: Path) -> None:
+    import shutil
+
+    from infrarsi.study.contract import DEFAULT_LONG_CHECK_BUDGET_S
+
+    study = tmp_path / "s"
+    Contract.create(wl_copy, study_dir=study, long_check_s=42.0)
+    data = yaml.safe_load((study / CONTRACT_FILE).read_text())
+    assert data["budgets"]["long_check_s"] == 42.0
+    assert Contract.load(study).budgets.long_check_budget_s == 42.0
+    data["budgets"]["long_check_s"] = 4200.0  # frozen like every other field
+    (study / CONTRACT_FILE).write_text(yaml.safe_dump(data))
+    with pytest.raises(ContractError, match=r"budgets\.long_check_s"):
+        Contract.load(study)
+    old = tmp_path / "old"
+    shutil.copytree(OLD, old)
+    assert "long_check_s" not in (old / CONTRACT_FILE).read_text()
+    c = Contract.load(old, check_files=False)  # written before the field: loads, keeps its hash
+    assert c.budgets.long_check_s is None and c.budgets.long_check_budget_s == DEFAULT_LONG_CHECK_BUDGET_S
+    assert c.compute_hash() == c.contract_hash
