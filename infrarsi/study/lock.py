@@ -407,15 +407,7 @@ class StudyLock:
             return False
         current = read_holder(self.path)
         if current is None or current.token != self.holder.token:
-            self.lost = True
-            log.error(
-                "study_lock.lost",
-                lock=str(self.path),
-                stage=self.stage,
-                pid=os.getpid(),
-                now_held_by=current.to_dict() if current else None,
-                note="another process took the lock over (this one stalled past the heartbeat timeout)",
-            )
+            self._lost(current)
             return False
         fresh = self._record(time.time())
         tmp = self.path.with_name(f"{self.path.name}.{fresh.token}.beat")
@@ -428,6 +420,14 @@ class StudyLock:
             return True
         self.holder = fresh
         return True
+
+    def _lost(self, current: LockHolder | None) -> None:
+        """Mark the lock lost and log who holds it now (another process took it over: this one
+        stalled past the heartbeat timeout)."""
+        self.lost = True
+        log.error("study_lock.lost", lock=str(self.path), stage=self.stage, pid=os.getpid(),
+                  now_held_by=current.to_dict() if current else None,
+                  note="another process took the lock over (this one stalled past the heartbeat timeout)")
 
     def release(self) -> None:
         """Stop the heartbeat and remove the lock file (if it is still ours)."""
@@ -442,14 +442,7 @@ class StudyLock:
             if current is not None and current.token == self.holder.token:
                 self.path.unlink(missing_ok=True)
             elif not self.lost:
-                self.lost = True
-                log.error(
-                    "study_lock.lost",
-                    lock=str(self.path),
-                    stage=self.stage,
-                    pid=os.getpid(),
-                    now_held_by=current.to_dict() if current else None,
-                )
+                self._lost(current)
         self.holder = None
 
 
