@@ -1,5 +1,7 @@
-"""Pure rules of the long check (no Ray): the horizon the budget buys, the horizon's tolerance,
-the loss-curve comparison and the checkpoint round trip's verdict."""
+"""Pure rules of the long check (no Ray), kept apart from the stage that runs trials.
+
+They decide the horizon the budget buys, the horizon's tolerance, the loss-curve comparison and
+the checkpoint round trip's verdict."""
 
 from __future__ import annotations
 

@@ -226,8 +226,12 @@ def test_a_writer_on_a_held_study_exits_2_naming_the_holder(tmp_path: Path, comm
 def test_long_check_without_an_accepted_candidate_exits_2_naming_verify_json(tmp_path: Path) -> None:
     import json
 
+    from infrarsi.stages.init import init_stage
+
+    res = _invoke("long-check", str(tmp_path))
+    refused(res, "contract.yaml")  # not a study
     study = tmp_path / "s"
-    study.mkdir()
+    init_stage(SURROGATE_SMALL, study)
     res = _invoke("long-check", str(study))
     refused(res, "verify.json")
     (study / "verify.json").write_text(json.dumps({"best": None, "candidates": []}))
