@@ -71,6 +71,35 @@ class ModelSpec(_Strict):
         return BUILTIN_ENTRY_POINT, {"family": self.family, "size": self.size, "overrides": dict(self.overrides)}
 
 
+Launcher = Literal["deepspeed", "torchrun", "python"]
+"""The launchers whose rank environment a script run reproduces."""
+
+
+class ScriptSpec(_Strict):
+    """Your existing training script, run unchanged on every rank (``infrarsi.execution.script_job``)."""
+
+    path: str = Field(min_length=1)
+    """The script, relative to the workload YAML (or absolute), inside the job's git repository."""
+    args: list[str] = Field(default_factory=list)
+    """Its command-line arguments, as you pass them today (``--deepspeed --deepspeed_config ds.json
+    ...``); relative paths in them are read from the workload YAML's folder (the working directory
+    the ranks run the script in). ``--local_rank`` is added by the ``deepspeed`` launcher, not here."""
+    launcher: Launcher = "deepspeed"
+    """What you type today: ``deepspeed`` (appends ``--local_rank=N`` to the arguments, as the
+    DeepSpeed launcher does), ``torchrun`` or ``python`` (environment only)."""
+
+    @model_validator(mode="after")
+    def _args_are_the_users(self) -> ScriptSpec:
+        if not self.path.endswith(".py"):
+            raise ValueError(f"script.path: rule: a Python file (*.py) run as __main__; got {self.path!r}. "
+                             f"Fix: name your training script, e.g. script.path: train.py")
+        own = [a for a in self.args if a == "--local_rank" or a.startswith(("--local_rank=", "--local-rank"))]
+        if own:
+            raise ValueError(f"script.args: rule: the launcher sets the rank's --local_rank; got {own[0]!r}. "
+                             f"Fix: remove it from script.args")
+        return self
+
+
 class DataSpec(_Strict):
     kind: Literal["synthetic", "tokens"] = "synthetic"
     """``synthetic``: a fixed-seed Markov source; ``tokens``: your token ids from ``path``. The
@@ -138,6 +167,15 @@ class OptimSpec(_Strict):
     """AdamW betas."""
 
 
+def script_root(folder: Path) -> Path:
+    """The root of the git repository holding ``folder`` (a ``.git`` folder, or the ``.git`` file
+    of a worktree), else ``folder`` itself."""
+    for p in (folder, *folder.parents):
+        if (p / ".git").exists():
+            return p
+    return folder
+
+
 class Workload(_Strict):
     """A training job: what infrarsi tunes. See ``workloads/dense_debug.yaml``."""
 
@@ -145,7 +183,10 @@ class Workload(_Strict):
     """Short name, used in study and branch names."""
     backend: Literal["deepspeed", "surrogate"] = "deepspeed"
     """``deepspeed`` trains for real; ``surrogate`` answers from an analytic model (simulated)."""
-    model: ModelSpec
+    model: ModelSpec | None = None
+    """The job as an entry point or a built-in family; or set ``script`` instead."""
+    script: ScriptSpec | None = None
+    """Your existing training script, unchanged (instead of ``model``)."""
     data: DataSpec = Field(default_factory=DataSpec)
     tokens_per_step: int = Field(gt=0)
     """Tokens per optimizer step across all ranks (an invariant of the contract)."""
@@ -176,7 +217,14 @@ class Workload(_Strict):
 
     @model_validator(mode="after")
     def _check_batch(self) -> Workload:
-        if self.variant is not None and self.model.family is None:
+        if (self.model is None) == (self.script is None):
+            raise ValueError("rule: a workload names its job once: either model (a built-in family or an "
+                             "entry point) or script (your training script, unchanged). Fix: keep exactly one "
+                             "of model: and script:")
+        if self.script is not None and self.backend != "deepspeed":
+            raise ValueError(f"backend: rule: a script workload trains for real; got backend {self.backend!r}. "
+                             f"Fix: backend: deepspeed (or leave it out)")
+        if self.variant is not None and (self.model is None or self.model.family is None):
             raise ValueError("variant is a test-only switch of the built-in families; remove it")
         if self.tokens_per_step % self.data.seq_len:
             raise ValueError(
@@ -208,11 +256,45 @@ class Workload(_Strict):
             path = Path(self.path).resolve().parent / path
         return path.resolve()
 
+    def job_model(self) -> ModelSpec:
+        """``model``; a ``WorkloadError`` for a script workload (which has none)."""
+        if self.model is None:
+            raise WorkloadError(f"{self.path or self.name}: field 'model': this workload runs a script "
+                                f"(script.path {self.script.path if self.script else None!r}) and has no model "
+                                f"entry point or family")
+        return self.model
+
     def job_code_dir(self) -> Path | None:
-        """The folder ``model.entry_point`` is imported from (None for a built-in family)."""
-        if self.model.entry_point is None:
+        """The folder ``model.entry_point`` is imported from (None for a built-in family); for a
+        script, the root of the git repository holding the workload YAML (or the YAML's folder
+        outside git): what trials run from (a patched worktree has the same layout)."""
+        if self.script is not None:
+            return script_root(self._relative("."))
+        if self.model is None or self.model.entry_point is None:
             return None
         return self._relative(self.model.code_dir or ".")
+
+    def script_path(self) -> Path | None:
+        """``script.path`` resolved against the YAML's folder (None without a script)."""
+        return self._relative(self.script.path) if self.script is not None else None
+
+    def script_layout(self) -> tuple[str, str]:
+        """(the script, the working directory) relative to ``job_code_dir()``, so a rank finds
+        both in any copy of the repository (a patched worktree, a shipped package). Raises
+        ``WorkloadError`` naming the field when the script is not a file inside the repository."""
+        if self.script is None:
+            raise WorkloadError(f"{self.path or self.name}: field 'script': not set")
+        root, script = script_root(self._relative(".")), self._relative(self.script.path)
+        where = f"{self.path or self.name}: field 'script.path'"
+        if not script.is_file():
+            raise WorkloadError(f"{where}: rule: must name your training script, relative to the workload YAML; "
+                                f"{self.script.path!r} is {script}, which is not a file. Fix the path.")
+        if not script.is_relative_to(root):
+            raise WorkloadError(f"{where}: rule: the script must lie inside the job's git repository {root} (the "
+                                f"trials run from a copy of it); {self.script.path!r} is {script}. Fix: move the "
+                                f"workload YAML into the script's repository")
+        cwd = self._relative(".")
+        return str(script.relative_to(root)), str(cwd.relative_to(root)) if cwd.is_relative_to(root) else "."
 
     def data_path(self) -> Path | None:
         """``data.path`` resolved against the YAML's folder (None without one)."""
@@ -225,7 +307,11 @@ class Workload(_Strict):
         return p
 
     def to_yaml_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude={"path"})
+        d = self.model_dump(mode="json", exclude={"path"})
+        for key in ("model", "script"):  # absent, not null: the hashes of workloads without a script stay
+            if d.get(key) is None:
+                d.pop(key, None)
+        return d
 
     def hash(self) -> str:
         """sha256 of the canonical YAML dump (the contract pins it)."""
@@ -245,7 +331,10 @@ class Workload(_Strict):
             raise WorkloadError(f"{p}: cannot be read as UTF-8 text ({e}). Pass a workload YAML.") from None
         except yaml.YAMLError as e:
             raise WorkloadError(f"{p}: not valid YAML: {e}") from e
-        return cls.from_dict(data, source=str(p))
+        wl = cls.from_dict(data, source=str(p))
+        if wl.script is not None:
+            wl.script_layout()  # the script is a file inside the job's repository
+        return wl
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "<workload>") -> Workload:

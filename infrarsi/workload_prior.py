@@ -66,7 +66,8 @@ def _model_args(wl: Workload) -> Any:
         sys.path.insert(0, code_dir)
     from workloads.models import model_args
 
-    return model_args(str(wl.model.family), wl.model.size, wl.model.overrides)
+    m = wl.job_model()
+    return model_args(str(m.family), m.size, m.overrides)
 
 
 def _job_shape(wl: Workload) -> Any:
@@ -78,7 +79,7 @@ def _job_shape(wl: Workload) -> Any:
     from infrarsi.execution.runner import default_code_dir
     from infrarsi.job import JobContext
 
-    entry, args = wl.model.entry()
+    entry, args = wl.job_model().entry()
     ctx = JobContext(args=args, options={}, device=wl.resources.device, rank=0, world_size=wl.world_size,
                      seq_len=wl.data.seq_len, reference=True)
     job = load_job(default_code_dir(wl), entry, ctx)
@@ -98,12 +99,14 @@ def _job_shape(wl: Workload) -> Any:
 
 
 def _shape(wl: Workload) -> Any:
+    if wl.script is not None:  # a script's model is known only once it runs: no prior yet
+        return None
     seq = wl.data.seq_len
     batch = max(1, wl.tokens_per_step // seq)
     if wl.backend == "surrogate":
         from infrarsi.execution.surrogate.model import GPUS, MODELS
 
-        m = MODELS[str(wl.surrogate.get("model", wl.model.size))]
+        m = MODELS[str(wl.surrogate.get("model", wl.job_model().size))]
         g = GPUS[str(wl.surrogate.get("gpu", "h100_sxm"))]
         hw: dict[str, Any] = {**CUDA_NOMINAL, "peak_flops": g.peak_flops, "memory_bytes_per_s": g.hbm_bytes_per_s,
               "intra_bytes_per_s": g.nvlink_bytes_per_s, "inter_bytes_per_s": g.internode_bytes_per_s,
@@ -111,7 +114,7 @@ def _shape(wl: Workload) -> Any:
         return transformer_shape(n_layers=m.n_layers, hidden=m.hidden, n_heads=m.n_heads, vocab=m.vocab,
                                  seq_len=seq, global_batch=batch, world_size=wl.world_size, num_params=m.num_params,
                                  devices_per_node=int(wl.surrogate.get("gpus_per_node", 8)), **hw)
-    if wl.model.entry_point is not None:
+    if wl.job_model().entry_point is not None:
         return _job_shape(wl)
     a = _model_args(wl)
     kv = a.n_kv_heads or a.n_heads

@@ -121,6 +121,13 @@ def init_cmd(
     console.print(f"memory capacity: {c.memory_capacity.describe()}; analytic prior "
                   f"{'on' if sw.analytic_prior else 'off'}, loss guard {'on' if sw.loss_guard else 'off'}, "
                   f"bank {sw.bank or 'off'}", highlight=False)
+    if c.workload.get("script"):
+        from infrarsi.execution.script_config import pinned_knobs
+        from infrarsi.search import SearchSpace
+
+        pins = pinned_knobs(list(SearchSpace.from_yaml(c.search_space_path).names))
+        for name, why in pins.items():
+            console.print(f"pinned at the baseline (cannot reach a script): {name}: {why}", highlight=False)
 
 
 @command("doctor")

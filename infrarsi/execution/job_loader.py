@@ -126,7 +126,7 @@ def preflight(workload: Workload, *, code_dir: str | Path | None = None) -> Trai
     from infrarsi.execution.runner import default_code_dir
 
     where = f"{workload.path or workload.name}: model.entry_point"
-    entry, args = workload.model.entry()
+    entry, args = workload.job_model().entry()
     folder = code_dir if code_dir is not None else default_code_dir(workload)
     ctx = JobContext(args=args, options={}, device=workload.resources.device, rank=0,
                      world_size=workload.world_size, seq_len=workload.data.seq_len, reference=True)

@@ -114,7 +114,7 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
 
     rank, world = res.rank, res.world_size
     device = wl.resources.device
-    entry_point, job_args = wl.model.entry()
+    entry_point, job_args = wl.job_model().entry()
     make_job = import_entry(spec["code_dir"], entry_point)
     seams = _seams(wl)
 

@@ -32,7 +32,7 @@ from typing import Any
 from infrarsi.errors import KnobError, TrialError
 from infrarsi.execution.aggregate import aggregate
 from infrarsi.execution.knobs.registry import check_handlers, process_env
-from infrarsi.execution.worker import DEFAULT_ENTRY
+from infrarsi.execution.worker import DEFAULT_ENTRY, SCRIPT_ENTRY
 from infrarsi.result import TrialResult
 from infrarsi.search.space import SearchSpace
 from infrarsi.structlog_config import get_logger
@@ -124,8 +124,8 @@ class TrialRunner:
         """Ray address (else ``RAY_ADDRESS``, else a local Ray)."""
         self.code_dir = code_dir or default_code_dir(workload)
         """Directory with the ``workloads`` package (a patched worktree for patch trials)."""
-        self.entry = entry
-        """Function each rank calls (``module:function``)."""
+        self.entry = SCRIPT_ENTRY if workload.script is not None and entry == DEFAULT_ENTRY else entry
+        """Function each rank calls (``module:function``; a script workload's: ``script_job``)."""
         self.warm = warm
         """Keep the worker group alive across trials."""
         self.seed = seed
@@ -258,6 +258,8 @@ class TrialRunner:
         then has ``extra["stopped_early"]`` and fewer steps than the contract's.
         """
         full = self.validate(config, where=f"trial {trial_id} config")
+        if self.workload.script is not None:
+            self.workload.script_layout()  # bad input raises: the script is a file inside the repository
         total = steps if steps is not None else self.workload.steps.warmup + self.workload.steps.measured
         if steps is not None and steps <= self.workload.steps.warmup:
             raise ValueError(f"trial {trial_id}: steps={steps} must exceed the workload's "
@@ -306,6 +308,8 @@ class TrialRunner:
             "memory_capacity_bytes": self.memory_capacity_bytes, "code_dir": code_dir,
             "peak_flops_per_s": self._peak_flops, "reference_code_dir": self.code_dir,
         }
+        if self.workload.script is not None:  # the script and its working directory inside the trial's code
+            spec["script"], spec["script_cwd"] = self.workload.script_layout()
         data_path = self.workload.data_path()
         if data_path is not None:
             spec["data_path"] = str(data_path)

@@ -34,6 +34,8 @@ from typing import Any
 
 DEFAULT_ENTRY = "infrarsi.execution.rank_loop:run_rank"
 """The function a worker calls for one trial: ``run_rank(spec: dict) -> dict`` (a RankResult)."""
+SCRIPT_ENTRY = "infrarsi.execution.script_job:run_script_rank"
+"""The function a worker calls for one trial of a workload's own script (``script:``)."""
 
 
 def load_entry(entry: str) -> Callable[[dict[str, Any]], dict[str, Any]]:

@@ -66,9 +66,16 @@ def init_stage(
                           f"Fix: pick from {sp.names}.")
     if wl.backend == "deepspeed":
         check_handlers(sp.names, source=str(space_path))
-        from infrarsi.execution.job_loader import preflight
+        if wl.script is not None:
+            from infrarsi.execution.script_preflight import script_preflight
 
-        preflight(wl)
+            script_preflight(wl)
+        else:
+            from infrarsi.execution.job_loader import preflight
+
+            preflight(wl)
+    if wl.script is not None:  # knobs that cannot reach a script stay at the baseline
+        editable_knobs = script_editable_knobs(list(sp.names), editable_knobs, workload_path)
     try:
         sp.validate(dict(wl.baseline))
     except Exception as e:
@@ -99,6 +106,20 @@ def init_stage(
     )
     copy_space(contract, d)
     return contract
+
+
+def script_editable_knobs(knobs: list[str], editable: list[str] | None, workload_path: str | Path) -> list[str]:
+    """The knobs a script workload's study may change: ``editable`` (default: every knob of the
+    space) less the knobs that cannot reach a script (``script_config.SCRIPT_PINNED``), which stay
+    at the baseline; ``ConfigError`` when ``--knob`` names one of those."""
+    from infrarsi.execution.script_config import pinned_knobs
+
+    pins = pinned_knobs(knobs)
+    asked = [k for k in editable or [] if k in pins]
+    if asked:
+        raise ConfigError(f"--knob {asked[0]!r}: rule: a script workload ({workload_path}) cannot vary it: "
+                          f"{pins[asked[0]]}. Fix: drop --knob {asked[0]}")
+    return [k for k in (editable if editable is not None else knobs) if k not in pins]
 
 
 def workload_space_path(wl: Workload, workload_path: str | Path) -> Path:

@@ -153,9 +153,12 @@ class WorkloadSignature(_Signature):
         except Exception as e:  # an unknown flavour or an unimportable job: keep what the YAML says
             log.info("bank.architecture_unknown", workload=getattr(wl, "name", None), error=str(e)[:200])
         model = wl.model
+        script = getattr(wl, "script", None)
         return cls(
-            name=_text(wl.name), family=_text(model.family), entry_point=_text(model.entry_point),
-            size=_text(model.size) if model.entry_point is None else None,
+            name=_text(wl.name), family=_text(model.family) if model is not None else None,
+            entry_point=(_text(model.entry_point) if model is not None
+                         else _text(f"script:{script.path}") if script is not None else None),
+            size=_text(model.size) if model is not None and model.entry_point is None else None,
             num_params=_int(arch.get("num_params") or num_params), n_layers=_int(arch.get("n_layers")),
             hidden=_int(arch.get("hidden")), n_heads=_int(arch.get("n_heads")),
             num_experts=_int(arch.get("num_experts")), top_k=_int(arch.get("top_k")),
@@ -207,15 +210,15 @@ def _architecture(wl: Any) -> dict[str, Any]:
     if wl.backend == "surrogate":
         from infrarsi.execution.surrogate.model import MODELS
 
-        m = MODELS[str(wl.surrogate.get("model", wl.model.size))]
+        m = MODELS[str(wl.surrogate.get("model", wl.job_model().size))]
         return {"n_layers": m.n_layers, "hidden": m.hidden, "n_heads": m.n_heads, "num_experts": 0, "top_k": 0,
                 "num_params": int(m.num_params)}
-    if wl.model.entry_point is not None:
+    if wl.job_model().entry_point is not None:
         from infrarsi.execution.job_loader import load_job
         from infrarsi.execution.runner import default_code_dir
         from infrarsi.job import JobContext
 
-        entry, args = wl.model.entry()
+        entry, args = wl.job_model().entry()
         ctx = JobContext(args=args, options={}, device=wl.resources.device, rank=0, world_size=wl.world_size,
                          seq_len=wl.data.seq_len, reference=True)
         s = load_job(default_code_dir(wl), entry, ctx).shape

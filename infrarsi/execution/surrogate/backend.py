@@ -76,7 +76,7 @@ def problem_for(workload: Workload, memory_capacity_bytes: int | None = None) ->
         memory_capacity_bytes = workload.memory_capacity_bytes
     return problem_from_params(
         world_size=workload.world_size, global_batch=workload.global_batch_size,
-        seq_len=workload.data.seq_len, params=workload.surrogate, model_size=workload.model.size,
+        seq_len=workload.data.seq_len, params=workload.surrogate, model_size=workload.job_model().size,
         memory_capacity_bytes=memory_capacity_bytes, source=workload.path or workload.name,
     )
 

@@ -1,0 +1,349 @@
+"""One trial of a user's own training script on one rank.
+
+``run_script_rank(spec) -> dict`` is the worker entry (``SCRIPT_ENTRY``) the ``TrialRunner``
+uses for a workload with ``script:``. It runs in the rank's ``TrainWorker`` process, after the
+harness's ``torch.distributed`` group is up, and returns the same ``RankResult`` as the
+entry-point loop (``rank_loop.run_rank``), so aggregation, invariants, log rows and stages do
+not know the difference.
+
+How the script runs (the process is the rank's warm Ray actor, reused by later trials):
+
+- the launcher's environment: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+  ``MASTER_ADDR``, ``MASTER_PORT`` (the worker set them when it joined the group; ``LOCAL_RANK``
+  is 0 on cuda, where the rank sees its own GPU only); ``sys.argv`` = the script and
+  ``script.args``, plus ``--local_rank=N`` for the ``deepspeed`` launcher; the working directory
+  is the workload YAML's folder, and the script's folder leads ``sys.path`` (as ``python
+  train.py`` does); then ``runpy.run_path(script, run_name="__main__")``. All of it is restored
+  afterwards.
+- the process group is the harness's: ``deepspeed.init_distributed()`` (also inside
+  ``deepspeed.initialize``) finds it initialised and wraps it; ``torch.distributed``'s
+  ``init_process_group`` and ``destroy_process_group`` are no-ops while the script runs (the
+  group outlives the trial: a warm worker runs the next one in it).
+- ``deepspeed.initialize`` is replaced for the run: the script's config (``config=`` or
+  ``--deepspeed_config``) gets the trial's knobs merged in (``script_config``), DeepSpeed builds
+  the engine from the merged config, and ``EngineTap`` taps it (``engine_tap``).
+- the trial ends when the tap raises ``TrialComplete`` out of the script's ``engine.step()``
+  after the contract's last step; then the parameter checksum of the replicas, the peak memory,
+  and the cleanup (tap removed, engine destroyed, the script's frames cleared, ``gc``).
+- failure is a row: a script that raises, exits (``SystemExit``, any code), returns before the
+  contract's steps, or never calls ``deepspeed.initialize`` gives ``failed`` with its own
+  traceback in ``error`` (``oom`` for an out-of-memory error).
+
+Spec keys: as ``rank_loop`` (``workload``, ``config``, ``trial_id``, ``memory_capacity_bytes``,
+``code_dir``, ``peak_flops_per_s``, ``seed`` (unused: the script seeds itself), ``loss_guard``,
+``steps``), plus ``script`` (the script, relative to ``code_dir``) and ``script_cwd`` (the
+working directory, relative to ``code_dir``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import inspect
+import os
+import runpy
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from infrarsi.errors import WorkloadError
+from infrarsi.execution import rank_support as rs
+from infrarsi.execution.engine_tap import EngineTap, TrialComplete
+from infrarsi.execution.knobs.deepspeed import build_trial
+from infrarsi.execution.memory import MemoryMonitor, is_oom
+from infrarsi.execution.rank_loop import loss_guard_trip, trial_steps
+from infrarsi.execution.rank_result import RankResult
+from infrarsi.execution.script_config import merge_trial_config, script_ds_config
+from infrarsi.execution.worker import SCRIPT_ENTRY
+from infrarsi.workload import Workload
+
+ERROR_TAIL_CHARS = 4000
+"""The tail of a failure's traceback kept in the row's ``error`` (as ``rank_loop``)."""
+
+
+def script_argv(script: str, args: list[str], launcher: str, local_rank: int) -> list[str]:
+    """``sys.argv`` of the script on a rank: what the launcher would hand it."""
+    argv = [script, *args]
+    if launcher == "deepspeed":
+        argv.append(f"--local_rank={local_rank}")
+    return argv
+
+
+def hidden_size_of(model: torch.nn.Module) -> int:
+    """The model's hidden size as the knobs' ZeRO-3 heuristics want it: the first embedding's
+    width, else the widest input of a linear layer (0 when neither exists)."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Embedding):
+            return int(m.embedding_dim)
+    widths = [int(m.in_features) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    return max(widths, default=0)
+
+
+class ScriptRun:
+    """The state of one script run on one rank: the spec, the tap, the engine the script got."""
+
+    def __init__(self, spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMonitor) -> None:
+        self.spec = spec
+        self.wl = wl
+        self.res = res
+        self.monitor = monitor
+        self.config = dict(spec.get("config") or {})
+        """The trial's knob config."""
+        self.cwd = str(Path(spec["code_dir"]) / spec.get("script_cwd", "."))
+        """The working directory of the script (the workload YAML's folder in the trial's code)."""
+        guard = spec.get("loss_guard")
+        self.tap = EngineTap(trial_steps(spec, wl), wl.resources.device, monitor,
+                             loss_guard=(lambda step, loss: loss_guard_trip(guard, step, loss)) if guard else None)
+        """The harness's tap on the engine (attached by ``initialize``)."""
+        self.initialized = False
+        """True once the script called ``deepspeed.initialize``."""
+        self._t_start = time.perf_counter()
+
+    def initialize(self, real: Any, *a: Any, **k: Any) -> Any:
+        """``deepspeed.initialize`` as the script sees it: the trial's config merged in, the
+        engine tapped (see the module docstring)."""
+        if self.initialized:
+            raise WorkloadError("script: deepspeed.initialize was called a second time in one run; infrarsi "
+                                "tunes one engine per trial")
+        bound = inspect.signature(real).bind(*a, **k)
+        kw = dict(bound.arguments)
+        model = kw.get("model")
+        if not isinstance(model, torch.nn.Module):
+            raise WorkloadError(f"script: deepspeed.initialize needs model= a torch.nn.Module, got {type(model).__name__}")
+        args = kw.get("args")
+        script_cfg = script_ds_config(args, kw.pop("config", None), kw.pop("config_params", None), cwd=self.cwd)
+        num_params = sum(int(getattr(p, "ds_numel", p.numel())) for p in model.parameters())
+        hidden = hidden_size_of(model)
+        world = self.res.world_size
+        build = build_trial(self.wl, self.config, world, num_params, hidden)
+        merged = merge_trial_config(script_cfg, build.ds_config, list(self.config), num_params=num_params,
+                                    hidden_size=hidden, client_optimizer=kw.get("optimizer") is not None)
+        if args is not None and (hasattr(args, "deepspeed_config") or hasattr(args, "deepscale_config")):
+            import argparse
+
+            args = argparse.Namespace(**vars(args))  # the script's own args object stays as it was
+            for name in ("deepspeed_config", "deepscale_config"):
+                if hasattr(args, name):
+                    setattr(args, name, None)
+            kw["args"] = args
+        kw["config"] = merged
+        res = self.res
+        res.num_params = num_params
+        res.micro_batch_size = int(merged["train_micro_batch_size_per_gpu"])
+        res.grad_accum_steps = int(merged["gradient_accumulation_steps"])
+        res.ds_config = merged
+        self.monitor.attach(model)
+        self.initialized = True
+        out = real(**kw)
+        torch.set_num_threads(build.runtime["threads_per_worker"])
+        self.tap.attach(out[0])
+        self.monitor.check("engine_init")
+        res.setup_time_s = time.perf_counter() - self._t_start
+        return out
+
+    def run(self, script: str, argv: list[str], t_start: float) -> None:
+        """Run the script to the tap's ``TrialComplete``; raises what the script raised, or
+        ``WorkloadError`` when it ended without the contract's steps."""
+        self._t_start = t_start
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except TrialComplete:
+            return
+        except SystemExit as e:
+            raise WorkloadError(f"script: {self._where()} exited (SystemExit code {e.code!r}) before the contract's "
+                                f"{self.tap.total_steps} optimizer steps\n{_script_traceback(e)[-3000:]}") from None
+        if not self.initialized:
+            raise WorkloadError(f"script: {self._where()} finished without calling deepspeed.initialize: infrarsi "
+                                f"reaches a script through its DeepSpeed engine. Fix: build the engine with "
+                                f"deepspeed.initialize(args=..., model=..., ...)")
+        raise WorkloadError(f"script: {self._where()} returned after {len(self.tap.record.loss)} of the contract's "
+                            f"{self.tap.total_steps} optimizer steps. Fix: let it train at least that many steps "
+                            f"(its own arguments in script.args)")
+
+    def _where(self) -> str:
+        return f"{self.spec.get('script')} (after {len(self.tap.record.loss)} optimizer steps)"
+
+
+def _script_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))[-ERROR_TAIL_CHARS:]
+
+
+_ACTIVE: list[ScriptRun] = []
+"""The script run in progress in this process (at most one)."""
+_REAL: dict[str, Any] = {}
+"""The functions ``launched`` replaces, as they were before the first script run."""
+
+
+def _harness_initialize(*a: Any, **k: Any) -> Any:
+    """``deepspeed.initialize`` while a script runs. One stable function: a helper module the
+    script imported in an earlier trial (``from deepspeed import initialize``, cached in
+    ``sys.modules``) reaches the current run; outside a run it is DeepSpeed's own."""
+    if not _ACTIVE:
+        return _REAL["initialize"](*a, **k)
+    return _ACTIVE[-1].initialize(_REAL["initialize"], *a, **k)
+
+
+def _init_process_group(*a: Any, **k: Any) -> None:
+    """The harness's group is already up: a script's own ``init_process_group`` joins it."""
+    if not dist.is_initialized():
+        _REAL["init_process_group"](*a, **k)
+
+
+def _destroy_process_group(*a: Any, **k: Any) -> None:
+    """The harness's group outlives the trial (a warm worker runs the next one in it)."""
+    return None
+
+
+@contextlib.contextmanager
+def launched(argv: list[str], cwd: str, script_dir: str, env: dict[str, str], run: ScriptRun) -> Iterator[None]:
+    """The launcher's world for the script, and the harness's ``deepspeed.initialize``; every
+    change undone on exit, and the modules the script imported from its own folder dropped (the
+    next trial may run a patched copy)."""
+    import deepspeed
+
+    if not _REAL:
+        _REAL.update(initialize=deepspeed.initialize, init_process_group=dist.init_process_group,
+                     destroy_process_group=dist.destroy_process_group)
+    saved_env = {k: os.environ.get(k) for k in env}
+    saved = (list(sys.argv), os.getcwd(), list(sys.path))
+    before = set(sys.modules)
+    os.environ.update(env)
+    sys.argv = list(argv)
+    sys.path.insert(0, script_dir)
+    os.chdir(cwd)
+    deepspeed.initialize = _harness_initialize
+    dist.init_process_group = _init_process_group
+    dist.destroy_process_group = _destroy_process_group
+    _ACTIVE.append(run)
+    try:
+        yield
+    finally:
+        _ACTIVE.clear()
+        deepspeed.initialize = _REAL["initialize"]
+        dist.init_process_group = _REAL["init_process_group"]
+        dist.destroy_process_group = _REAL["destroy_process_group"]
+        sys.argv, cwd0, sys.path[:] = saved[0], saved[1], saved[2]
+        os.chdir(cwd0)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        root = str(Path(script_dir).resolve())
+        for name in set(sys.modules) - before:
+            f = getattr(sys.modules.get(name), "__file__", None)
+            if f and str(Path(f).resolve()).startswith(root + os.sep):
+                del sys.modules[name]
+
+
+def run_script_rank(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one trial of the workload's script on this rank; see the module docstring."""
+    t_start = time.perf_counter()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    res = RankResult(rank=rank, world_size=world, trial_id=str(spec.get("trial_id", "")))
+    wl = Workload.from_dict(spec["workload"])
+    device = wl.resources.device
+    monitor = MemoryMonitor(device, spec.get("memory_capacity_bytes"))
+    res.memory_measure = monitor.measure
+    res.warmup_steps = wl.steps.warmup
+    run: ScriptRun | None = None
+    try:
+        run = ScriptRun(spec, wl, res, monitor)
+        _run(spec, wl, run, t_start)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        if is_oom(exc):
+            res.status, res.memory_censored = "oom", True
+            res.peak_memory_bytes = monitor.oom_lower_bound()
+            res.error = monitor.describe_oom(exc)
+        else:
+            res.status = "failed"
+            res.error = str(exc)[-ERROR_TAIL_CHARS:] if isinstance(exc, WorkloadError) else _script_traceback(exc)
+        traceback.clear_frames(exc.__traceback__)
+        del exc
+    finally:
+        monitor.stop()
+        res.device_used_peak_bytes = monitor.device_used_peak_bytes
+        _cleanup(run, device)
+        if device == "cuda":
+            res.leftover_device_bytes = int(torch.cuda.memory_allocated())
+    return asdict(res)
+
+
+def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> None:
+    import deepspeed
+
+    if wl.script is None:
+        raise WorkloadError(f"{wl.path or wl.name}: field 'script': the script entry needs a script workload")
+    res = run.res
+    device = wl.resources.device
+    script = str(Path(spec["code_dir"]) / spec["script"])
+    local_rank = 0 if device == "cuda" else int(os.environ.get("LOCAL_RANK", res.rank))
+    env = {"RANK": str(res.rank), "WORLD_SIZE": str(res.world_size), "LOCAL_RANK": str(local_rank)}
+    for key in ("MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    threads = int(run.config.get("threads_per_worker", 1))
+    torch.set_num_threads(threads)
+    if device == "cpu":  # as rank_loop: free here, and the losses repeat
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # as rank_loop: no JIT shm op on CPU
+    deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
+    argv = script_argv(script, list(wl.script.args), wl.script.launcher, local_rank)
+    run.monitor.start()
+    with launched(argv, run.cwd, str(Path(script).parent), env, run):
+        run.run(script, argv, t_start)
+    rec = run.tap.record
+    res.step_times_s = list(rec.step_times_s)
+    res.loss = list(rec.loss)
+    res.tokens_seen = list(rec.tokens_seen)
+    res.sequences_seen = list(rec.sequences_seen)
+    res.optimizer_steps = rec.optimizer_steps
+    res.peak_memory_bytes = run.monitor.peak()
+    run.monitor.stop()
+    if rec.stop_kind == "nan":
+        res.status, res.error = "nan", rec.stop_reason
+        return
+    if rec.stop_kind == "no_loss":
+        raise WorkloadError(f"script: {rec.stop_reason}")
+    if rec.stop_kind == "guard":
+        res.stopped_early = rec.stop_reason
+    t_checks = time.perf_counter()
+    engine = run.tap.engine
+    if engine is not None:  # replicas must agree (gradient all-reduce): the same check as rank_loop's
+        res.param_checksum = rs.checksum_and_load(engine.module)
+    res.end_checks_time_s = time.perf_counter() - t_checks
+    res.peak_flops_per_s = spec.get("peak_flops_per_s")
+    if spec.get("checkpoint_step") is not None:  # the long check asks; say plainly it was not tried
+        from infrarsi.execution.checkpoint_trip import RoundTrip
+
+        res.checkpoint = RoundTrip(step=int(spec["checkpoint_step"]), skipped=(
+            "script workloads: the checkpoint round trip is not wired to scripts yet")).to_dict()
+    res.status = "ok"
+
+
+def _cleanup(run: ScriptRun | None, device: str) -> None:
+    """Tap removed, engine destroyed, garbage collected: nothing of the script outlives the trial."""
+    if run is not None:
+        engine = run.tap.engine
+        run.tap.detach()
+        if engine is not None:
+            with contextlib.suppress(Exception):  # best effort; actors are recycled after failures
+                engine.destroy()
+        del engine
+        run.tap.engine = None
+    gc.collect()
+    gc.freeze()  # as rank_loop: the long-lived state is skipped by the next trial's collections
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+__all__ = ["SCRIPT_ENTRY", "ScriptRun", "hidden_size_of", "run_script_rank", "script_argv"]
