@@ -69,15 +69,21 @@ from infrarsi.workload import Workload
 PHASES = ("data", "forward", "backward", "optimizer", "communication")
 
 
+def start_rank(spec: dict[str, Any]) -> tuple[RankResult, Workload, MemoryMonitor]:
+    """What every rank entry (an entry-point job, a script) starts a trial with: its empty
+    ``RankResult``, the workload, and the memory monitor under the trial's capacity."""
+    res = RankResult(rank=dist.get_rank(), world_size=dist.get_world_size(), trial_id=str(spec.get("trial_id", "")))
+    wl = Workload.from_dict(spec["workload"])
+    monitor = MemoryMonitor(wl.resources.device, spec.get("memory_capacity_bytes"))
+    res.memory_measure = monitor.measure
+    return res, wl, monitor
+
+
 def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one trial on this rank; see the module docstring. Returns ``RankResult`` as a dict."""
     t_start = time.perf_counter()
-    rank, world = dist.get_rank(), dist.get_world_size()
-    res = RankResult(rank=rank, world_size=world, trial_id=str(spec.get("trial_id", "")))
-    wl = Workload.from_dict(spec["workload"])
+    res, wl, monitor = start_rank(spec)
     device = wl.resources.device
-    monitor = MemoryMonitor(device, spec.get("memory_capacity_bytes"))
-    res.memory_measure = monitor.measure
     telemetry = TelemetrySampler(device, torch.cuda.current_device() if device == "cuda" else 0)
     if device == "cuda":
         props = torch.cuda.get_device_properties(torch.cuda.current_device())

@@ -58,7 +58,7 @@ from infrarsi.execution import rank_support as rs
 from infrarsi.execution.engine_tap import EngineTap, TrialComplete
 from infrarsi.execution.knobs.deepspeed import build_trial
 from infrarsi.execution.memory import MemoryMonitor, is_oom
-from infrarsi.execution.rank_loop import loss_guard_trip, trial_steps
+from infrarsi.execution.rank_loop import loss_guard_trip, start_rank, trial_steps
 from infrarsi.execution.rank_result import RankResult
 from infrarsi.execution.script_config import merge_trial_config, script_ds_config
 from infrarsi.execution.worker import SCRIPT_ENTRY
@@ -246,12 +246,8 @@ def launched(argv: list[str], cwd: str, script_dir: str, env: dict[str, str], ru
 def run_script_rank(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one trial of the workload's script on this rank; see the module docstring."""
     t_start = time.perf_counter()
-    rank, world = dist.get_rank(), dist.get_world_size()
-    res = RankResult(rank=rank, world_size=world, trial_id=str(spec.get("trial_id", "")))
-    wl = Workload.from_dict(spec["workload"])
+    res, wl, monitor = start_rank(spec)
     device = wl.resources.device
-    monitor = MemoryMonitor(device, spec.get("memory_capacity_bytes"))
-    res.memory_measure = monitor.measure
     res.warmup_steps = wl.steps.warmup
     run: ScriptRun | None = None
     try:
