@@ -6,7 +6,7 @@ One process, a gloo world of 1, DeepSpeed fp32 at the given ZeRO stage, one torc
 is the dense family widened to 97.5M parameters (dim 768, 12 layers, vocab 8192). For each repeat
 it prints the wall seconds of ``build_reference`` + ``checksum_and_load`` + ``eval_loss`` and the
 peak host allocation above the start (glibc ``mallinfo2``, polled every 2 ms), which the
-host-memory bound in ``infrarsi/execution/rank_support.py`` is about. A benchmark, not a test.
+host-memory bound in ``infrarsi/execution/end_checks.py`` is about. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
-    from infrarsi.execution import rank_support as rs
+    from infrarsi.execution import end_checks
     from infrarsi.workload import Workload
 
     torch.set_num_threads(1)
@@ -77,11 +77,11 @@ def main(argv: list[str] | None = None) -> None:
     margs = models.model_args(wl.model.family, wl.model.size, wl.model.overrides)
 
     def checks() -> tuple[float, float]:
-        r = rs.build_reference(lambda: models.build_model(wl.model.family, wl.model.size,
+        r = end_checks.build_reference(lambda: models.build_model(wl.model.family, wl.model.size,
                                                           wl.model.overrides, {}), engine.device)
-        c = rs.checksum_and_load(model, None, r, engine.device)
+        c = end_checks.checksum_and_load(model, None, r, engine.device)
         batch = MarkovSource(margs.vocab_size, wl.data.seq_len, wl.data.seed).eval_batch()
-        return c, rs.eval_loss(r, batch, engine.device, margs.vocab_size)
+        return c, end_checks.eval_loss(r, batch, engine.device, margs.vocab_size)
 
     for i in range(args.repeats):
         (c, e), dt, peak = peak_during(checks)

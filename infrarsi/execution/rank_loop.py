@@ -42,6 +42,7 @@ import contextlib
 import gc
 import math
 import os
+import statistics
 import time
 import traceback
 from dataclasses import asdict
@@ -53,7 +54,8 @@ import torch.nn.functional as F
 
 from infrarsi.errors import JobError
 from infrarsi.execution import checkpoint_trip as ckpt
-from infrarsi.execution import rank_support as rs
+from infrarsi.execution import clocks, end_checks, rank_setup
+from infrarsi.execution.counters import HarnessCounters
 from infrarsi.execution.data_sources import make_source
 from infrarsi.execution.flops import flops_per_token, peak_flops_per_s
 from infrarsi.execution.job_loader import check_job, import_entry
@@ -159,14 +161,14 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     # minutes of compile on a fresh machine, and shm state shared by trial groups. Skip it.
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
-    comm = rs.CommTimer.install(device)
+    comm = clocks.CommTimer.install(device)
     res.peak_flops_per_s = spec.get("peak_flops_per_s") or peak_flops_per_s(device, build.runtime["threads_per_worker"])
 
     # ---- build (memory baseline first) ----
     seed = int(spec.get("seed", wl.data.seed))
     monitor.start()
     torch.manual_seed(seed)
-    with rs.build_context(device, build.ds_config, partitioned=not ep):
+    with rank_setup.build_context(device, build.ds_config, partitioned=not ep):
         model = job.build_model()
     if not isinstance(model, torch.nn.Module):
         raise JobError(f"model.entry_point: {entry_point}: build_model() returned {type(model).__name__}, not a torch.nn.Module")
@@ -177,12 +179,12 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
         ep_mod.parallelize_moe(model)
         ep_params = ep_mod.expert_parameters(model)
         state["ep_mod"] = ep_mod
-    counters = rs.HarnessCounters().attach(model)
+    counters = HarnessCounters().attach(model)
     monitor.attach(model)
     monitor.check("model_build")
-    opt = rs.make_optimizer(build.runtime["optimizer_impl"], list(model.parameters()), wl.optimizer)
+    opt = rank_setup.make_optimizer(build.runtime["optimizer_impl"], list(model.parameters()), wl.optimizer)
     counters.watch_optimizer(opt)
-    ep_opt = rs.make_optimizer(build.runtime["optimizer_impl"], ep_params, wl.optimizer) if ep_params else None
+    ep_opt = rank_setup.make_optimizer(build.runtime["optimizer_impl"], ep_params, wl.optimizer) if ep_params else None
     engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=build.ds_config)
     state.update(engine=engine, model=model, counters=counters)
     seams.configure_engine(engine)
@@ -196,14 +198,14 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
         state["ckpt_dir"] = ckpt.shared_temp_dir()
     # Every step's rows are generated before the clock starts (a data loader that keeps up):
     # the timed steps measure training, not the harness's synthetic source.
-    planned = rs.plan_batches(source, total_steps, wl.global_batch_size, rank, world, res.micro_batch_size, dev)
+    planned = rank_setup.plan_batches(source, total_steps, wl.global_batch_size, rank, world, res.micro_batch_size, dev)
     res.warmup_steps = wl.steps.warmup
     res.setup_time_s = time.perf_counter() - t_start
     telemetry.start()
 
     # ---- train ----
     sync = (lambda: torch.cuda.synchronize()) if device == "cuda" else (lambda: None)
-    clock = rs.PhaseClock(device)
+    clock = clocks.PhaseClock(device)
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     vocab = shape.vocab_size
     job_loss = job.loss
@@ -280,7 +282,7 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     res.peak_memory_bytes = monitor.peak()
     monitor.stop()
     measured = {p: v[wl.steps.warmup:] or v for p, v in phases.items()}
-    res.phase_times_s = {p: rs.median(v) for p, v in measured.items() if v}
+    res.phase_times_s = {p: statistics.median(v) for p, v in measured.items() if v}
     if trip is not None and not trip.skipped and len(res.loss) < total_steps:
         trip.skipped = (f"training stopped after {len(res.loss)} of {total_steps} steps "
                         f"({res.status if res.status == 'nan' else 'loss guard'}), so the checkpoint "
@@ -297,10 +299,10 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
         # the untouched code (a patched trial's reference is the unpatched code dir), imported afresh
         ref_fn = import_entry(spec.get("reference_code_dir") or spec["code_dir"], entry_point)
         ref_job = job_for({}, reference=True, fn=ref_fn)
-        reference = rs.build_reference(ref_job.build_model, dev)
-    res.param_checksum = rs.checksum_and_load(model, state.get("ep_mod"), reference, dev)
+        reference = end_checks.build_reference(ref_job.build_model, dev)
+    res.param_checksum = end_checks.checksum_and_load(model, state.get("ep_mod"), reference, dev)
     if reference is not None:
-        res.eval_loss = rs.eval_loss(reference, source.eval_batch(), dev, vocab, forward=ref_job.forward)
+        res.eval_loss = end_checks.eval_loss(reference, source.eval_batch(), dev, vocab, forward=ref_job.forward)
         del reference
     res.end_checks_time_s = time.perf_counter() - t_checks
     res.status = "ok"
@@ -310,9 +312,9 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
             # a restarted process would: module-level state starts over
             fresh_job = job_for(dict(build.model_options), fn=import_entry(spec["code_dir"], entry_point))
             torch.manual_seed(seed)
-            with rs.build_context(device, build.ds_config, partitioned=True):
+            with rank_setup.build_context(device, build.ds_config, partitioned=True):
                 fresh = fresh_job.build_model()
-            fresh_opt = rs.make_optimizer(build.runtime["optimizer_impl"], list(fresh.parameters()), wl.optimizer)
+            fresh_opt = rank_setup.make_optimizer(build.runtime["optimizer_impl"], list(fresh.parameters()), wl.optimizer)
             fresh_engine, *_ = deepspeed.initialize(model=fresh, optimizer=fresh_opt, config=build.ds_config)
             seams.configure_engine(fresh_engine)
             torch.set_num_threads(build.runtime["threads_per_worker"])

@@ -54,7 +54,7 @@ import torch
 import torch.distributed as dist
 
 from infrarsi.errors import WorkloadError
-from infrarsi.execution import rank_support as rs
+from infrarsi.execution import end_checks
 from infrarsi.execution.engine_tap import EngineTap, TrialComplete
 from infrarsi.execution.knobs.deepspeed import build_trial
 from infrarsi.execution.memory import MemoryMonitor, is_oom
@@ -315,7 +315,7 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
     t_checks = time.perf_counter()
     engine = run.tap.engine
     if engine is not None:  # replicas must agree (gradient all-reduce): the same check as rank_loop's
-        res.param_checksum = rs.checksum_and_load(engine.module)
+        res.param_checksum = end_checks.checksum_and_load(engine.module)
     res.end_checks_time_s = time.perf_counter() - t_checks
     res.peak_flops_per_s = spec.get("peak_flops_per_s")
     if spec.get("checkpoint_step") is not None:  # the long check asks; say plainly it was not tried

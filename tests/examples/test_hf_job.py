@@ -15,7 +15,8 @@ import pytest
 import torch
 import yaml
 
-from infrarsi.execution import rank_support as rs
+from infrarsi.execution import end_checks, rank_setup
+from infrarsi.execution.counters import HarnessCounters
 from infrarsi.execution.job_loader import check_job, import_entry, preflight
 from infrarsi.job import JobContext, ModelShape
 from infrarsi.workload import Workload
@@ -88,7 +89,7 @@ def test_the_harness_counts_every_token_forward_feeds() -> None:
     """``forward`` passes the ids positionally: the harness's forward pre-hook sees them."""
     job = _job(LLAMA)
     model = _built(job)
-    counters = rs.HarnessCounters().attach(model)
+    counters = HarnessCounters().attach(model)
     counters.begin_step()
     job.forward(model, _tokens(rows=5))
     assert (counters.step_tokens, counters.step_rows) == (5 * SEQ, 5)
@@ -99,7 +100,7 @@ def test_the_harness_counts_every_token_forward_feeds() -> None:
 def test_the_same_seed_gives_the_same_weights_in_every_build_context(args) -> None:
     job = _job(args)
     whole = _built(job)
-    with rs.build_context("cpu", {"zero_optimization": {"stage": 2}}):
+    with rank_setup.build_context("cpu", {"zero_optimization": {"stage": 2}}):
         placed = _built(job)
     assert all(torch.equal(a, b) for a, b in zip(whole.parameters(), placed.parameters(), strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(whole.parameters(), _built(job, seed=1).parameters(),
@@ -125,11 +126,11 @@ def test_the_reference_build_fills_from_the_trained_weights_and_evaluates_alike(
     job = _job(LLAMA)
     trained = _built(job, seed=3)
     state = torch.random.get_rng_state()
-    reference = rs.build_reference(job.build_model, "cpu")
+    reference = end_checks.build_reference(job.build_model, "cpu")
     assert torch.equal(torch.random.get_rng_state(), state)
     assert all(p.is_meta for p in reference.parameters())
     assert all(not b.is_meta for b in reference.buffers())
-    rs.checksum_and_load(trained, reference=reference, device="cpu")
+    end_checks.checksum_and_load(trained, reference=reference, device="cpu")
     x = _tokens()
     with torch.no_grad():
         assert torch.equal(job.forward(reference, x), job.forward(trained.eval(), x))

@@ -15,7 +15,7 @@ from infrarsi.execution.checkpoint_trip import describe_load_error
 
 def test_the_batches_past_the_workloads_steps_are_the_sources_by_step_rank_and_micro_batch() -> None:
     from infrarsi.execution.data_sources import MarkovSource
-    from infrarsi.execution.rank_support import plan_batches
+    from infrarsi.execution.rank_setup import plan_batches
 
     src = MarkovSource(vocab_size=64, seq_len=8, seed=7)
     long = plan_batches(src, 12, 8, rank=1, world=2, micro_batch_size=2, device="cpu")

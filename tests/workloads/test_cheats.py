@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
+from infrarsi.execution.counters import HarnessCounters
 from infrarsi.execution.data_sources import MarkovSource
-from infrarsi.execution.rank_support import HarnessCounters
 from workloads.cheats import CHEATS, HONEST, seams_for
 
 

@@ -1,7 +1,4 @@
-"""What ``rank_loop`` leans on: where the model is built, the batches, harness counters, the optimizer, checksums and the eval check.
-
-Helpers of ``rank_loop``: the build context and the planned batches, harness counters, the
-optimizer, communication timing, and the end-of-trial checks.
+"""The end-of-trial checks: the parameter checksum across replicas and the eval loss of the trained model.
 
 End-of-trial checks (after the last step), all on the rank's own device (the GPU on ``cuda``,
 the host on ``cpu``), in one pass over the trained parameters (``trained_parameters``):
@@ -35,8 +32,6 @@ Host-memory bound of the checks, per rank, over what training already holds:
 from __future__ import annotations
 
 import contextlib
-import statistics
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -46,136 +41,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from infrarsi.errors import WorkloadError
-
-
-class HarnessCounters:
-    """Tokens/sequences fed to the model (forward pre-hook on the top module) and optimizer
-    steps taken by the real torch optimizer (step post-hook), counted by the harness."""
-
-    def __init__(self) -> None:
-        self.step_tokens = 0
-        self.step_rows = 0
-        self._stepped = False
-        self._handles: list[Any] = []
-
-    def attach(self, model: nn.Module) -> HarnessCounters:
-        """Count the token ids the model is called with: its first positional argument, or
-        ``input_ids=`` (a Hugging Face model called by keyword)."""
-        def pre(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            ids = args[0] if args else kwargs.get("input_ids")
-            if torch.is_grad_enabled() and isinstance(ids, torch.Tensor):
-                self.step_tokens += int(ids.numel())
-                self.step_rows += int(ids.shape[0])
-
-        self._handles.append(model.register_forward_pre_hook(pre, with_kwargs=True))
-        return self
-
-    def watch_optimizer(self, opt: torch.optim.Optimizer) -> None:
-        def post(*_: Any) -> None:
-            self._stepped = True
-
-        self._handles.append(opt.register_step_post_hook(post))
-
-    def begin_step(self) -> None:
-        self.step_tokens = self.step_rows = 0
-        self._stepped = False
-
-    def end_step(self) -> int:
-        """1 if the optimizer really stepped since ``begin_step``, else 0."""
-        took = int(self._stepped)
-        self._stepped = False
-        return took
-
-    def detach(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-
-
-def make_optimizer(impl: str, params: list[nn.Parameter], optim: Any) -> torch.optim.Optimizer:
-    """The harness's torch AdamW (``adamw`` loop, ``adamw_foreach``, ``adamw_fused``)."""
-    kw: dict[str, Any] = {"lr": optim.lr, "betas": tuple(optim.betas), "weight_decay": optim.weight_decay}
-    if impl == "adamw":
-        kw["foreach"] = False
-    elif impl == "adamw_foreach":
-        kw["foreach"] = True
-    elif impl == "adamw_fused":
-        kw["fused"] = True
-    return torch.optim.AdamW(params, **kw)
-
-
-class PhaseClock:
-    """Marks the forward / backward / optimizer boundaries of each micro-batch without stalling
-    the device: host clock marks on CPU (where each call blocks anyway), CUDA events on GPU (no
-    host synchronisation inside a step; ``micro_batch_phases`` is read after the step's own
-    final sync). Four marks per micro-batch: before forward, before backward, before the
-    optimizer step, after it."""
-
-    def __init__(self, device: str) -> None:
-        self.cuda = device == "cuda"
-        self._marks: list[Any] = []
-
-    def reset(self) -> None:
-        self._marks.clear()
-
-    def mark(self) -> None:
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            self._marks.append(e)
-        else:
-            self._marks.append(time.perf_counter())
-
-    def _seconds(self, a: Any, b: Any) -> float:
-        return float(a.elapsed_time(b)) / 1000.0 if self.cuda else float(b - a)
-
-    def micro_batch_phases(self) -> list[tuple[float, float, float]]:
-        """(forward, backward, optimizer) seconds of each micro-batch marked since ``reset``."""
-        m = self._marks
-        return [(self._seconds(m[i], m[i + 1]), self._seconds(m[i + 1], m[i + 2]), self._seconds(m[i + 2], m[i + 3]))
-                for i in range(0, len(m) - 3, 4)]
-
-
-class CommTimer:
-    """Seconds spent inside DeepSpeed's collectives (wraps the methods of ``deepspeed.comm``'s
-    backend once per process). CPU only: gloo collectives block, so the time is real; on GPU
-    timing them would need a sync that distorts overlap, so it reports 0."""
-
-    _total = [0.0]
-    _installed = False
-    OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "reduce_scatter",
-           "broadcast", "all_to_all_single", "reduce", "allgather_fn", "all_reduce_coalesced",
-           "all_gather_coalesced", "reduce_scatter_fn", "inference_all_reduce")
-
-    @classmethod
-    def install(cls, device: str) -> type[CommTimer]:
-        if device != "cpu" or cls._installed:
-            return cls
-        from deepspeed.comm import comm as dscomm
-
-        cdb = dscomm.cdb
-        if cdb is None:
-            return cls
-        for name in cls.OPS:
-            fn = getattr(cdb, name, None)
-            if fn is None:
-                continue
-
-            def wrapped(*a: Any, __fn: Any = fn, **k: Any) -> Any:
-                t = time.perf_counter()
-                try:
-                    return __fn(*a, **k)
-                finally:
-                    cls._total[0] += time.perf_counter() - t
-
-            setattr(cdb, name, wrapped)
-        cls._installed = True
-        return cls
-
-    @classmethod
-    def total_s(cls) -> float:
-        return cls._total[0]
-
 
 CHECKSUM_CHUNK_ELEMENTS = 1 << 21
 """Elements of a parameter turned into float64 at a time by the checksum (16 MiB as float64;
@@ -378,39 +243,3 @@ def eval_loss(reference: nn.Module, batch: Any, device: torch.device | str, voca
             n += tgt.numel()
             del logits, loss
     return float((total / max(n, 1)).item())
-
-
-def build_context(device: str, ds_config: dict[str, Any], *, partitioned: bool = True) -> contextlib.AbstractContextManager[Any]:
-    """Where the trial's model is built: on the rank's own device (``torch.device``: the GPU on
-    ``cuda``, so initialisation runs there and nothing passes through host memory), or, under
-    ZeRO-3 when ``partitioned``, inside ``deepspeed.zero.Init`` with the trial's DeepSpeed config
-    (each module's parameters are created on the device and partitioned over the ranks as soon
-    as that module is built, so no rank ever holds the whole model). The model code must draw
-    its weights inside each module's own ``__init__`` for both to start from the same values
-    (see ``workloads/models/dense/model.py``)."""
-    zero = ds_config.get("zero_optimization") or {}
-    if partitioned and int(zero.get("stage", 0)) == 3:
-        import deepspeed
-
-        return deepspeed.zero.Init(config_dict_or_path=ds_config)  # type: ignore[no-any-return]
-    if device == "cuda":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def plan_batches(source: Any, steps: int, global_batch_size: int, rank: int, world: int,
-                 micro_batch_size: int, device: torch.device | str) -> list[list[Any]]:
-    """This rank's micro-batches of every training step, generated now (before the timed steps),
-    in pinned host memory on ``cuda`` so the per-step copy to the device is asynchronous."""
-    pin = torch.device(device).type == "cuda"
-    out = []
-    for step in range(steps):
-        mbs = source.rank_micro_batches(step, global_batch_size, rank, world, micro_batch_size)
-        if pin:
-            mbs = [type(b)(b.inputs.pin_memory(), b.targets.pin_memory()) for b in mbs]
-        out.append(mbs)
-    return out
-
-
-def median(values: list[float]) -> float:
-    return float(statistics.median(values))
