@@ -66,7 +66,7 @@ class Variant:
     """A surrogate workload derived from ``workloads/surrogate_dense_1node.yaml``."""
 
     gpu: str
-    """Surrogate GPU kind (``execution.surrogate.model.GPUS``)."""
+    """Surrogate GPU kind (``infrarsi.datasheets.GPUS``)."""
     capacity: str
     """Memory capacity per device (e.g. ``40GB``: a smaller card of the same kind)."""
     size: str

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infrarsi.datasheets import GPUS, NOMINAL_GPU
 from infrarsi.search.priors.transformer import TransformerPrior, transformer_shape
 from infrarsi.structlog_config import get_logger
 from infrarsi.study.switches import prior_from_environment
@@ -35,10 +36,11 @@ CPU_NOMINAL: dict[str, float] = {
 faster than fp32 (with 2, as on GPUs, the demo's first run tried bf16 four times on an AVX2 CPU
 where it is ~70x slower and breaks the loss tolerance)."""
 CUDA_NOMINAL: dict[str, float] = {
-    "peak_flops": 989e12, "memory_bytes_per_s": 3.35e12, "intra_bytes_per_s": 360e9, "inter_bytes_per_s": 45e9,
-    "host_bytes_per_s": 25e9, "cpu_adam_params_per_s": 1.5e9, "fixed_memory_bytes": 2e9,
+    "peak_flops": NOMINAL_GPU.peak_flops, "memory_bytes_per_s": NOMINAL_GPU.hbm_bytes_per_s,
+    "intra_bytes_per_s": NOMINAL_GPU.nvlink_bytes_per_s, "inter_bytes_per_s": NOMINAL_GPU.internode_bytes_per_s,
+    "host_bytes_per_s": NOMINAL_GPU.pcie_bytes_per_s, "cpu_adam_params_per_s": 1.5e9, "fixed_memory_bytes": 2e9,
 }
-"""H100-SXM datasheet-level figures (bus bandwidths as achieved by NCCL, not link peaks)."""
+"""The catalogue's nominal GPU (``infrarsi.datasheets``) plus the host-side figures of a cuda job."""
 
 
 def prior_for_workload(wl: Workload, *, enabled: bool | None = None) -> TransformerPrior | None:
@@ -104,7 +106,7 @@ def _shape(wl: Workload) -> Any:
     seq = wl.data.seq_len
     batch = max(1, wl.tokens_per_step // seq)
     if wl.backend == "surrogate":
-        from infrarsi.execution.surrogate.model import GPUS, MODELS
+        from infrarsi.execution.surrogate.model import MODELS
 
         m = MODELS[str(wl.surrogate.get("model", wl.job_model().size))]
         g = GPUS[str(wl.surrogate.get("gpu", "h100_sxm"))]

@@ -18,15 +18,10 @@ from typing import Any
 
 import torch
 
-GPU_PEAK_BF16_FLOPS: dict[str, float] = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10G": 125e12,
-    "L4": 121e12,
-}
-"""Dense bf16 tensor-core peak by substring of ``torch.cuda.get_device_name()``."""
+from infrarsi.datasheets import DENSE_BF16_PEAK_BY_DEVICE_NAME
+
+GPU_PEAK_BF16_FLOPS = DENSE_BF16_PEAK_BY_DEVICE_NAME
+"""Dense bf16 tensor-core peak by substring of ``torch.cuda.get_device_name()`` (the catalogue's)."""
 
 
 def active_params(args: Any, num_params: int) -> int:

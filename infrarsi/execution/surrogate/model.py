@@ -24,35 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from infrarsi.datasheets import GPUS, GpuSpec
 from infrarsi.errors import WorkloadError
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """One accelerator kind and its links."""
-
-    name: str
-    """Kind, e.g. ``h100_sxm``."""
-    peak_flops: float
-    """Dense bf16 peak, FLOP/s per device."""
-    memory_bytes: int
-    """Device memory (the default capacity), bytes."""
-    hbm_bytes_per_s: float
-    """Memory bandwidth, bytes/s (optimizer step is memory-bound)."""
-    nvlink_bytes_per_s: float
-    """Achievable intra-node collective bus bandwidth per device, bytes/s."""
-    internode_bytes_per_s: float
-    """Achievable inter-node bandwidth per device (one NIC each), bytes/s."""
-    pcie_bytes_per_s: float
-    """Achievable host<->device bandwidth per device, bytes/s (offload)."""
-
-
-GPUS: dict[str, GpuSpec] = {
-    "h100_sxm": GpuSpec("h100_sxm", 989e12, 80 * 10**9, 3.35e12, 360e9, 45e9, 25e9),
-    "h200_sxm": GpuSpec("h200_sxm", 989e12, 141 * 10**9, 4.8e12, 360e9, 45e9, 25e9),
-    "a100_sxm": GpuSpec("a100_sxm", 312e12, 80 * 10**9, 2.0e12, 230e9, 22e9, 20e9),
-}
-"""Known GPU kinds; a workload's ``surrogate.gpu`` picks one."""
 
 
 @dataclass(frozen=True)

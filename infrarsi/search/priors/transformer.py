@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from infrarsi.datasheets import NOMINAL_GPU
+
 TIME_TERMS = ("compute_bf16", "compute_fp32", "short_gemm", "narrow_gemm", "micro_batch_overhead", "tp_comm", "dp_comm", "optimizer",
               "offload", "pipeline_bubble", "fixed")
 MEMORY_TERMS = ("model_states", "activations", "logits", "buffers", "fixed")
@@ -60,15 +62,15 @@ class JobShape:
     """Devices in the job."""
     devices_per_node: int = 8
     """Devices sharing the fast intra-node links."""
-    peak_flops: float = 989e12
+    peak_flops: float = NOMINAL_GPU.peak_flops
     """Nominal dense bf16 FLOP/s per device (the fp32 term starts at half of it)."""
-    memory_bytes_per_s: float = 3.35e12
+    memory_bytes_per_s: float = NOMINAL_GPU.hbm_bytes_per_s
     """Nominal device memory bandwidth, bytes/s."""
-    intra_bytes_per_s: float = 360e9
+    intra_bytes_per_s: float = NOMINAL_GPU.nvlink_bytes_per_s
     """Nominal intra-node collective bandwidth per device, bytes/s."""
-    inter_bytes_per_s: float = 45e9
+    inter_bytes_per_s: float = NOMINAL_GPU.internode_bytes_per_s
     """Nominal inter-node bandwidth per device, bytes/s."""
-    host_bytes_per_s: float = 25e9
+    host_bytes_per_s: float = NOMINAL_GPU.pcie_bytes_per_s
     """Nominal host<->device bandwidth per device, bytes/s (offload)."""
     cpu_adam_params_per_s: float = 1.5e9
     """Nominal CPU Adam throughput per device's share of cores, parameters/s."""
