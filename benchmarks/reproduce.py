@@ -205,8 +205,8 @@ def study_row(study_dir: str | Path) -> dict[str, Any]:
         hardware = f"{', '.join(names) or 'GPU (name not reported)'} x {devices}, {nodes} node{'s' * (nodes > 1)}"
     else:
         hardware = f"CPU (debug flavour): {devices} ranks on {nodes} node{'s' * (nodes > 1)}"
-    verify_best = (data.verify or {}).get("best") or {}
-    accepted = bool(verify_best.get("accepted"))
+    verify_best = data.verify.best if data.verify is not None else None
+    accepted = verify_best is not None and verify_best.accepted
     base, best = data.baseline, data.best
     not_ok = [r for r in trials if not r.ok]
     statuses: dict[str, int] = {}
@@ -233,10 +233,10 @@ def study_row(study_dir: str | Path) -> dict[str, Any]:
         "baseline_source": base.source if base else None,
         "best_source": best.source if best else None,
         "best_verified": accepted,
-        "speedup": verify_best.get("speedup") if accepted else None,
-        "speedup_ci_low": verify_best.get("ci_low") if accepted else None,
-        "speedup_ci_high": verify_best.get("ci_high") if accepted else None,
-        "noise_margin": (data.verify or {}).get("noise_margin"),
+        "speedup": verify_best.speedup if verify_best is not None and accepted else None,
+        "speedup_ci_low": verify_best.ci_low if verify_best is not None and accepted else None,
+        "speedup_ci_high": verify_best.ci_high if verify_best is not None and accepted else None,
+        "noise_margin": data.verify.noise_margin if data.verify is not None else None,
         "best_config_diff": {k: [base_cfg.get(k), v] for k, v in best_cfg.items() if base_cfg.get(k) != v},
         "trials_run": sum(1 for r in trials if r.stage == "run"),
         "trials_all": len(trials),

@@ -12,6 +12,7 @@ from infrarsi.report.data import StudyData
 from infrarsi.report.document import Code, Figure, Note, Para, Section, Table
 from infrarsi.report.dsconfig import deepspeed_config, json_diff, knob_diff
 from infrarsi.study.contract import Contract
+from infrarsi.study.verify_report import VerifiedCandidate
 
 GIB = float(1 << 30)
 
@@ -55,7 +56,7 @@ def _summary(data: StudyData) -> Section:
                          f"{c.invariants.tokens_per_step} tokens per optimizer step, "
                          f"{len(data.trials)} trials logged."))
     b, w = data.baseline, data.best
-    best = (data.verify or {}).get("best") or {}
+    best = data.verify.best if data.verify is not None else None
     rows = []
     for label, attr, unit in (("step time (s)", "step_time_s", ""), ("tokens/s", "tokens_per_s", ""),
                               ("MFU", "mfu", "")):
@@ -67,32 +68,29 @@ def _summary(data: StudyData) -> Section:
     rows.append(["rows measured (stage)", f"{len(b.rows) if b else 0} ({b.source if b else '-'})",
                  f"{len(w.rows) if w else 0} ({w.source if w else '-'})"])
     s.blocks.append(Table(["", "baseline", "best"], rows))
-    if best.get("speedup") is not None:
-        ci = (f"[{fmt(best.get('ci_low'))}, {fmt(best.get('ci_high'))}]"
-              if best.get("ci_low") is not None else "-")
-        margin = (data.verify or {}).get("noise_margin")
+    if data.verify is not None and best is not None and best.speedup is not None:
+        ci = f"[{fmt(best.ci_low)}, {fmt(best.ci_high)}]" if best.ci_low is not None else "-"
+        margin = data.verify.noise_margin
         s.blocks.append(Para(
             f"Speedup (median of interleaved baseline/candidate paired ratios): "
-            f"{fmt(best.get('speedup'))}x, interval {ci} ({_coverage(best)}); accepted: "
-            f"{'yes' if best.get('accepted') else 'NO'} (rule: the interval's lower bound > 1 + noise "
+            f"{fmt(best.speedup)}x, interval {ci} ({_coverage(best)}); accepted: "
+            f"{'yes' if best.accepted else 'NO'} (rule: the interval's lower bound > 1 + noise "
             f"margin {fmt(margin)} with at least 95% coverage, every round's median above it too, every "
             f"loss and eval invariant held). Candidate code patches: {_patch_list(best)}."))
-        cands = (data.verify or {}).get("candidates") or []
+        cands = data.verify.candidates
         if cands:
             base_cfg = b.config if b else {}
             s.blocks.append(Table(
                 ["verify candidate (vs baseline)", "patches", "accepted", "speedup", "interval (coverage)",
                  "rounds passed", "reason"],
-                [[", ".join(f"{k}={v}" for k, v in sorted((c.get("config") or {}).items())
+                [[", ".join(f"{k}={v}" for k, v in sorted(c.config.items())
                             if base_cfg.get(k) != v) or "(baseline knobs)",
                   _patch_list(c),
-                  "yes" if c.get("accepted") else "no", fmt(c.get("speedup")),
-                  f"[{fmt(c.get('ci_low'))}, {fmt(c.get('ci_high'))}]"
-                  + (f" ({c['ci_coverage']:.1%})" if c.get("ci_coverage") is not None else ""),
-                  (f"{sum(1 for r in c['rounds'] if r.get('passed'))}/{len(c['rounds'])}"
-                   if c.get("rounds") else "-"),
-                  str(c.get("reason") or "; ".join(str(r.get("reason")) for r in c.get("rounds") or []
-                                                   if r.get("reason")))[:200]]
+                  "yes" if c.accepted else "no", fmt(c.speedup),
+                  f"[{fmt(c.ci_low)}, {fmt(c.ci_high)}]"
+                  + (f" ({c.ci_coverage:.1%})" if c.ci_coverage is not None else ""),
+                  f"{sum(1 for r in c.rounds if r.passed)}/{len(c.rounds)}" if c.rounds else "-",
+                  str(c.reason or "; ".join(r.reason for r in c.rounds if r.reason))[:200]]
                  for c in cands]))
     elif b and w and b.step_time_s and w.step_time_s:
         s.blocks.append(Para(f"Observed speedup (unverified, not paired): "
@@ -100,16 +98,16 @@ def _summary(data: StudyData) -> Section:
     return s
 
 
-def _coverage(c: dict[str, Any]) -> str:
+def _coverage(c: VerifiedCandidate) -> str:
     """What an interval covers, as verify recorded it (older studies: a bootstrap, unlabelled)."""
-    if c.get("ci_coverage") is None:
+    if c.ci_coverage is None:
         return "a percentile bootstrap over pairs; its coverage was not recorded"
-    return f"{c.get('ci_method')}: it covers the true median {c['ci_coverage']:.1%} of the time"
+    return f"{c.ci_method}: it covers the true median {c.ci_coverage:.1%} of the time"
 
 
-def _patch_list(c: dict[str, Any]) -> str:
+def _patch_list(c: VerifiedCandidate) -> str:
     """A verify record's patches with their digests (``none``: the knobs alone)."""
-    return ", ".join(f"{p.get('path')} (sha256 {str(p.get('sha256'))[:12]})" for p in c.get("patches") or []) or "none"
+    return ", ".join(f"{p.get('path')} (sha256 {str(p.get('sha256'))[:12]})" for p in c.patch_dicts()) or "none"
 
 
 def _long_check(data: StudyData) -> Section:
@@ -117,7 +115,7 @@ def _long_check(data: StudyData) -> Section:
     s = Section("Past the trial's horizon (long check)")
     lc = data.long_check
     if not lc:
-        if (data.verify or {}).get("best"):
+        if data.verify is not None and data.verify.best is not None:
             s.blocks.append(Note("No long check ran on the verified candidate: `apply` refuses to promote it "
                                  "without one unless told --skip-long-check."))
     else:
@@ -222,8 +220,8 @@ def _proposals(data: StudyData) -> Section:
     proposed = [r for r in data.trials if isinstance(r.extra.get("proposal"), dict)]
     if not proposed:
         return s
-    best = (data.verify or {}).get("best") or {}
-    best_cfg = best.get("config") if best.get("accepted") else None
+    best = data.verify.best if data.verify is not None else None
+    best_cfg = best.config if best is not None and best.accepted else None
     base_s = data.doctor.baseline_step_time_s if data.doctor else None
     rows = []
     for r in proposed:
@@ -318,9 +316,9 @@ def _audit(data: StudyData) -> Section:
     ]
     s.blocks.append(Table(["item", "value"], rows))
     patches = sorted({p for r in data.trials for p in r.patches})
-    verified = ((data.verify or {}).get("best") or {}).get("patches")
-    if verified is not None:
-        best_patches = [str(p.get("path")) for p in verified]
+    vbest = data.verify.best if data.verify is not None else None
+    if vbest is not None and vbest.patches is not None:
+        best_patches = [str(p.get("path")) for p in vbest.patch_dicts()]
     elif data.best and data.best.rows:
         best_patches = sorted({p for r in data.best.rows for p in r.patches})
     else:

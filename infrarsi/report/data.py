@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infrarsi.errors import StudyError
 from infrarsi.result import TrialResult
 from infrarsi.study.contract import Contract
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.trial_log import read_results
+from infrarsi.study.verify_report import VerifyReport
 
 
 def read_trial_rows(study_dir: Path) -> list[TrialResult]:
@@ -84,8 +86,8 @@ class StudyData:
     """The verified contract."""
     doctor: DoctorReport | None
     """``doctor.json`` (None when doctor has not run)."""
-    verify: dict[str, Any] | None
-    """``verify.json`` (None when verify has not run)."""
+    verify: VerifyReport | None
+    """``verify.json`` (None when verify has not run, or its file is unreadable: a note says so)."""
     trials: list[TrialResult]
     """Every logged trial, in start order."""
     baseline: Side | None = None
@@ -121,19 +123,24 @@ def load_study(study_dir: str | Path) -> StudyData:
     d = Path(study_dir)
     contract = Contract.load(d, check_files=False)
     doctor = DoctorReport.load_if_present(d)
-    verify = _json(d / "verify.json")
+    try:
+        verify = VerifyReport.load_if_present(d)
+        unreadable = ""
+    except StudyError as e:
+        verify, unreadable = None, str(e)
     trials = read_trial_rows(d)
     data = StudyData(study_dir=d, contract=contract, doctor=doctor, verify=verify, trials=trials,
                      long_check=_json(d / "long_check.json"))
+    if unreadable:
+        data.notes.append(f"verify's record is unreadable, so nothing is shown as verified: {unreadable}")
     applied = _json_list(d / "apply.json")
     data.applied = [a for a in applied if isinstance(a, dict)]
     base_cfg = _baseline_config(data)
     data.baseline = _side("baseline", base_cfg, trials, role="baseline", doctor_ok=True)
-    best = (verify or {}).get("best")
-    if best and best.get("config"):
-        data.best = _side("best", dict(best["config"]), trials, role="candidate",
-                          trial_ids=best.get("trial_ids"))
-        data.best_verified = bool(best.get("accepted"))
+    best = verify.best if verify is not None else None
+    if best is not None and best.config:
+        data.best = _side("best", dict(best.config), trials, role="candidate", trial_ids=best.trial_ids)
+        data.best_verified = best.accepted
         if not data.best_verified:
             data.notes.append("verify did not accept any candidate: the 'best' shown is the top "
                               "candidate verify tried, NOT a verified win.")
@@ -171,8 +178,8 @@ def _json_list(p: Path) -> list[Any]:
 
 
 def _baseline_config(data: StudyData) -> dict[str, Any]:
-    cfg = (data.verify or {}).get("baseline_config")
-    if isinstance(cfg, dict) and cfg:
+    cfg = data.verify.baseline_config if data.verify is not None else None
+    if cfg:
         return dict(cfg)
     if data.doctor is not None and data.doctor.baseline_config:
         return dict(data.doctor.baseline_config)

@@ -37,10 +37,12 @@ from typing import Any
 import git
 import yaml
 
-from infrarsi.errors import ApplyError, PatchError
+from infrarsi.errors import ApplyError, PatchError, StudyError
 from infrarsi.result import TrialResult
 from infrarsi.study.candidate import Candidate, PatchRef, file_sha256
 from infrarsi.study.contract import Contract
+from infrarsi.study.paths import StudyPaths
+from infrarsi.study.verify_report import VerifiedCandidate, VerifyReport
 
 PROTECTED = ("main", "master")
 """Branches apply never writes to, even with ``force``."""
@@ -81,23 +83,22 @@ def _check_ref(repo: git.Repo, branch: str) -> None:
                          f"--branch.") from None
 
 
-def _load_best(study_dir: Path) -> dict[str, Any]:
-    p = study_dir / "verify.json"
+def _load_best(study_dir: Path) -> VerifiedCandidate:
+    p = StudyPaths(study_dir).verify
     if not p.exists():
         raise ApplyError(f"{p} is missing: nothing verified to apply. Run `infrarsi verify "
                          f"{study_dir}` first.")
     try:
-        best = json.loads(p.read_text()).get("best")
-    except (json.JSONDecodeError, AttributeError) as e:
-        raise ApplyError(f"{p}: not valid JSON ({e}); re-run `infrarsi verify {study_dir}`.") from e
-    if not best or not best.get("config"):
+        best = VerifyReport.read(p).best
+    except StudyError as e:
+        raise ApplyError(str(e)) from None
+    if best is None or not best.config:
         raise ApplyError(f"{p}: no best candidate (best is null): verify accepted nothing, so "
                          f"there is nothing to apply.")
-    if not best.get("accepted"):
+    if not best.accepted:
         raise ApplyError(f"{p}: the best candidate was NOT accepted by verify (speedup "
-                         f"{best.get('speedup')}, CI low {best.get('ci_low')}); apply only "
-                         f"promotes verified wins.")
-    return dict(best)
+                         f"{best.speedup}, CI low {best.ci_low}); apply only promotes verified wins.")
+    return best
 
 
 def _trial_rows(study_dir: Path) -> list[TrialResult]:
@@ -109,23 +110,23 @@ def _trial_rows(study_dir: Path) -> list[TrialResult]:
         return []
 
 
-def verified_candidate(best: dict[str, Any], rows: list[TrialResult], study_dir: Path) -> Candidate:
+def verified_candidate(best: VerifiedCandidate, rows: list[TrialResult], study_dir: Path) -> Candidate:
     """The candidate verify accepted, checked against the log: ``verify.json``'s best must name
     its patches with digests and the verify trials that measured it, every one of those trials
     must be logged ``ok`` with exactly that config and those patches, and no run or verify trial
     of the same candidate may have broken an invariant. Anything else is an ``ApplyError``."""
-    p = study_dir / "verify.json"
-    if "patches" not in best or not best.get("trial_ids"):
+    p = StudyPaths(study_dir).verify
+    if best.patches is None or not best.trial_ids:
         raise ApplyError(f"{p}: the best candidate does not name its patches and verify trials (written by "
                          f"an older infrarsi); re-run `infrarsi verify {study_dir}` so apply commits exactly "
                          f"what verify measured.")
-    cand = Candidate.from_dict(best)
+    cand = best.candidate
     for ref in cand.patches:
         if not ref.sha256:
             raise ApplyError(f"{p}: patch {ref.path!r} has no recorded digest; re-run `infrarsi verify "
                              f"{study_dir}`.")
     by_id = {r.trial_id: r for r in rows}
-    for tid in best["trial_ids"]:
+    for tid in best.trial_ids:
         r = by_id.get(str(tid))
         if r is None or r.stage != "verify":
             raise ApplyError(f"{p}: verify trial {tid!r} of the best candidate is not in the study's log; "
@@ -182,7 +183,6 @@ def long_check_line(d: Path, cand: Candidate, skip: bool) -> str:
     unless ``DIR/long_check.json`` holds a passed check of this very candidate (or ``skip``)."""
     from infrarsi.errors import StudyError
     from infrarsi.study.long_check_report import LongCheckResult
-    from infrarsi.study.paths import StudyPaths
 
     if skip:
         return "Long check: SKIPPED (apply --skip-long-check): not checked past the trial's horizon"
@@ -224,7 +224,7 @@ def _apply(d: Path, repo_path: str | Path, branch: str | None, force: bool, skip
     """``apply`` without the lock."""
     contract = Contract.load(d)
     best = _load_best(d)
-    cfg = dict(best["config"])
+    cfg = dict(best.config)
     try:
         repo = git.Repo(str(repo_path))
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -312,9 +312,9 @@ def _apply(d: Path, repo_path: str | Path, branch: str | None, force: bool, skip
                 env.update(GIT_AUTHOR_NAME="infrarsi", GIT_COMMITTER_NAME="infrarsi")
             if not cr.has_option("user", "email"):
                 env.update(GIT_AUTHOR_EMAIL="infrarsi@localhost", GIT_COMMITTER_EMAIL="infrarsi@localhost")
-        msg = (f"infrarsi: {contract.study}: verified {best.get('speedup', 0):.3g}x step-time speedup\n\n"
+        msg = (f"infrarsi: {contract.study}: verified {best.speedup or 0:.3g}x step-time speedup\n\n"
                f"Knobs: {json.dumps({k: v for k, v in cfg.items()}, sort_keys=True)}\n"
-               f"Interval: [{best.get('ci_low')}, {best.get('ci_high')}], {_coverage(best)}\n"
+               f"Interval: [{best.ci_low}, {best.ci_high}], {_coverage(best)}\n"
                f"Patches: {cand.describe()}\n{checked}\n"
                f"Contract: {contract.contract_hash}\nBaseline: {base.hexsha} (tag {tag})\n")
         with g.custom_environment(**env):
@@ -341,12 +341,12 @@ def _apply(d: Path, repo_path: str | Path, branch: str | None, force: bool, skip
                        tag_created=tag_created, files=sorted(set(files)))
 
 
-def _coverage(best: dict[str, Any]) -> str:
-    cov = best.get("ci_coverage")
-    return f"{best.get('ci_method')}, exact coverage {cov:.1%}" if cov is not None else "coverage not recorded"
+def _coverage(best: VerifiedCandidate) -> str:
+    cov = best.ci_coverage
+    return f"{best.ci_method}, exact coverage {cov:.1%}" if cov is not None else "coverage not recorded"
 
 
-def _write_artifacts(out: Path, contract: Contract, best: dict[str, Any], cfg: dict[str, Any],
+def _write_artifacts(out: Path, contract: Contract, best: VerifiedCandidate, cfg: dict[str, Any],
                      rows: list[TrialResult], patches: list[Any], base_sha: str,
                      study_dir: Path, refs: tuple[PatchRef, ...] = (), checked: str = "") -> list[Path]:
     from infrarsi.report.dsconfig import deepspeed_config
@@ -362,10 +362,10 @@ def _write_artifacts(out: Path, contract: Contract, best: dict[str, Any], cfg: d
         "workload": contract.workload.get("name"),
         "contract_hash": contract.contract_hash,
         "baseline_commit": base_sha,
-        "speedup": best.get("speedup"),
-        "ci_low": best.get("ci_low"),
-        "ci_high": best.get("ci_high"),
-        "ci_coverage": best.get("ci_coverage"),
+        "speedup": best.speedup,
+        "ci_low": best.ci_low,
+        "ci_high": best.ci_high,
+        "ci_coverage": best.ci_coverage,
         "patch_sha256": {f"patches/{Path(p.path).name}": ref.sha256 for p, ref in zip(patches, refs, strict=True)},
         "knobs": cfg,
         "baseline_knobs": contract.workload.get("baseline", {}),
@@ -385,8 +385,8 @@ def _write_artifacts(out: Path, contract: Contract, best: dict[str, Any], cfg: d
     readme = out / "README.md"
     readme.write_text(
         f"# infrarsi study {contract.study}\n\n"
-        f"Verified step-time speedup {best.get('speedup')}x (interval [{best.get('ci_low')}, "
-        f"{best.get('ci_high')}], {_coverage(best)}) over the baseline commit {base_sha} (tag "
+        f"Verified step-time speedup {best.speedup}x (interval [{best.ci_low}, "
+        f"{best.ci_high}], {_coverage(best)}) over the baseline commit {base_sha} (tag "
         f"`infrarsi/golden/{_ref_safe(contract.study)}`), at fixed {contract.invariants.tokens_per_step} "
         f"tokens per optimizer step, loss within the contract's tolerance.\n\n"
         f"- `knobs.yaml`: the winning knob values\n"

@@ -37,7 +37,6 @@ checkpoint verdict with its reason, and is written to ``DIR/long_check.json``.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import statistics
 import time
@@ -46,7 +45,7 @@ from typing import Any
 
 import structlog
 
-from infrarsi.errors import ConfigError
+from infrarsi.errors import ConfigError, StudyError
 from infrarsi.result import TrialResult
 from infrarsi.stages.doctor_analysis import HONEST_CHANGE_FACTOR
 from infrarsi.stages.long_check_analysis import (
@@ -64,6 +63,7 @@ from infrarsi.study.candidate import Candidate, PatchRef, file_sha256
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.long_check_report import Calibration, CheckpointVerdict, LongCheckResult
 from infrarsi.study.paths import StudyPaths
+from infrarsi.study.verify_report import VerifyReport
 
 log = structlog.get_logger(__name__)
 
@@ -87,25 +87,21 @@ def accepted_candidate(study_dir: str | Path) -> Candidate:
         raise ConfigError(f"{paths.verify}: missing; the long check needs the candidate verify accepted. "
                           f"Fix: run `infrarsi verify {paths.root}` first.")
     try:
-        data = json.loads(paths.verify.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{paths.verify}: rule: readable JSON ({e}). Fix: re-run `infrarsi verify "
-                          f"{paths.root}`.") from None
-    best = data.get("best") if isinstance(data, dict) else None
-    if not isinstance(best, dict) or best.get("accepted") is not True:
+        best = VerifyReport.read(paths.verify).best
+    except StudyError as e:
+        raise ConfigError(str(e)) from None
+    if best is None or best.accepted is not True:
         raise ConfigError(f"{paths.verify}: field 'best': rule: an accepted candidate; value: "
-                          f"{'null' if best is None else json.dumps(best)[:200]}. No candidate to check past "
+                          f"{'null' if best is None else best.model_dump_json()[:200]}. No candidate to check past "
                           f"the trial's horizon: verify accepted none (nothing to promote).")
-    config = best.get("config")
-    if not isinstance(config, dict) or not config:
+    if not best.config:
         raise ConfigError(f"{paths.verify}: field 'best.config': rule: a knob config (a JSON object); value: "
-                          f"{config!r}. Fix: re-run `infrarsi verify {paths.root}`.")
-    patches = best.get("patches")
-    if not isinstance(patches, list):
+                          f"{best.config!r}. Fix: re-run `infrarsi verify {paths.root}`.")
+    if best.patches is None:
         raise ConfigError(f"{paths.verify}: field 'best.patches': rule: a list of the candidate's patches with "
-                          f"their sha256 (written by verify); value: {patches!r}. Fix: re-run `infrarsi verify "
+                          f"their sha256 (written by verify); value: None. Fix: re-run `infrarsi verify "
                           f"{paths.root}`.")
-    cand = Candidate.from_dict(best)
+    cand = best.candidate
     own = [p.path for p in cand.patches if p.source == "proposal"]
     if len(own) > 1:
         raise ConfigError(f"{paths.verify}: field 'best.patches': rule: at most one proposal patch (a file in the "
@@ -287,15 +283,13 @@ def _candidate_step_s(study: Path, config: dict[str, Any], patch_file: str | Non
                       base_step: float) -> float:
     """The candidate's seconds per step: the baseline's over verify's speed-up when verify.json's
     best is this config, else the median step time of its ok rows, else the baseline's."""
-    verify = StudyPaths(study).verify
-    if verify.exists():
-        try:
-            best = (json.loads(verify.read_text()) or {}).get("best") or {}
-        except (OSError, json.JSONDecodeError):
-            best = {}
-        speedup = best.get("speedup")
-        if best.get("config") == config and isinstance(speedup, (int, float)) and speedup > 0:
-            return base_step / float(speedup)
+    try:
+        report = VerifyReport.load_if_present(study)
+    except StudyError:
+        report = None
+    best = report.best if report is not None else None
+    if best is not None and best.config == config and best.speedup is not None and best.speedup > 0:
+        return base_step / float(best.speedup)
     times = [float(r.step_time_s) for r in logged if r.ok and r.step_time_s and r.config == config
              and r.stage in ("run", "verify") and (patch_file is None or patch_file in r.patches)]
     return statistics.median(times) if times else base_step

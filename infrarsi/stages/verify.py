@@ -33,7 +33,8 @@ import structlog
 from infrarsi.errors import StudyError
 from infrarsi.study.candidate import Candidate
 from infrarsi.study.doctor_report import DoctorReport
-from infrarsi.study.paths import StudyPaths, write_json_atomic
+from infrarsi.study.paths import StudyPaths
+from infrarsi.study.verify_report import VerifiedCandidate, VerifyReport, VerifyRound
 
 log = structlog.get_logger(__name__)
 
@@ -129,11 +130,11 @@ def _verify_stage(study_dir: str | Path, *, top_k: int, pairs: int, rounds: int,
         chosen = [{"candidate": _as_candidate(c), "smoothed_step_time_s": None, "observed_step_time_s": None,
                    "observations": 0} for c in candidates]
     if not chosen:
-        result: dict[str, Any] = {"best": None, "candidates": [], "noise_margin": noise_margin,
-                                  "reason": "no ok run trial to verify (the baseline itself and candidates "
-                                            "that broke an invariant are never verified)"}
-        write_json_atomic(paths.verify, result)
-        return result
+        empty = VerifyReport(noise_margin=noise_margin,
+                             reason="no ok run trial to verify (the baseline itself and candidates "
+                                    "that broke an invariant are never verified)")
+        empty.save(paths.root)
+        return empty.to_dict()
     if pairs < 2 or rounds < 1:
         raise StudyError(f"verify: needs pairs >= 2 and rounds >= 1, got pairs={pairs}, rounds={rounds}.")
     ex = executor if executor is not None else StudyExecutor(paths.root, address=address)
@@ -152,28 +153,25 @@ def _verify_stage(study_dir: str | Path, *, top_k: int, pairs: int, rounds: int,
     finally:
         if executor is None:
             ex.close()
-    accepted = [c for c in out_cands if c["accepted"]]
-    best = max(accepted, key=lambda c: c["speedup"] or 0.0) if accepted else None
-    keep = ("config", "patches", "speedup", "ci_low", "ci_high", "ci_coverage", "ci_method", "accepted",
-            "trial_ids")
-    result = {
-        "best": ({k: best[k] for k in keep} if best else None),
-        "candidates": out_cands,
-        "baseline_config": baseline_cfg,
-        "noise_margin": noise_margin,
-        "pairs": pairs,
-        "rounds": rounds,
-        "confidence": CONFIDENCE,
-        "rule": (f"accept iff every candidate trial kept the invariants, every round's median paired "
-                 f"ratio > 1 + noise_margin, and over all pairs the order-statistic interval of the "
-                 f"median covers >= {CONFIDENCE:.0%} (exact, binomial) with its lower bound > 1 + "
-                 f"noise_margin"),
-    }
-    write_json_atomic(paths.verify, result)
+    accepted = [c for c in out_cands if c.accepted]
+    report = VerifyReport(
+        best=max(accepted, key=lambda c: c.speedup or 0.0) if accepted else None,
+        candidates=out_cands,
+        baseline_config=baseline_cfg,
+        noise_margin=noise_margin,
+        pairs=pairs,
+        rounds=rounds,
+        confidence=CONFIDENCE,
+        rule=(f"accept iff every candidate trial kept the invariants, every round's median paired "
+              f"ratio > 1 + noise_margin, and over all pairs the order-statistic interval of the "
+              f"median covers >= {CONFIDENCE:.0%} (exact, binomial) with its lower bound > 1 + "
+              f"noise_margin"),
+    )
+    report.save(paths.root)
     from infrarsi.stages.bank_feed import add_to_bank
 
     add_to_bank(paths.root, stage="verify")  # the experience bank (never fails the stage)
-    return result
+    return report.to_dict()
 
 
 def _verify_round(ex: Any, chosen: list[dict[str, Any]], alive: list[dict[str, Any]],
@@ -203,23 +201,21 @@ def _verify_round(ex: Any, chosen: list[dict[str, Any]], alive: list[dict[str, A
         pairs_ok = [(bt, ct) for bt, ct in zip(base_times, cand_times[id(c)], strict=True) if bt and ct]
         ratios = paired_ratios([b for b, _ in pairs_ok], [x for _, x in pairs_ok]).tolist() if pairs_ok else []
         c["ratios"].extend(ratios)
-        rec: dict[str, Any] = {"round": rnd, "ratios": ratios, "statuses": cand_status[id(c)]}
+        rec = VerifyRound(round=rnd, ratios=ratios, statuses=cand_status[id(c)])
         if len(ratios) < 2 or reasons[id(c)]:
-            rec.update({"passed": False, "median_ratio": None,
-                        "reason": "; ".join(reasons[id(c)]) or "fewer than two valid pairs"})
+            rec.reason = "; ".join(reasons[id(c)]) or "fewer than two valid pairs"
         else:
             med = median_interval(ratios).speedup
-            passed = med > 1.0 + noise_margin
-            rec.update({"passed": passed, "median_ratio": med,
-                        "reason": "" if passed else
-                        f"round {rnd}: median paired ratio {med:.3f} does not clear 1 + noise margin "
-                        f"{1 + noise_margin:.3f}"})
+            rec.passed, rec.median_ratio = med > 1.0 + noise_margin, med
+            if not rec.passed:
+                rec.reason = (f"round {rnd}: median paired ratio {med:.3f} does not clear 1 + noise margin "
+                              f"{1 + noise_margin:.3f}")
         c["rounds"].append(rec)
-        if not rec["passed"]:
+        if not rec.passed:
             c["alive"] = False
 
 
-def _summary(c: dict[str, Any], baseline_cfg: dict[str, Any], rounds: int, noise_margin: float) -> dict[str, Any]:
+def _summary(c: dict[str, Any], baseline_cfg: dict[str, Any], rounds: int, noise_margin: float) -> VerifiedCandidate:
     """A candidate's record in ``verify.json``: the candidate (config, patches with digests), the
     interval over all its pairs with its exact coverage, and the decision with its reason."""
     from infrarsi.stats import median_interval
@@ -228,8 +224,8 @@ def _summary(c: dict[str, Any], baseline_cfg: dict[str, Any], rounds: int, noise
     iv = median_interval(c["ratios"], confidence=CONFIDENCE) if len(c["ratios"]) >= 2 else None
     passed_rounds = c["alive"] and len(c["rounds"]) == rounds
     if not passed_rounds:
-        failed = next((r for r in c["rounds"] if not r["passed"]), None)
-        reason = failed["reason"] if failed else "not every round ran"
+        failed = next((r for r in c["rounds"] if not r.passed), None)
+        reason = failed.reason if failed else "not every round ran"
     elif iv is None:
         reason = "fewer than two valid pairs"
     elif not iv.reaches_confidence:
@@ -240,22 +236,21 @@ def _summary(c: dict[str, Any], baseline_cfg: dict[str, Any], rounds: int, noise
                   f"{1 + noise_margin:.3f}")
     else:
         reason = ""
-    return {
-        "config": dict(cand.config),
-        "patches": [p.to_dict() for p in cand.patches],
-        "candidate_key": cand.key,
-        "accepted": reason == "",
-        "reason": reason,
-        "speedup": iv.speedup if iv else None,
-        "ci_low": iv.ci_low if iv else None,
-        "ci_high": iv.ci_high if iv else None,
-        "ci_coverage": iv.coverage if iv else None,
-        "ci_method": iv.label() if iv else None,
-        "n_pairs": len(c["ratios"]),
-        "rounds": c["rounds"],
-        "trial_ids": c["trial_ids"],
-        "smoothed_step_time_s": c["smoothed_step_time_s"],
-        "observed_step_time_s": c["observed_step_time_s"],
-        "diff_vs_baseline": {k: [baseline_cfg.get(k), v] for k, v in cand.config.items()
-                             if baseline_cfg.get(k) != v},
-    }
+    return VerifiedCandidate(
+        config=dict(cand.config),
+        patches=[p.to_dict() for p in cand.patches],
+        candidate_key=cand.key,
+        accepted=reason == "",
+        reason=reason,
+        speedup=iv.speedup if iv else None,
+        ci_low=iv.ci_low if iv else None,
+        ci_high=iv.ci_high if iv else None,
+        ci_coverage=iv.coverage if iv else None,
+        ci_method=iv.label() if iv else None,
+        n_pairs=len(c["ratios"]),
+        rounds=c["rounds"],
+        trial_ids=c["trial_ids"],
+        smoothed_step_time_s=c["smoothed_step_time_s"],
+        observed_step_time_s=c["observed_step_time_s"],
+        diff_vs_baseline={k: [baseline_cfg.get(k), v] for k, v in cand.config.items() if baseline_cfg.get(k) != v},
+    )

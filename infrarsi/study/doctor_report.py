@@ -12,13 +12,13 @@ the file, the field, the rule, the value and the fix::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infrarsi.errors import StudyError
+from infrarsi.study.json_record import read_json_record
 from infrarsi.study.paths import StudyPaths, write_json_atomic
 
 
@@ -196,23 +196,7 @@ class DoctorReport(_Record):
         """Parse the report at ``path``; ``StudyError`` naming file, field, rule, value and fix."""
         p = Path(path)
         fix = f"Fix: re-run `infrarsi doctor {p.parent}` (it rewrites {p.name}), or restore the file."
-        try:
-            data = json.loads(p.read_text())
-        except OSError as e:
-            raise StudyError(f"{p}: cannot read the doctor's report ({e}). {fix}") from None
-        except json.JSONDecodeError as e:
-            raise StudyError(f"{p}: rule: the doctor's report must be JSON; it is not ({e}). {fix}") from None
-        if not isinstance(data, dict):
-            raise StudyError(f"{p}: rule: the doctor's report must be a JSON object; got "
-                             f"{type(data).__name__} {_short(data)}. {fix}")
-        try:
-            report = cls.model_validate(data)
-        except ValidationError as e:
-            err = e.errors()[0]
-            field = ".".join(str(x) for x in err["loc"]) or "(top level)"
-            value = "<absent>" if err["type"] == "missing" else _short(err.get("input"))
-            more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-            raise StudyError(f"{p}: field {field!r}: rule: {err['msg']}; value: {value}{more}. {fix}") from None
+        report = read_json_record(p, cls, "the doctor's report", fix)
         for name in require:
             if getattr(report, name) is None:
                 raise StudyError(f"{p}: field {name!r}: rule: required once doctor succeeded; value: "
@@ -238,11 +222,6 @@ class DoctorReport(_Record):
     def baseline_step_time_s(self) -> float | None:
         """The baseline's median step time, seconds (None before any ok baseline trial)."""
         return self.step_time_s.median if self.step_time_s is not None else None
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 __all__ = ["DoctorReport", "StepTimeNoise", "Stragglers", "ToleranceInForce"]
