@@ -101,7 +101,7 @@ class Pickers:
                        transfer_weights=None if transfer is None else
                        (transfer.centre_weight, transfer.residual_weight), **predictions)
 
-    def scorer(self, history: History) -> Any:
+    def scorer(self, history: History) -> Callable[[Sequence[Mapping[str, Any]]], acquisition.Scores]:
         """``configs -> Scores`` under the current models (what ``pairing.best_repair`` calls)."""
         return lambda configs: self.models.scores(history, configs)
 
