@@ -1,4 +1,5 @@
-"""``Optimizer`` (``optimizer.py``): ask/tell semantics, exclusions, batches, settings, warm-start configs, stragglers, save/restore, no Ray import."""
+"""``Optimizer`` (``optimizer.py``): ask/tell semantics, exclusions, batches, settings, save/restore, fuzzed
+spaces, no Ray import. The schedule, the pickers, the models and the history have their own test files."""
 
 from __future__ import annotations
 
@@ -271,6 +272,8 @@ def test_unknown_options_and_bad_settings_are_user_input_errors() -> None:
         Optimizer(space, memory_capacity=TINY_CAP, settings=OptimizerSettings(local_every=-1))
     with pytest.raises(UserInputError, match="ask"):
         Optimizer(space, memory_capacity=TINY_CAP).ask(0)
+    with pytest.raises(TypeError, match="n_init"):  # a tunable is a setting, not a constructor option
+        Optimizer(space, memory_capacity=TINY_CAP, n_init=3)  # type: ignore[call-arg]
 
 
 def test_the_warm_start_queue_is_saved_and_restored() -> None:
