@@ -53,8 +53,11 @@ if TYPE_CHECKING:  # the search core is imported on first use (``search_core_sha
 
 OUT = Path(__file__).resolve().parent / "results"
 BUDGETS = (12, 24, 48)
-INFRARSI = {"infrarsi": {}, "infrarsi_no_censoring": {"censoring": False}, "infrarsi_no_pairing": {"pairing": False},
-            "infrarsi_no_prior": {"prior": None}, "infrarsi_no_intensify": {"intensify": False}}
+INFRARSI: dict[str, dict[str, Any]] = {
+    "infrarsi": {}, "infrarsi_no_censoring": {"settings": {"censoring": False}},
+    "infrarsi_no_pairing": {"settings": {"pairing": False}}, "infrarsi_no_prior": {"prior": None},
+    "infrarsi_no_intensify": {"settings": {"intensify": False}}}
+"""infrarsi's arms: ``Optimizer`` keyword arguments (``settings``: ``OptimizerSettings`` fields)."""
 SEARCHERS = (*INFRARSI, "random", "grid", "ramp", "ax", "optuna_tpe")
 QUICK_SEARCHERS = ("random", "grid", "ramp")
 
@@ -92,7 +95,12 @@ class InfrarsiPeer:
 
 def make_searcher(name: str, problem: BenchProblem, seed: int) -> Any:
     if name in INFRARSI:
-        return InfrarsiPeer(problem, seed, **INFRARSI[name])
+        from infrarsi.search import OptimizerSettings
+
+        options = dict(INFRARSI[name])
+        if "settings" in options:
+            options["settings"] = OptimizerSettings.from_dict(options["settings"])
+        return InfrarsiPeer(problem, seed, **options)
     if name not in PEERS:
         raise SystemExit(f"unknown searcher {name!r}; known: {list(SEARCHERS)}")
     return PEERS[name](problem.space, problem.capacity, seed, problem.baseline)

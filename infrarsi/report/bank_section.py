@@ -17,6 +17,7 @@ from typing import Any
 
 from infrarsi.report.data import StudyData
 from infrarsi.report.document import Block, Para, Table
+from infrarsi.search.ask_info import Phase
 from infrarsi.study.paths import StudyPaths
 
 
@@ -50,7 +51,7 @@ def bank_blocks(data: StudyData) -> list[Block]:
     known = {_key(u.get("config")) for u in used}
     for r in runs:  # warm starts a record does not hold (a study from before the record, a changed bank)
         info = _ask_info(r)
-        origin = info.get("warm_start_origin") if info.get("phase") == "warm_start" else None
+        origin = info.get("warm_start_origin") if info.get("phase") == Phase.WARM_START else None
         if isinstance(origin, dict) and _key(r.config) not in known and _key(info.get("repair_of")) not in known:
             used.append({**origin, "config": r.config})
             known.add(_key(r.config))
@@ -60,8 +61,8 @@ def bank_blocks(data: StudyData) -> list[Block]:
     rows = []
     for u in used:
         tried = [r for r in runs if _key(r.config) == _key(u.get("config"))]
-        # expected not to fit here, it ran as its memory-saving repair (search.optimizer._warm_start_picks)
-        repaired = [] if tried else [r for r in runs if _ask_info(r).get("phase") == "warm_start"
+        # expected not to fit here, it ran as its memory-saving repair (search.pickers.Pickers.warm_start)
+        repaired = [] if tried else [r for r in runs if _ask_info(r).get("phase") == Phase.WARM_START
                                      and _key(_ask_info(r).get("repair_of")) == _key(u.get("config"))]
         if tried or repaired:
             first = (tried or repaired)[0]

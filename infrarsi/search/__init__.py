@@ -9,7 +9,8 @@
     opt.tell(cfg, Outcome(status="ok", step_time=1.9, peak_memory=6.1e10))
     opt.best()
 
-Every tunable is a field of ``OptimizerSettings`` (``Optimizer(..., settings=...)``).
+Every tunable is a field of ``OptimizerSettings`` (``Optimizer(..., settings=...)``). Why a config
+was asked is a ``Phase`` (``opt.last_ask_info.phase``); the schedule of phases is ``schedule.next_phase``.
 
 ``Optimizer`` (and the torch/BoTorch stack behind it) is imported on first use, so loading a
 search space stays cheap.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from infrarsi.search.ask_info import AskInfo, WarmStartOrigin
+from infrarsi.search.ask_info import AskInfo, Phase, WarmStartOrigin
 from infrarsi.search.expr import Expression
 from infrarsi.search.knob import Knob
 from infrarsi.search.outcome import FAILURE_STATUSES, Observation, Outcome
@@ -49,6 +50,7 @@ __all__ = [
     "Optimizer",
     "OptimizerSettings",
     "Outcome",
+    "Phase",
     "SearchExhausted",
     "SearchSpace",
     "WarmStartOrigin",

@@ -8,6 +8,7 @@ states and logs written before this record existed.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -15,13 +16,43 @@ from typing import Any
 
 from infrarsi.errors import UserInputError
 
-PHASES = ("baseline", "warm_start", "design", "bo", "bo-local", "bo-prior", "replicate", "repair", "proposal")
-"""Why a config was asked: the baseline; a warm-start config given to the optimizer
-(``initial_configs``); a space-filling design point; the acquisition's best (``bo``), or its best
-near the incumbent (``bo-local``); the analytic prior's pick while trials are pending before the
-step-time model exists (``bo-prior``); a re-measurement of the incumbent (``replicate``); a
-memory-saving repair of a candidate that would not fit (``repair``); a config proposed from
-outside the optimizer (``proposal``: an agent or a person, ``Optimizer.add_pending``)."""
+
+class Phase(str, enum.Enum):
+    """Why a config was asked: the schedule's step that picked it (``search.schedule``).
+
+    The values are the strings logs, saved states and reports have always held, so a ``Phase``
+    compares equal to its string and writes as it (JSON, Arrow).
+    """
+
+    BASELINE = "baseline"
+    """The baseline config, asked first."""
+    WARM_START = "warm_start"
+    """A warm-start config given to the optimizer (``initial_configs``), or its memory-saving repair."""
+    DESIGN = "design"
+    """A space-filling design point."""
+    BO = "bo"
+    """The acquisition's best."""
+    BO_LOCAL = "bo-local"
+    """The acquisition's best near the incumbent (a local turn)."""
+    BO_PRIOR = "bo-prior"
+    """The analytic prior's pick while trials are pending before the step-time model exists."""
+    REPLICATE = "replicate"
+    """A re-measurement of the incumbent."""
+    REPAIR = "repair"
+    """A memory-saving repair of a candidate that would not fit."""
+    PROPOSAL = "proposal"
+    """A config proposed from outside the optimizer (an agent or a person, ``Optimizer.add_pending``)."""
+
+    def __str__(self) -> str:
+        """The phase's string, as logs have always held it."""
+        return self.value
+
+
+PHASES = tuple(p.value for p in Phase)
+"""Every phase's string (``Phase``), in schedule order."""
+
+_OLD_PHASES = {"prior": Phase.WARM_START}
+"""Phase strings written before ``AskInfo`` -> their ``Phase`` (a warm-start config was ``prior``)."""
 
 _OLD_NAMES = {"predicted_memory_bytes": "predicted_peak_memory_bytes", "prior": "warm_start_origin"}
 """Keys of ask-info dicts written before ``AskInfo`` -> its field names."""
@@ -72,8 +103,8 @@ class AskInfo:
 
     config: dict[str, Any]
     """The full config asked."""
-    phase: str
-    """Why it was asked: one of ``PHASES``."""
+    phase: Phase
+    """Why it was asked (a ``Phase``; equal to its string)."""
     ask_index: int
     """Which ``ask()`` call asked it (0 for the first; a batch shares one index)."""
     repair_of: dict[str, Any] | None = None
@@ -105,10 +136,15 @@ class AskInfo:
     """The bank transfer's weights in the models when the config was asked, each in [0, 1]:
     (prior-coefficient centre, transferred residual) (``search.transfer``; None: no transfer prior)."""
 
+    def __post_init__(self) -> None:
+        """Hold the phase as a ``Phase`` (it may be given as its string)."""
+        object.__setattr__(self, "phase", _phase(self.phase))
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict with every field (``from_dict`` inverts it)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["config"] = dict(self.config)
+        out["phase"] = self.phase.value
         out["repair_of"] = None if self.repair_of is None else dict(self.repair_of)
         out["repair_moves"] = list(self.repair_moves)
         out["warm_start_origin"] = None if self.warm_start_origin is None else self.warm_start_origin.to_dict()
@@ -125,7 +161,7 @@ class AskInfo:
         origin = raw.get("warm_start_origin")
         repair_of = raw.get("repair_of")
         return cls(
-            config=dict(raw["config"]), phase=str(raw["phase"]), ask_index=int(raw.get("ask_index") or 0),
+            config=dict(raw["config"]), phase=_phase(raw["phase"]), ask_index=int(raw.get("ask_index") or 0),
             repair_of=None if repair_of is None else dict(repair_of),
             repair_moves=tuple(str(m) for m in raw.get("repair_moves") or ()),
             original_p_fit=_float(raw.get("original_p_fit")),
@@ -138,6 +174,16 @@ class AskInfo:
             warm_start_origin=WarmStartOrigin.from_dict(origin) if isinstance(origin, Mapping) and origin else None,
             transfer_weights=_weights(raw.get("transfer_weights")),
         )
+
+
+def _phase(value: Any) -> Phase:
+    """A saved phase string as a ``Phase`` (a ``UserInputError`` naming the known ones otherwise)."""
+    if value in _OLD_PHASES:
+        return _OLD_PHASES[value]
+    try:
+        return Phase(value)
+    except ValueError:
+        raise UserInputError(f"ask info: phase: rule: must be one of {list(PHASES)}; got {value!r}.") from None
 
 
 def _weights(value: Any) -> tuple[float, float] | None:

@@ -46,6 +46,35 @@ def _block(k: Knob) -> _Block:
     return _Block(k, "onehot", len(k.values), False)
 
 
+@dataclass(frozen=True)
+class InputColumns:
+    """Where each part of a model input row sits: the encoded features first, then, with an
+    analytic prior, the prior's log step time and its log(peak / capacity) (``priors.features``)."""
+
+    n_features: int
+    """Number of encoded features ``d``: columns ``0 .. d-1``."""
+    with_prior: bool
+    """Whether the rows carry the prior's two columns after the features."""
+
+    @property
+    def prior_time(self) -> int:
+        """Column of the prior's log step time (only with a prior)."""
+        return self.n_features
+
+    @property
+    def prior_memory(self) -> int:
+        """Column of the prior's log(peak / capacity) (only with a prior)."""
+        return self.n_features + 1
+
+    def time_offset(self) -> tuple[int, int] | None:
+        """``(d, column)`` of the step-time model's known offset (``models.time_gp``), or None."""
+        return (self.n_features, self.prior_time) if self.with_prior else None
+
+    def memory_offset(self) -> tuple[int, int] | None:
+        """``(d, column)`` of the memory model's known offset (``models.tobit``), or None."""
+        return (self.n_features, self.prior_memory) if self.with_prior else None
+
+
 class Encoder:
     """Maps configs of a ``SearchSpace`` to ``(n, d)`` float64 tensors in the unit cube."""
 
@@ -55,6 +84,16 @@ class Encoder:
         self.dim = sum(b.width for b in self.blocks)
         """Number of features ``d``."""
         self._cache: list[dict[str, list[float]]] = [{} for _ in self.blocks]
+
+    def memory_features(self) -> tuple[list[int], list[float]]:
+        """Feature indices of the single-column memory-tagged knobs, and their signs (+1 hungry, -1 saver)."""
+        idx, signs, col = [], [], 0
+        for b in self.blocks:
+            if b.knob.memory != "neutral" and b.width == 1:
+                idx.append(col)
+                signs.append(1.0 if b.knob.memory == "hungry" else -1.0)
+            col += b.width
+        return idx, signs
 
     def _features(self, i: int, value: Any) -> list[float]:
         key = f"{type(value).__name__}:{value!r}"

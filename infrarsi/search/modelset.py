@@ -1,19 +1,34 @@
-"""The optimizer's models and their refit schedule (warm starts, capped iterations).
+"""``ModelSet``: the optimizer's models, fitted on its history, and the scores they give candidate configs.
 
-``ModelSet.update_time`` / ``update_memory`` refit only a model whose data changed. A refit
+The set holds the step-time GP, the censored memory GP (log(peak / capacity); OOMs are lower
+bounds when ``censoring`` is on), the feasibility model (non-OOM failures) and the model inputs
+with the analytic prior's columns (``priors.features.PriorFeatures``, laid out as
+``encoding.InputColumns`` says). ``fit(history)`` brings them up to date: the prior's memory
+coefficients first (their column is in every input), slow step-time outliers left out
+(``models.outliers``), then the two GPs.
+
+``update_time`` / ``update_memory`` refit only a model whose data changed. A refit
 warm-starts from the last parameters and runs a few iterations; a full refit (more iterations)
 happens when the data grew by ``OptimizerSettings.full_refit_growth`` since the last full one
 (iterations: ``time_gp_iters``, ``memory_gp_iters``). When the parameters were already fitted on exactly
-the current data (e.g. after ``load_state_dict``), the model is rebuilt without optimisation.
+the current data (e.g. after ``load_dict``), the model is rebuilt without optimisation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import contextlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from infrarsi.search import acquisition
+from infrarsi.search.encoding import InputColumns
+from infrarsi.search.history import History
+from infrarsi.search.models import outliers
+from infrarsi.search.models.feasibility import FeasibilityModel
 from infrarsi.search.models.predict import ExactMarginal, VariationalMarginal
 from infrarsi.search.models.time_gp import (
     State,
@@ -23,7 +38,34 @@ from infrarsi.search.models.time_gp import (
     state_to_json,
 )
 from infrarsi.search.models.tobit import fit_tobit_gp
-from infrarsi.search.settings import DEFAULT_SETTINGS, OptimizerSettings
+from infrarsi.search.outcome import FAILURE_STATUSES, Observation, Outcome
+from infrarsi.search.priors.features import PriorFeatures
+from infrarsi.search.settings import OptimizerSettings
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block (fits and scores) with ``n`` torch threads (None: leave the count as it is)."""
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+class PriorOnly:
+    """A predictor that returns one input column (a prior's log value) with a fixed variance."""
+
+    def __init__(self, column: int, sd: float) -> None:
+        self.column, self.var = column, sd**2
+
+    def __call__(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and variance of each row of ``X``."""
+        return X[:, self.column], torch.full((X.shape[0],), self.var, dtype=torch.float64)
 
 
 @dataclass
@@ -42,23 +84,157 @@ class _Slot:
     """Number of points at the last full refit."""
 
 
-@dataclass
-class ModelSet:
-    """The step-time and memory GPs, with warm-start state."""
 
-    mean_indices: list[int]
-    """Memory-tagged feature indices (for the Tobit prior mean)."""
-    mean_signs: list[float]
-    """+1 for hungry, -1 for saver features."""
-    prior_dim: int | None = None
-    """With an analytic prior: the number of real features ``d``; inputs then carry two more
-    columns, the prior's log step time (column ``d``) and log(peak / capacity) (column ``d + 1``)."""
-    settings: OptimizerSettings = DEFAULT_SETTINGS
-    """Refit schedule, iterations and the step-time kernel's settings."""
-    time: _Slot = field(default_factory=_Slot)
-    """The step-time GP."""
-    memory: _Slot = field(default_factory=_Slot)
-    """The censored memory GP."""
+class ModelSet:
+    """The step-time, memory and feasibility models of one optimizer, with warm-start state."""
+
+    def __init__(self, features: PriorFeatures, columns: InputColumns, memory_capacity: float,
+                 settings: OptimizerSettings, mean_indices: list[int], mean_signs: list[float]) -> None:
+        self.features = features
+        """Model inputs of configs and the analytic prior's fitted coefficients."""
+        self.columns = columns
+        """Where the features and the prior's columns sit in an input row."""
+        self.memory_capacity = memory_capacity
+        """Bytes per device; the memory model learns log(peak / capacity)."""
+        self.settings = settings
+        """Refit schedule, iterations, censoring and the kernels' settings."""
+        self.mean_indices = mean_indices
+        """Memory-tagged feature indices (for the Tobit prior mean)."""
+        self.mean_signs = mean_signs
+        """+1 for hungry, -1 for saver features."""
+        self.time = _Slot()
+        """The step-time GP."""
+        self.memory = _Slot()
+        """The censored memory GP."""
+        self.feasibility = FeasibilityModel(settings=settings)
+        """P(no non-OOM failure) of a config."""
+        self.time_outliers: set[int] = set()
+        """Indices into the history's observations of ok step times left out as slow outliers."""
+        self.time_trim_key: str | None = None
+        """Fingerprint of the ok step times ``time_outliers`` was computed on."""
+
+    @property
+    def has_prior(self) -> bool:
+        """Whether the inputs carry an analytic prior's columns."""
+        return self.columns.with_prior
+
+    def observe(self, config: Mapping[str, Any], outcome: Outcome) -> None:
+        """Tell the feasibility model one trial (the GPs learn at the next ``fit``)."""
+        if outcome.status in FAILURE_STATUSES:
+            self.feasibility.add(config, failed=True, weight=self.settings.failure_weight[outcome.status])
+        else:
+            self.feasibility.add(config, failed=False, completed=outcome.status == "ok")
+
+    def inputs(self, configs: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+        """Model input rows of ``configs``."""
+        return self.features.inputs(configs)
+
+    def ok(self, history: History) -> list[Observation]:
+        """The ok observations the step-time model learns from (trimmed stragglers left out)."""
+        return history.ok(self.time_outliers)
+
+    def excluded(self, history: History) -> tuple[set[str], set[str]]:
+        """Keys of configs told as failures, and of configs told ok (and never failed)."""
+        failed = history.failed_keys()
+        ok = {history.space.key(o.config) for o in self.ok(history)}  # a config measured only as a straggler may come again
+        return failed, ok - failed
+
+    def _fit_time_on(self, ok: list[Observation]) -> Any:
+        """Fit the prior's time coefficients and the step-time GP on ``ok``; the GP (or None)."""
+        self.features.fit_time([o.config for o in ok], [o.outcome.step_time for o in ok])  # type: ignore[misc]
+        if not ok:
+            self.time.model = self.time.pred = None
+            return None
+        X = self.inputs([o.config for o in ok])
+        y = torch.tensor([math.log(o.outcome.step_time) for o in ok], dtype=torch.float64)  # type: ignore[arg-type]
+        self.update_time(X, y)
+        return self.time.model
+
+    def fit(self, history: History) -> None:
+        """Bring every model up to date with ``history`` (only what changed is refitted)."""
+        rows, ys, cens = self.memory_rows(history)
+        self.features.fit_memory(rows, ys, cens)  # first: the memory column is part of every input
+        obs = history.observations
+        idx = [i for i, o in enumerate(obs) if o.outcome.status == "ok"]
+        key = repr([(history.space.key(obs[i].config), obs[i].outcome.step_time) for i in idx])
+        if key != self.time_trim_key:  # new step times: look for stragglers again (models/outliers.py)
+            y = torch.tensor([math.log(obs[i].outcome.step_time) for i in idx],  # type: ignore[arg-type]
+                             dtype=torch.float64)
+            drop = outliers.trim_slow_outliers(
+                y, lambda keep: self._fit_time_on([obs[idx[j]] for j in keep]),
+                lambda js: self.inputs([obs[idx[j]].config for j in js]), self.settings)
+            self.time_outliers = {idx[j] for j in drop}
+            self.time_trim_key = key
+        self._fit_time_on(self.ok(history))
+        if len(rows) >= 2:
+            self.update_memory(self.inputs(rows), torch.tensor(ys, dtype=torch.float64),
+                               torch.tensor(cens, dtype=torch.bool))
+        else:
+            self.memory.model = self.memory.pred = None
+
+    def memory_rows(self, history: History) -> tuple[list[dict[str, Any]], list[float], list[bool]]:
+        """Configs, log(peak / capacity) (the log lower bound for OOMs) and the censoring mask."""
+        rows: list[dict[str, Any]] = []
+        ys: list[float] = []
+        cens: list[bool] = []
+        for o in history.observations:
+            if o.outcome.status == "ok" and o.outcome.peak_memory is not None:
+                rows.append(o.config)
+                ys.append(math.log(o.outcome.peak_memory / self.memory_capacity))
+                cens.append(False)
+            elif o.outcome.status == "oom" and self.settings.censoring:
+                lb = max(o.outcome.peak_memory or 0.0, self.memory_capacity)
+                rows.append(o.config)
+                ys.append(math.log(lb / self.memory_capacity))
+                cens.append(True)
+        return rows, ys, cens
+
+    def incumbent(self, history: History) -> dict[str, Any] | None:
+        """The trusted ok config with the best posterior-mean step time, after a ``fit`` (None before any ok trial)."""
+        if not any(o.outcome.status == "ok" for o in history.observations):
+            return None
+        self.fit(history)
+        ok = self.ok(history)  # after the fit: stragglers trimmed
+        if self.time.model is None:
+            return dict(min(ok, key=lambda o: o.outcome.step_time or math.inf).config)
+        mean, _ = acquisition.predict_time(self.time.pred, self.inputs([o.config for o in ok]))
+        return dict(ok[int(torch.argmin(mean))].config)
+
+    def best_log_time(self, history: History) -> float | None:
+        """The lowest posterior-mean log step time among the trusted ok configs (None without a model)."""
+        ok = self.ok(history)
+        if not ok or self.time.pred is None:
+            return None
+        mean, _ = acquisition.predict_time(self.time.pred, self.inputs([o.config for o in ok]))
+        return float(mean.min())
+
+    def _memory_predictor(self) -> tuple[Any, float]:
+        """The memory predictor (the prior's column alone before a memory model) and its noise sd."""
+        mem = self.memory
+        noise = float(mem.model.likelihood.noise_sd.detach()) if mem.model is not None else 0.0
+        pred = mem.pred
+        if pred is None and self.has_prior:  # no memory model yet: the prior alone
+            pred = PriorOnly(self.columns.prior_memory, self.settings.prior_only_memory_sd)
+        return pred, noise
+
+    def scores(self, history: History, configs: Sequence[Mapping[str, Any]],
+               X: torch.Tensor | None = None) -> acquisition.Scores:
+        """Predictions and constrained log-EI of ``configs`` (inputs ``X``, or built here)."""
+        X = self.inputs(configs) if X is None else X
+        mem_pred, noise = self._memory_predictor()
+        return acquisition.analytic_scores(self.time.pred, mem_pred, noise, X, self.best_log_time(history),
+                                           self.feasibility.p_ok(configs), sd_scale=self.settings.acquisition_sd_scale)
+
+    def prior_scores(self, history: History, configs: Sequence[Mapping[str, Any]], X: torch.Tensor,
+                     baseline: Mapping[str, Any]) -> acquisition.Scores:
+        """Constrained log-EI under the analytic prior alone: its log step time with sd
+        ``prior_time_noise_sd``, against the best of the prior's step times of ``baseline`` and of
+        the configs told ok."""
+        refs = [baseline, *(o.config for o in self.ok(history))]
+        ref = float(self.inputs(refs)[:, self.columns.prior_time].min())
+        mem_pred, noise = self._memory_predictor()
+        return acquisition.analytic_scores(PriorOnly(self.columns.prior_time, self.settings.prior_time_noise_sd),
+                                           mem_pred, noise, X, ref, self.feasibility.p_ok(configs))
 
     @staticmethod
     def _key(*tensors: torch.Tensor) -> str:
@@ -80,9 +256,9 @@ class ModelSet:
             iters, self.time.full_n = self.settings.time_gp_iters[0 if self.time.state is None else 1], n
         else:
             iters = self.settings.time_gp_iters[2]
-        off = None if self.prior_dim is None else (self.prior_dim, self.prior_dim)
         s = self.settings
-        self.time.model, self.time.state = fit_time_gp(X, log_t, warm=self.time.state, maxiter=iters, offset=off,
+        self.time.model, self.time.state = fit_time_gp(X, log_t, warm=self.time.state, maxiter=iters,
+                                                       offset=self.columns.time_offset(),
                                                        config_sd=s.config_deviation_sd, kernel=s.time_kernel)
         cut = acquisition_variance_cut(self.time.model, s.config_deviation_sd, s.acquisition_config_sd)
         self.time.pred = ExactMarginal(self.time.model, cut)
@@ -106,18 +282,30 @@ class ModelSet:
         self.memory.model, self.memory.state = fit_tobit_gp(
             X, y, censored, mean_indices=self.mean_indices, mean_signs=self.mean_signs,
             warm=self.memory.state, maxiter=iters,
-            offset=None if self.prior_dim is None else (self.prior_dim, self.prior_dim + 1))
+            offset=self.columns.memory_offset())
         self.memory.pred = VariationalMarginal(self.memory.model)
         self.memory.fitted_key = key
 
-    def state_dict(self) -> dict[str, Any]:
-        """JSON-able warm-start state."""
-        return {name: {"state": state_to_json(s.state), "fitted_key": s.fitted_key, "full_n": s.full_n}
-                for name, s in (("time", self.time), ("memory", self.memory))}
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able state: warm-start parameters, outliers and the prior's coefficients (the keys
+        of ``Optimizer.state_dict()``; ``load_dict`` inverts it)."""
+        features = self.features.state_dict()
+        return {
+            "models": {name: {"state": state_to_json(s.state), "fitted_key": s.fitted_key, "full_n": s.full_n}
+                       for name, s in (("time", self.time), ("memory", self.memory))},
+            "prior_coefficients": features["coefficients"],
+            "prior_fit_keys": features["fit_keys"],
+            "time_outliers": sorted(self.time_outliers),
+            "time_trim_key": self.time_trim_key,
+        }
 
-    def load_state_dict(self, raw: dict[str, Any]) -> None:
-        """Inverse of ``state_dict`` (models are rebuilt lazily)."""
+    def load_dict(self, raw: Mapping[str, Any]) -> None:
+        """Inverse of ``to_dict`` (models are rebuilt lazily, at the next ``fit``)."""
+        slots = raw.get("models") or {}
         for name in ("time", "memory"):
-            r = raw.get(name) or {}
+            r = slots.get(name) or {}
             setattr(self, name, _Slot(model=None, state=state_from_json(r.get("state")),
                                       fitted_key=str(r.get("fitted_key", "")), full_n=int(r.get("full_n", 0))))
+        self.time_outliers = {int(i) for i in raw.get("time_outliers") or []}
+        self.time_trim_key = raw.get("time_trim_key")
+        self.features.load_state_dict(raw.get("prior_coefficients"), raw.get("prior_fit_keys"))

@@ -8,7 +8,7 @@ ZeRO-3 activates ``offload_param``, which may then move too), and constraints ar
 Among the repairs the memory model predicts to fit, the one with the best predicted step time
 wins; ties go to the smaller move.
 
-The optimizer pairs at two points (``Optimizer._bo_picks``):
+The optimizer pairs at two points (``pickers.Pickers.bo``):
 
 - *before the pick*, when the candidates are a sample of a space too large to score whole: the
   ``pair_sources`` candidates with the best acquisition if memory were no object

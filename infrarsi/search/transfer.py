@@ -294,6 +294,23 @@ class TransferModel:
         self.weight_history.append((len(y), self.centre_weight, self.residual_weight))
         return self.weight
 
+    def to_dict(self) -> dict[str, Any]:
+        """The saved transfer: the bank's trials, the residual model's parameters and the weights
+        (``from_dict`` rebuilds it without a refit, so a restored optimizer asks as before)."""
+        return {"record": self.record.to_dict(), "residual_state": self.residual_state,
+                "weights": [self.centre_weight, self.residual_weight],
+                "weight_history": [list(h) for h in self.weight_history]}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], encoder: Encoder, target_prior: PriorMean,
+                  settings: OptimizerSettings) -> TransferModel:
+        """Inverse of ``to_dict``."""
+        out = cls(TransferPrior.from_dict(raw["record"]), encoder, target_prior, settings,
+                  residual_state=raw.get("residual_state"))
+        out.centre_weight, out.residual_weight = (float(w) for w in raw["weights"])
+        out.weight_history = [(int(n), float(c), float(r)) for n, c, r in raw.get("weight_history") or []]
+        return out
+
     def summary(self) -> dict[str, Any]:
         """What the report shows: sources, rows used, coefficient centres, the weight over the study."""
         return {"sources": [{"name": s.name, "similarity": s.similarity, "rows": len(s.configs)}

@@ -10,7 +10,7 @@ the first asks are the bank's best configs by step time relative to their own st
 (``WARM_START_CONFIGS`` of them, most similar workload first, configs that ran out of memory or used
 more than ``WARM_START_MAX_RELATIVE_MEMORY`` of their capacity left out). They are measured like any
 other trial (one this study's memory model expects not to fit runs as its memory-saving repair:
-``Optimizer._warm_start_picks``); nothing from the bank is told to the models as if it were measured here. Once the
+``search.pickers.Pickers.warm_start``); nothing from the bank is told to the models as if it were measured here. Once the
 queue is used up (or a warm-start config was already tried), asks are the optimizer's own.
 A bank config is re-validated in the new study's space first (``revalidate_config``): knobs the
 space lacks are dropped, knobs it lacks take the baseline's value; one still invalid (a value

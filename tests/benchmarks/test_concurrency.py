@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks.concurrency import Tell, TrialEvent, main, simulate
 from benchmarks.problems import PROBLEMS, BenchProblem
+from infrarsi.search import OptimizerSettings
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def problem() -> BenchProblem:
 @pytest.fixture(scope="module")
 def four_slots(problem: BenchProblem) -> tuple[list[TrialEvent], list[Tell]]:
     # n_init=3: the design ends early, so model-based asks with trials pending are covered too
-    return simulate(problem, 0, 4, 10, n_init=3)
+    return simulate(problem, 0, 4, 10, settings=OptimizerSettings(n_init=3))
 
 
 def test_trials_start_when_a_slot_frees_and_are_told_in_completion_order(

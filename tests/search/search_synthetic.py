@@ -14,11 +14,15 @@ from typing import Any
 import numpy as np
 
 from infrarsi.search.priors.registry import PRIORS
+from infrarsi.search.settings import OptimizerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DENSE = ROOT / "search_spaces" / "deepspeed_dense.yaml"
 GB = 1e9
 CAPACITY = 24 * GB
+CHEAP = OptimizerSettings(time_gp_iters=(15, 6, 3), memory_gp_iters=(15, 6, 3), prior_fit_iters=10,
+                          design_pool=64, batch_choices=16, pair_source_scan=16, n_init=3)
+"""Few L-BFGS iterations and small pools: tests that exercise code paths, not the fit."""
 
 
 def memory_bytes(c: dict[str, Any]) -> float:

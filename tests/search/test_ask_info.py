@@ -9,6 +9,7 @@ import pytest
 
 from infrarsi.errors import UserInputError
 from infrarsi.search import AskInfo, WarmStartOrigin
+from infrarsi.search.ask_info import Phase
 
 
 def test_round_trip_through_json() -> None:
@@ -30,6 +31,15 @@ def test_dicts_written_before_ask_info_are_read() -> None:
     info = AskInfo.from_dict(old)
     assert info.predicted_peak_memory_bytes == 5e9 and info.step_time_sd_log is None
     assert info.warm_start_origin == WarmStartOrigin(source_study="b", similarity=1.0)
+    assert info.phase is Phase.WARM_START  # a warm-start config's phase was "prior" then
+
+
+def test_the_phase_is_a_phase_and_an_unknown_one_is_refused() -> None:
+    info = AskInfo(config={"a": 1}, phase="bo-local", ask_index=0)  # type: ignore[arg-type]
+    assert info.phase is Phase.BO_LOCAL and info.to_dict()["phase"] == "bo-local"
+    assert json.dumps(info.to_dict()["phase"]) == '"bo-local"'
+    with pytest.raises(UserInputError, match="phase: rule: must be one of"):
+        AskInfo.from_dict({"config": {"a": 1}, "phase": "guess"})
 
 
 def test_a_dict_without_config_or_phase_is_refused() -> None:

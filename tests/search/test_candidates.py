@@ -14,12 +14,12 @@ def test_sampled_candidates_start_from_the_baseline_and_keep_the_local_neighbour
     space = SearchSpace.from_yaml(DENSE)
     n_valid = len(space.enumerate() or [])
     baseline = space.validate(BASELINE)
-    opt = Optimizer(space, memory_capacity=CAPACITY, seed=3, baseline=baseline, candidate_cap=40)
+    opt = Optimizer(space, memory_capacity=CAPACITY, seed=3, baseline=baseline, settings=OptimizerSettings(candidate_cap=40))
     assert n_valid > 40  # so the sampled path runs
     first = opt.ask()
     assert first == baseline and opt.last_ask_info.phase == "baseline"
     opt.tell(first, run(first))
-    configs, _ = opt.pool.candidates(set(), opt._ok(), opt.rng)
+    configs, _ = opt.pool.candidates(set(), opt.models.ok(opt.history), opt.rng)
     keys = {space.key(c) for c in configs}
     two_away = [nb2 for nb in space.neighbours(first) for nb2 in space.neighbours(nb)]
     assert all(space.key(c) in keys for c in two_away)
@@ -34,7 +34,7 @@ def test_a_small_space_is_scored_whole_and_near_counts_knob_changes() -> None:
     every = [space.as_config(v) for v in pool.enumerated_values]
     first = every[0]
     opt.tell(first, tiny_run(first))
-    configs, X = pool.candidates({space.key(first)}, opt._ok(), opt.rng)
+    configs, X = pool.candidates({space.key(first)}, opt.models.ok(opt.history), opt.rng)
     assert len(configs) == len(every) - 1 and X.shape == (len(configs), opt.encoder.dim)
     near = pool.near(configs, first)
     assert near.tolist() == [sum(c[n] != first[n] for n in space.names) <= 1 for c in configs]

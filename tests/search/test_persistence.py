@@ -9,7 +9,7 @@ import pytest
 from search_synthetic import TINY, TINY_CAP, tiny_run
 
 from infrarsi.errors import InfrarsiError
-from infrarsi.search import Optimizer, Outcome, SearchSpace, persistence
+from infrarsi.search import Optimizer, OptimizerSettings, Outcome, SearchSpace, persistence
 
 
 def test_from_trials_rebuilds_observations_and_exclusions() -> None:
@@ -23,7 +23,7 @@ def test_from_trials_rebuilds_observations_and_exclusions() -> None:
     rows.append({"trial_id": "bad", "stage": "run", "config": json.dumps({"stage": 9}), "status": "ok",
                  "step_time_s": 1.0, "peak_memory_bytes": 1.0, "memory_censored": False})
     with pytest.warns(UserWarning, match="skipped a row"):
-        opt = Optimizer.from_trials(space, rows, memory_capacity=TINY_CAP, seed=0, n_init=2)
+        opt = Optimizer.from_trials(space, rows, memory_capacity=TINY_CAP, seed=0, settings=OptimizerSettings(n_init=2))
     assert len(opt.observations) == 6
     told = {space.key(json.loads(r["config"])) for r in rows[:6]}
     assert space.key(opt.ask()) not in told
@@ -33,7 +33,7 @@ def test_from_trials_rebuilds_observations_and_exclusions() -> None:
 
 def test_a_version_1_state_keeps_its_options() -> None:
     space = SearchSpace.from_yaml(TINY)
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=3, n_init=3, local_every=3)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=3, settings=OptimizerSettings(n_init=3, local_every=3))
     for _ in range(4):
         c = opt.ask()
         opt.tell(c, tiny_run(c))

@@ -1,0 +1,74 @@
+"""The ask schedule: which phase picks the next config, stated in one place (``next_phase``).
+
+An ask fills its configs one pick at a time; before each pick the optimizer states what it knows
+as a ``Turn`` and ``next_phase`` names the phase whose picker (``pickers``) makes it:
+
+1. the baseline, first, when nothing is told or pending;
+2. the warm-start configs (``initial_configs``), in order, each once;
+3. a space-filling design until ``design_size`` distinct configs are told or pending and a
+   step-time model exists; with an analytic prior and trials pending, the prior's own pick
+   (``bo-prior``) once in the first wave, and for every design turn after the design is complete;
+4. then, on a local turn (every ``local_every``-th ask) of a single ask, a replicate of an
+   incumbent measured once (``intensify``) once the design is two configs past its size, else the
+   acquisition's best near the incumbent (``bo-local``);
+5. otherwise the constrained acquisition's best (``bo``; a batch: qLogNEI).
+
+A picker may end in another phase than the one named: a replicate with no unconfirmed incumbent
+falls back to ``bo-local``, a local turn with no neighbour to ``bo``, and a pick unlikely to fit is
+asked as its memory-saving repair (``repair``). The function is pure: same turn, same phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infrarsi.search.ask_info import Phase
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the schedule reads before one pick."""
+
+    baseline_due: bool
+    """Nothing is told or pending (this ask's earlier picks included) and the baseline is valid."""
+    warm_starts_due: bool
+    """Warm-start configs are queued and this is the warm starts' part of the ask: they come
+    before its model picks (an ask that starts with the baseline holds none)."""
+    distinct_seen: int
+    """Distinct configs told or pending (replicates count once)."""
+    design_size: int
+    """Distinct configs the design fills (``n_init``, or ``transfer_n_init`` under a bank transfer)."""
+    time_model_ready: bool
+    """Whether a step-time model exists (two trusted ok step times)."""
+    has_prior: bool
+    """Whether the optimizer has an analytic prior."""
+    pending: int
+    """Configs pending, this ask's earlier picks included."""
+    prior_picked: bool
+    """Whether a ``bo-prior`` pick was ever made."""
+    single: bool
+    """This is the only pick of a single-config ask (``ask()`` or ``ask(1)``)."""
+    last_of_batch: bool
+    """This pick is the last one the ask still needs (a local turn narrows it to the incumbent's neighbours)."""
+    local_turn: bool
+    """This ask is a local turn (every ``local_every``-th ask)."""
+
+
+def next_phase(turn: Turn) -> Phase:
+    """The phase whose picker makes the next pick (the module docstring states the schedule)."""
+    if turn.baseline_due:
+        return Phase.BASELINE
+    if turn.warm_starts_due:
+        return Phase.WARM_START
+    design_done = turn.distinct_seen >= turn.design_size
+    if not design_done or not turn.time_model_ready:
+        # with trials pending the first wave is asked before any result: the prior, the only model
+        # there is, gets its pick within that wave (once), and every pick past a complete design
+        if turn.has_prior and turn.pending and (design_done or not turn.prior_picked):
+            return Phase.BO_PRIOR
+        return Phase.DESIGN
+    if turn.single and turn.local_turn and turn.distinct_seen >= turn.design_size + 2:
+        return Phase.REPLICATE
+    if turn.last_of_batch and turn.local_turn:
+        return Phase.BO_LOCAL
+    return Phase.BO
