@@ -239,7 +239,7 @@ def register_knob(
     """Declare knob ``name`` with ``fn`` as its handler (the fields are ``KnobSpec``'s; ``doc``
     defaults to the handler's docstring). A duplicate name, a default ``values`` rejects, an
     unknown memory tag or an ``after=`` cycle raises ``KnobError``."""
-    after = tuple(after)
+    after = (after,) if isinstance(after, str) else tuple(after)
 
     def deco(fn: KnobHandler) -> KnobHandler:
         old = KNOBS.get(name)

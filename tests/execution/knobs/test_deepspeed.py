@@ -117,7 +117,11 @@ def test_the_handlers_that_read_the_zero_stage_run_after_it(wl):
 def test_a_new_knob_is_one_yaml_entry_and_one_registered_function(wl, tmp_path):
     """Adding a knob touches two places: an entry in a space YAML and one registered handler.
     The space passes the registry check, ``ask()``-style configs of it build, and the value lands
-    in the trial's DeepSpeed config (the dict ``deepspeed.initialize`` gets)."""
+    in the trial's DeepSpeed config (the dict ``deepspeed.initialize`` gets), where DeepSpeed's
+    own parser (``DeepSpeedConfig``, the engine's ``_config``) reads it."""
+    import torch.distributed
+    from deepspeed.runtime.config import DeepSpeedConfig
+
     path = tmp_path / "space.yaml"
     path.write_text("name: s\nobjective: step_time\nknobs:\n"
                     "  - {name: zero_stage, type: choice, values: [0, 2], memory: saver}\n"
@@ -131,11 +135,17 @@ def test_a_new_knob_is_one_yaml_entry_and_one_registered_function(wl, tmp_path):
     try:
         space = SearchSpace.from_yaml(path)
         check_space(space)
-        for cfg in space.enumerate() or []:
+        configs = space.enumerate()
+        assert configs and len(configs) == 6
+        for cfg in configs:
             ds = build_trial(wl, cfg, 2, N_DENSE, 256).ds_config
             assert ds["gradient_clipping"] == float(cfg["test_clip_norm"])
             assert ds["zero_optimization"]["stage"] == cfg["zero_stage"]
         assert build_trial(wl, {}, 2, N_DENSE, 256).ds_config["gradient_clipping"] == 0.0  # the default
+        # DeepSpeed checks the batch sizes against its world size (1 without a process group)
+        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        engine_config = DeepSpeedConfig(build_trial(wl, {"test_clip_norm": 5}, world, N_DENSE, 256).ds_config)
+        assert engine_config.gradient_clipping == 5.0 and engine_config.zero_optimization_stage == 0
     finally:
         unregister_knob("test_clip_norm")
     assert "test_clip_norm" not in KNOB_HANDLERS

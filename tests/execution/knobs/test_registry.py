@@ -120,7 +120,7 @@ def test_a_duplicate_a_bad_default_and_a_bad_tag_are_refused(scratch: list[str])
 def test_handlers_run_in_a_stable_topological_order(scratch: list[str]) -> None:
     _register(scratch, "test_c", after=("test_b",))  # waits for a knob registered later
     _register(scratch, "test_a")
-    _register(scratch, "test_b", after=("zero_stage",))
+    _register(scratch, "test_b", after="zero_stage")  # one name, as a plain string
     order = handler_order()
     assert order.index("zero_stage") < order.index("test_b") < order.index("test_c")
     assert order.index("test_a") < order.index("test_b")  # ties keep registration order
