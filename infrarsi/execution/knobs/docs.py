@@ -106,6 +106,12 @@ def _row(spec: KnobSpec) -> str:
     return f"| `{spec.name}` | {_md(spec.values.text)} | {default} | {spec.memory} | {after} | {effect} |"
 
 
+def package_knobs() -> list[str]:
+    """The knobs registered by infrarsi's own modules, in handler order (a test's or a user's
+    knob registered elsewhere is not the package's to document)."""
+    return [n for n in handler_order() if KNOBS[n].handler.__module__.startswith("infrarsi.")]
+
+
 def space_table(spaces_dir: Path = SPACES_DIR) -> list[str]:
     """Lines listing, per registered knob, the repository's spaces that search it and their values."""
     from infrarsi.search.space import SearchSpace
@@ -124,7 +130,7 @@ def space_table(spaces_dir: Path = SPACES_DIR) -> list[str]:
         "values share a line).",
         "",
     ]
-    for name in handler_order():
+    for name in package_knobs():
         if name not in found:
             continue
         lines.append(f"- `{name}`:")
@@ -144,7 +150,7 @@ def render() -> str:
         "| knob | values its handler accepts | default | memory | after | what it does and the keys it sets |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [_row(KNOBS[name]) for name in handler_order()]
+    lines += [_row(KNOBS[name]) for name in package_knobs()]
     lines.append("")
     if SPACES_DIR.is_dir():
         lines += [*space_table(), ""]

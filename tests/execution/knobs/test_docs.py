@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infrarsi.execution.knobs.docs import COMMAND, KNOBS_MD, main, render, space_table
-from infrarsi.execution.knobs.registry import KNOBS, handler_order
+from infrarsi.execution.knobs.docs import (
+    COMMAND,
+    KNOBS_MD,
+    main,
+    package_knobs,
+    render,
+    space_table,
+)
+from infrarsi.execution.knobs.registry import (
+    KNOBS,
+    KnobContext,
+    TrialBuild,
+    handler_order,
+    register_knob,
+    unregister_knob,
+)
 
 
 def test_the_committed_knobs_page_is_the_generated_one() -> None:
@@ -18,9 +32,20 @@ def test_the_committed_knobs_page_is_the_generated_one() -> None:
 def test_the_page_has_a_row_per_registered_knob_in_handler_order() -> None:
     text = render()
     rows = [line.split("|")[1].strip(" `") for line in text.splitlines() if line.startswith("| `")]
-    assert rows == handler_order()
-    assert set(rows) == set(KNOBS)
+    assert rows == package_knobs() and set(package_knobs()) <= set(handler_order())
+    assert {n for n in KNOBS if KNOBS[n].handler.__module__.startswith("infrarsi.")} == set(rows)
     assert "## Adding a knob" in text and "Two places" in text
+
+
+def test_a_knob_registered_outside_the_package_is_not_on_its_page() -> None:
+    def handler(value: object, build: TrialBuild, ctx: KnobContext) -> None:
+        """Applies nothing (a test knob)."""
+
+    register_knob("test_outside")(handler)
+    try:
+        assert "test_outside" in handler_order() and "`test_outside`" not in render()
+    finally:
+        unregister_knob("test_outside")
 
 
 def test_the_space_table_lists_the_values_each_space_searches(tmp_path: Path) -> None:
