@@ -8,7 +8,7 @@
         res = runner.run({"zero_stage": 2, "micro_batch_size": 4}, trial_id="t0")
 
 Before any trial it loads the workload's search space and checks that every knob has a handler
-(``infrarsi.execution.knobs.registry.check_handlers``); every config is validated against the space (unknown knob,
+(``infrarsi.execution.knobs.registry.check_space``: a handler for every knob, accepting its values); every config is validated against the space (unknown knob,
 bad value, broken constraint -> ``SearchSpaceError``, exit code 2 in the CLI). Trials run on a
 warm ``WorkerPool``; the peak FLOP/s of a device is probed once per runner. A ``backend:
 surrogate`` workload is answered by ``infrarsi.execution.surrogate.backend`` without Ray.
@@ -31,7 +31,7 @@ from typing import Any
 
 from infrarsi.errors import KnobError, TrialError
 from infrarsi.execution.aggregate import aggregate
-from infrarsi.execution.knobs.registry import check_handlers, process_env
+from infrarsi.execution.knobs.registry import check_space, process_env
 from infrarsi.execution.worker import DEFAULT_ENTRY, SCRIPT_ENTRY
 from infrarsi.result import TrialResult
 from infrarsi.search.space import SearchSpace
@@ -155,7 +155,7 @@ class TrialRunner:
         if workload.backend == "surrogate":
             importlib.import_module("infrarsi.execution.surrogate.backend")  # registers surrogate knobs
         if check_knobs:
-            check_handlers(self.space.names, source=str(workload.search_space_path()))
+            check_space(self.space, source=str(workload.search_space_path()))
 
     # ------------------------------------------------------------------ public
     def validate(self, config: dict[str, Any], *, where: str = "config") -> dict[str, Any]:

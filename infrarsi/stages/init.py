@@ -7,7 +7,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from infrarsi.errors import ConfigError, ContractError, WorkloadError
-from infrarsi.execution.knobs.registry import check_handlers
+from infrarsi.execution.knobs.registry import check_space
 from infrarsi.workload import Workload
 
 
@@ -65,7 +65,7 @@ def init_stage(
         raise ConfigError(f"--knob {unknown[0]!r}: rule: must be a knob of the search space {space_path}. "
                           f"Fix: pick from {sp.names}.")
     if wl.backend == "deepspeed":
-        check_handlers(sp.names, source=str(space_path))
+        check_space(sp, source=str(space_path))
         if wl.script is not None:
             from infrarsi.execution.script_preflight import script_preflight
 

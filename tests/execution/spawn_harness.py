@@ -22,8 +22,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(rank: int, world: int, port: int, specs: list[dict[str, Any]], out_dir: str) -> None:
+def _worker(rank: int, world: int, port: int, specs: list[dict[str, Any]], out_dir: str,
+            knob_modules: tuple[str, ...] = ()) -> None:
     import datetime
+    import importlib
 
     import torch
     import torch.distributed as dist
@@ -33,16 +35,20 @@ def _worker(rank: int, world: int, port: int, specs: list[dict[str, Any]], out_d
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
     from infrarsi.execution.rank_loop import run_rank
 
+    for module in knob_modules:  # knobs registered outside the package, as a rank would import them
+        importlib.import_module(module)
+
     results = [run_rank(s) for s in specs]
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
 
 
-def run_specs(specs: list[dict[str, Any]], world: int = 2) -> list[list[dict[str, Any]]]:
+def run_specs(specs: list[dict[str, Any]], world: int = 2, knob_modules: tuple[str, ...] = ()) -> list[list[dict[str, Any]]]:
     """Run ``specs`` one after another in one process group (warm); returns per spec the list
-    of rank results."""
+    of rank results. Each rank first imports ``knob_modules`` (modules that register knobs)."""
     with tempfile.TemporaryDirectory() as d:
-        mp.start_processes(_worker, args=(world, _free_port(), specs, d), nprocs=world, join=True, start_method="spawn")
+        mp.start_processes(_worker, args=(world, _free_port(), specs, d, tuple(knob_modules)), nprocs=world,
+                           join=True, start_method="spawn")
         per_rank = [json.loads(Path(d, f"rank{r}.json").read_text()) for r in range(world)]
     return [[per_rank[r][i] for r in range(world)] for i in range(len(specs))]
 

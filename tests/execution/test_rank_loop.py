@@ -36,14 +36,19 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
     ZeRO-2's whole build rounds to bf16 (draws in fp32, no bf16 RoPE tables) and so train
     bitwise alike: the same losses, checksum and eval loss (2 gloo ranks). A third run adds
     ``loss_chunk_tokens`` (the harness's loss 64 tokens at a time, 4 chunks per micro-batch): the
-    same first loss and, within bf16 rounding of the logit gradient, the same training."""
+    same first loss and, within bf16 rounding of the logit gradient, the same training. That run
+    also sets a knob registered outside the package (``test_grad_clip``, a clipping norm no
+    gradient reaches): its value reaches the config the ranks' engine was built from."""
     from tests.execution.spawn_harness import make_spec, run_specs
+
+    knob = "test_grad_clip"  # registered by the ranks only (importing it here would register it in this process)
 
     cfgs = [{"zero_stage": 2, "micro_batch_size": 2, "dtype": "bf16"},
             {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16"},
-            {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16", "loss_chunk_tokens": 64}]
+            {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16", "loss_chunk_tokens": 64, knob: 1.0e6}]
     specs = [make_spec("workloads/dense_debug.yaml", c, warmup=0, measured=2, trial_id=str(i)) for i, c in enumerate(cfgs)]
-    z2, z3, chunked = run_specs(specs)
+    z2, z3, chunked = run_specs(specs, knob_modules=("tests.execution.knobs.grad_clip_knob",))
+    assert [r["ds_config"]["gradient_clipping"] for r in z3 + chunked] == [0.0, 0.0, 1.0e6, 1.0e6]
     assert [r["status"] for r in z2 + z3 + chunked] == ["ok"] * 6, [r["error"][-500:] for r in z2 + z3 + chunked]
     assert z3[0]["loss"] == z2[0]["loss"]
     assert z3[0]["param_checksum"] == z2[0]["param_checksum"]

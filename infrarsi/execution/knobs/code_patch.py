@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from infrarsi.errors import KnobError, PatchConflictError, PatchError
-from infrarsi.execution.knobs.registry import KnobContext, TrialBuild, register_knob
+from infrarsi.execution.knobs.registry import KnobContext, TrialBuild, checked_by, register_knob
+from infrarsi.knob_names import CODE_PATCH
 
-PATCH_KNOB = "code_patch"
+PATCH_KNOB = CODE_PATCH
 """Name of the knob."""
 NO_PATCH = "none"
 """The value that runs the untouched code."""
@@ -69,11 +70,15 @@ def patch_set(value: Any) -> list[str]:
     return [] if name == NO_PATCH else name.split(SET_SEP)
 
 
-@register_knob(PATCH_KNOB)
+@register_knob(PATCH_KNOB, default=NO_PATCH,
+               values=checked_by(check_patch_name, f"{NO_PATCH}, a patch name, or distinct names joined by {SET_SEP}"))
 def code_patch(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
-    """``none`` or the name of a patch ``workloads/patches/<name>.diff``. Record-only: sets
-    runtime ``code_patch``; the study executor (and ``infrarsi trial``, through ``patched_code``) runs the
-    trial in a patched git worktree."""
+    """The code patch the trial runs with: ``none``, a patch name, or a set ``a+b`` applied in order.
+
+    Name ``N`` is ``workloads/patches/N.diff``. Record-only: sets runtime ``code_patch``; the study
+    executor (and ``infrarsi trial``, through ``patched_code``) runs the trial in a patched git
+    worktree. A set that does not apply together is refused at ``init``, and failed without a
+    trial if it reaches the executor (docs/PATCHES.md). No DeepSpeed key (the code, not the config)."""
     build.runtime[PATCH_KNOB] = check_patch_name(value)
 
 

@@ -34,18 +34,24 @@ import torch
 import torch.nn.functional as F
 
 from infrarsi.errors import KnobError
-from infrarsi.execution.knobs.registry import KnobContext, TrialBuild, register_knob
+from infrarsi.execution.knobs.registry import KnobContext, TrialBuild, integer, register_knob
+from infrarsi.knob_names import LOSS_CHUNK_TOKENS
 
-LOSS_CHUNK_KNOB = "loss_chunk_tokens"
+LOSS_CHUNK_KNOB = LOSS_CHUNK_TOKENS
 """Name of the knob."""
 IGNORE_INDEX = -100
 """Targets equal to this are left out of the mean (``F.cross_entropy``'s default)."""
 
 
-@register_knob(LOSS_CHUNK_KNOB)
+@register_knob(LOSS_CHUNK_KNOB, values=integer(lo=0), default=0, memory="saver")
 def loss_chunk_tokens(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
-    """Tokens per chunk of the harness's cross-entropy (``0``: one plain ``F.cross_entropy``).
-    Sets runtime ``loss_chunk_tokens``; no DeepSpeed key."""
+    """Tokens per chunk of the harness's mean cross-entropy (``0``: one plain ``F.cross_entropy``).
+
+    Each chunk's loss and logit gradient are computed in fp32 and the gradient written into one
+    buffer of the logits' dtype, so no fp32 copy, saved log-softmax or fp32 gradient of the whole
+    logits is held; the same loss to fp32 rounding, which the loss invariant judges as always. A
+    count at least a micro-batch's tokens is the plain call. Sets runtime ``loss_chunk_tokens``;
+    no DeepSpeed key."""
     try:
         n = int(value)
     except (TypeError, ValueError):

@@ -33,8 +33,18 @@ from typing import Any
 import numpy as np
 
 from infrarsi.errors import WorkloadError
-from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialBuild, register_knob
+from infrarsi.execution.knobs.registry import (
+    KNOB_HANDLERS,
+    KnobContext,
+    KnobMemory,
+    KnobValues,
+    TrialBuild,
+    boolean,
+    integer,
+    register_knob,
+)
 from infrarsi.execution.surrogate.model import Evaluation, Problem, evaluate, problem_from_params
+from infrarsi.knob_names import DTYPE, FLASH_ATTENTION, PP, TP
 from infrarsi.result import TrialResult
 from infrarsi.workload import Workload
 
@@ -58,12 +68,23 @@ def _record(name: str) -> Any:
     return handler
 
 
+SURROGATE_KNOBS: dict[str, tuple[KnobValues, KnobMemory, str]] = {
+    TP: (integer(lo=1), "saver", "Tensor-parallel degree, simulated by the surrogate backend only. Record-only: "
+                                 "sets runtime `tp`; no DeepSpeed key."),
+    PP: (integer(lo=1), "saver", "Pipeline-parallel degree, simulated by the surrogate backend only. Record-only: "
+                                 "sets runtime `pp`; no DeepSpeed key."),
+    FLASH_ATTENTION: (boolean(), "saver", "Flash attention on or off, simulated by the surrogate backend only. "
+                                          "Record-only: sets runtime `flash_attention`; no DeepSpeed key."),
+}
+"""The surrogate-only knobs: the values each accepts, its memory tag and its documentation line."""
+
+
 def register_surrogate_knobs() -> None:
     """Register record-only handlers for the surrogate-only knobs that have none yet."""
     # The built-in handlers own the knobs they know; importing the registry loaded them.
-    for name in ("tp", "pp", "flash_attention"):
+    for name, (values, memory, doc) in SURROGATE_KNOBS.items():
         if name not in KNOB_HANDLERS:
-            register_knob(name)(_record(name))
+            register_knob(name, values=values, memory=memory, doc=doc)(_record(name))
 
 
 register_surrogate_knobs()
@@ -199,7 +220,7 @@ def run_surrogate(
         result.warmup_time_s = m["warmup_s"]
         result.peak_memory_bytes = m["peak_memory_bytes"]
         result.optimizer_steps = steps
-        result.loss = loss_curve(steps, workload.data.seed, str(config.get("dtype", "bf16")))
+        result.loss = loss_curve(steps, workload.data.seed, str(config.get(DTYPE, "bf16")))
         result.tokens_per_s = problem.tokens_per_step / step
         result.mfu = ev.mfu / scale
         result.phase_times_s = {k: v * scale for k, v in ev.phase_times_s.items()}

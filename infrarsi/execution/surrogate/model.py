@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from infrarsi import knob_names as kn
 from infrarsi.datasheets import GPUS, GpuSpec
 from infrarsi.errors import WorkloadError
 
@@ -121,17 +122,17 @@ def _get(config: dict[str, Any], name: str, default: Any) -> Any:
 def evaluate(problem: Problem, config: dict[str, Any]) -> Evaluation:
     """Noiseless step time and peak memory of ``config`` on ``problem``."""
     m, g = problem.model, problem.gpu
-    zero = int(_get(config, "zero_stage", 0))
-    mbs = int(_get(config, "micro_batch_size", 1))
-    ckpt = str(_get(config, "activation_checkpointing", "none"))
-    tp = int(_get(config, "tp", 1))
-    pp = int(_get(config, "pp", 1))
-    offload = bool(_get(config, "offload_optimizer", False)) and zero >= 1
-    offload_param = bool(_get(config, "offload_param", False)) and zero == 3
-    overlap = bool(_get(config, "overlap_comm", False)) and zero >= 1
-    flash = bool(_get(config, "flash_attention", True))
-    dtype = str(_get(config, "dtype", "bf16"))
-    bucket = _get(config, "reduce_bucket_size", "auto")
+    zero = int(_get(config, kn.ZERO_STAGE, 0))
+    mbs = int(_get(config, kn.MICRO_BATCH_SIZE, 1))
+    ckpt = str(_get(config, kn.ACTIVATION_CHECKPOINTING, "none"))
+    tp = int(_get(config, kn.TP, 1))
+    pp = int(_get(config, kn.PP, 1))
+    offload = bool(_get(config, kn.OFFLOAD_OPTIMIZER, False)) and zero >= 1
+    offload_param = bool(_get(config, kn.OFFLOAD_PARAM, False)) and zero == 3
+    overlap = bool(_get(config, kn.OVERLAP_COMM, False)) and zero >= 1
+    flash = bool(_get(config, kn.FLASH_ATTENTION, True))
+    dtype = str(_get(config, kn.DTYPE, "bf16"))
+    bucket = _get(config, kn.REDUCE_BUCKET_SIZE, "auto")
     bucket_elems = 5e8 if bucket == "auto" else float(bucket)
 
     ws = problem.world_size

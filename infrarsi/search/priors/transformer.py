@@ -20,7 +20,7 @@ coefficient (``priors.mean``):
   plus one layer's working set; 1F1B keeps L layers' worth on the first stage); fp32 logits;
   communication buckets (at their configured size); a fixed workspace.
 
-Knobs are read by name with neutral defaults, so a space without ``tp`` or ``pp`` works; unknown
+Knobs are read by name (``infrarsi.knob_names``) with neutral defaults, so a space without ``tp`` or ``pp`` works; unknown
 knobs are left to the GPs. This module never sees the true model of any backend.
 """
 
@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from infrarsi import knob_names as kn
 from infrarsi.datasheets import NOMINAL_GPU
 
 TIME_TERMS = ("compute_bf16", "compute_fp32", "short_gemm", "narrow_gemm", "micro_batch_overhead", "tp_comm", "dp_comm", "optimizer",
@@ -124,17 +125,17 @@ class TransformerPrior:
 
     def _one(self, c: Mapping[str, Any]) -> tuple[list[float], list[float]]:
         j = self.shape
-        zero = int(_get(c, "zero_stage", 0))
-        mbs = max(1, int(_get(c, "micro_batch_size", 1)))
-        ckpt = str(_get(c, "activation_checkpointing", "none"))
-        tp = max(1, int(_get(c, "tp", 1)))
-        pp = max(1, int(_get(c, "pp", 1)))
-        dtype = str(_get(c, "dtype", j.default_dtype))
-        offload = bool(_get(c, "offload_optimizer", False)) and zero >= 1
-        offload_param = bool(_get(c, "offload_param", False)) and zero == 3
-        overlap = bool(_get(c, "overlap_comm", False)) and zero >= 1
-        flash = bool(_get(c, "flash_attention", True))
-        bucket = _get(c, "reduce_bucket_size", "auto")
+        zero = int(_get(c, kn.ZERO_STAGE, 0))
+        mbs = max(1, int(_get(c, kn.MICRO_BATCH_SIZE, 1)))
+        ckpt = str(_get(c, kn.ACTIVATION_CHECKPOINTING, "none"))
+        tp = max(1, int(_get(c, kn.TP, 1)))
+        pp = max(1, int(_get(c, kn.PP, 1)))
+        dtype = str(_get(c, kn.DTYPE, j.default_dtype))
+        offload = bool(_get(c, kn.OFFLOAD_OPTIMIZER, False)) and zero >= 1
+        offload_param = bool(_get(c, kn.OFFLOAD_PARAM, False)) and zero == 3
+        overlap = bool(_get(c, kn.OVERLAP_COMM, False)) and zero >= 1
+        flash = bool(_get(c, kn.FLASH_ATTENTION, True))
+        bucket = _get(c, kn.REDUCE_BUCKET_SIZE, "auto")
         s, h, L, a, V = j.seq_len, j.hidden, j.n_layers, j.n_heads, j.vocab
         ws = j.world_size
         dp = max(1, ws // (tp * pp))

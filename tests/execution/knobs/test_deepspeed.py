@@ -5,8 +5,19 @@ from __future__ import annotations
 import pytest
 
 from infrarsi.errors import KnobError, WorkloadError
-from infrarsi.execution.knobs.deepspeed import DEFAULTS, auto_bucket_elements, build_trial
-from infrarsi.execution.knobs.registry import KNOB_HANDLERS, check_handlers
+from infrarsi.execution.knobs.deepspeed import auto_bucket_elements, build_trial
+from infrarsi.execution.knobs.registry import (
+    KNOB_HANDLERS,
+    KNOBS,
+    KnobContext,
+    TrialBuild,
+    check_handlers,
+    check_space,
+    integer,
+    knob_defaults,
+    register_knob,
+    unregister_knob,
+)
 from infrarsi.search import SearchSpace
 from infrarsi.workload import Workload
 
@@ -69,7 +80,7 @@ def test_full_translation_of_a_config(wl):
 
 def test_defaults_when_a_knob_is_missing(wl):
     b = build_trial(wl, {}, 2, N_DENSE, 256)
-    assert b.ds_config["zero_optimization"]["stage"] == DEFAULTS["zero_stage"]
+    assert b.ds_config["zero_optimization"]["stage"] == knob_defaults()["zero_stage"] == 0
     assert "bf16" not in b.ds_config
     assert b.model_options["expert_parallel"] is False
 
@@ -93,3 +104,50 @@ def test_expert_parallel_sets_ep_size(repo_root):
     wl = Workload.from_yaml(repo_root / "workloads/moe_debug.yaml")
     b = build_trial(wl, {"expert_parallel": True, "zero_stage": 2}, 2, 9_447_680, 256)
     assert b.model_options["ep_size"] == 2
+
+
+def test_the_handlers_that_read_the_zero_stage_run_after_it(wl):
+    """``after=("zero_stage",)`` orders the handlers, whatever order the config lists its knobs in."""
+    for name in ("offload_optimizer", "offload_param", "expert_parallel"):
+        assert KNOBS[name].after == ("zero_stage",)
+    b = build_trial(wl, {"offload_param": True, "offload_optimizer": True, "zero_stage": 3}, 2, N_DENSE, 256)
+    assert b.ds_config["zero_optimization"]["offload_param"]["device"] == "cpu"
+
+
+def test_a_new_knob_is_one_yaml_entry_and_one_registered_function(wl, tmp_path):
+    """Adding a knob touches two places: an entry in a space YAML and one registered handler.
+    The space passes the registry check, ``ask()``-style configs of it build, and the value lands
+    in the trial's DeepSpeed config (the dict ``deepspeed.initialize`` gets), where DeepSpeed's
+    own parser (``DeepSpeedConfig``, the engine's ``_config``) reads it."""
+    import torch.distributed
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    path = tmp_path / "space.yaml"
+    path.write_text("name: s\nobjective: step_time\nknobs:\n"
+                    "  - {name: zero_stage, type: choice, values: [0, 2], memory: saver}\n"
+                    "  - {name: test_clip_norm, type: int, values: [0, 1, 5]}\n")
+
+    @register_knob("test_clip_norm", values=integer(lo=0), default=0, after=("zero_stage",))
+    def test_clip_norm(value: int, build: TrialBuild, ctx: KnobContext) -> None:
+        """Clips the gradient norm at this value. Sets ``gradient_clipping``."""
+        build.ds_config["gradient_clipping"] = float(value)
+
+    try:
+        space = SearchSpace.from_yaml(path)
+        check_space(space)
+        configs = space.enumerate()
+        assert configs and len(configs) == 6
+        for cfg in configs:
+            ds = build_trial(wl, cfg, 2, N_DENSE, 256).ds_config
+            assert ds["gradient_clipping"] == float(cfg["test_clip_norm"])
+            assert ds["zero_optimization"]["stage"] == cfg["zero_stage"]
+        assert build_trial(wl, {}, 2, N_DENSE, 256).ds_config["gradient_clipping"] == 0.0  # the default
+        # DeepSpeed checks the batch sizes against its world size (1 without a process group)
+        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        engine_config = DeepSpeedConfig(build_trial(wl, {"test_clip_norm": 5}, world, N_DENSE, 256).ds_config)
+        assert engine_config.gradient_clipping == 5.0 and engine_config.zero_optimization_stage == 0
+    finally:
+        unregister_knob("test_clip_norm")
+    assert "test_clip_norm" not in KNOB_HANDLERS
+    with pytest.raises(KnobError, match=r"test_clip_norm.*have no handler"):
+        check_space(SearchSpace.from_yaml(path))
