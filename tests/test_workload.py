@@ -65,6 +65,8 @@ def test_the_shipped_spaces_are_the_repositorys_search_spaces_folder() -> None:
     """One source: ``builtin:NAME`` reads ``search_spaces/NAME.yaml`` (the package's folder links
     to it; a built wheel holds its files, tests/test_package.py builds one)."""
     assert builtin_spaces() == sorted(p.stem for p in (ROOT / "search_spaces").glob("*.yaml"))
+    listed = (ROOT / "docs" / "WORKLOADS.md").read_text()
+    assert [n for n in builtin_spaces() if f"`{n}`" not in listed] == []  # the docs list every one
     wl = Workload.from_dict({**BASE, "model": {"family": "dense"}, "search_space": "builtin:gpu_moe"})
     assert wl.search_space_path().read_bytes() == (ROOT / "search_spaces" / "gpu_moe.yaml").read_bytes()
 
