@@ -234,14 +234,6 @@ class Workload(_Strict):
                 raise ValueError(str(e)) from None
         return v
 
-    @field_validator("variant")
-    @classmethod
-    def _variant_is_an_attribute(cls, v: str | None) -> str | None:
-        if v is not None and not ENTRY_POINT_RE.match(v):
-            raise ValueError(f"variant: rule: 'module:attribute' of the test-only seams to train through; got "
-                             f"{v!r}. Fix: e.g. variant: tests.cheats:fake_loss, or remove it")
-        return v
-
     @field_validator("memory_capacity", mode="before")
     @classmethod
     def _capacity_is_a_size(cls, v: Any) -> Any:
@@ -253,6 +245,15 @@ class Workload(_Strict):
     """Test-only: ``module:attribute`` of an ``infrarsi.execution.seams.Seams`` the ranks train
     through instead of the honest seams (a deliberate cheat, e.g. ``tests.cheats:fake_loss``),
     imported on the ranks (the job's code directory is on their path). Never set in a real workload."""
+
+    @field_validator("variant")
+    @classmethod
+    def _variant_is_an_attribute(cls, v: str | None) -> str | None:
+        if v is not None and not ENTRY_POINT_RE.match(v):
+            raise ValueError(f"variant: rule: 'module:attribute' of the test-only seams to train through; got "
+                             f"{v!r}. Fix: e.g. variant: tests.cheats:fake_loss, or remove it")
+        return v
+
     surrogate: dict[str, Any] = Field(default_factory=dict)
     """Parameters of the analytic model when ``backend: surrogate`` (GPU kind, model size...)."""
 

@@ -8,9 +8,10 @@ The harness drives training through four seams the workload controls:
 - ``configure_engine(engine)``: gradient reduction and other engine settings.
 
 The honest seams are ``infrarsi.execution.seams.HONEST``. A cheat (named by a test workload's
-``variant: tests.cheats:NAME``, the product's hook, imported on the ranks) replaces one seam; the harness counters (tokens and sequences seen by a forward pre-hook, optimizer
-steps seen by a step post-hook on the real torch optimizer, the harness's own loss from the
-logits, per-rank parameter checksums) stay honest, so the invariant checker can name the cheat.
+``variant: tests.cheats:NAME``, the product's hook, imported on the ranks) replaces one seam;
+the harness counters (tokens and sequences seen by a forward pre-hook, optimizer steps seen by a
+step post-hook on the real torch optimizer, the harness's own loss from the logits, per-rank
+parameter checksums) stay honest, so the invariant checker can name the cheat.
 """
 
 from __future__ import annotations
