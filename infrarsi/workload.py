@@ -7,6 +7,7 @@ baseline recipe, search space), loaded from a YAML file in ``workloads/``.
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,27 @@ BUILTIN_ENTRY_POINT = "workloads.jobs:builtin_job"
 
 ENTRY_POINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 """``module.path:function``."""
+
+BUILTIN_PREFIX = "builtin:"
+"""``search_space: builtin:NAME`` names a search space shipped in the package (``infrarsi/search_spaces/``,
+a link to the repository's ``search_spaces/`` folder, whose files a built wheel holds)."""
+
+
+def builtin_spaces() -> list[str]:
+    """The names of the search spaces shipped with infrarsi (``builtin:NAME``), sorted."""
+    folder = importlib.resources.files("infrarsi") / "search_spaces"
+    return sorted(f.name.removesuffix(".yaml") for f in folder.iterdir() if f.name.endswith(".yaml"))
+
+
+def builtin_space_path(name: str) -> Path:
+    """The file of the shipped search space ``name`` (``deepspeed_dense``); ``WorkloadError``
+    listing the shipped ones when there is none of that name."""
+    names = builtin_spaces()
+    if name not in names:
+        raise WorkloadError(f"search_space: rule: {BUILTIN_PREFIX}NAME names a search space shipped with infrarsi; "
+                            f"got {BUILTIN_PREFIX}{name}. Fix: one of "
+                            + ", ".join(BUILTIN_PREFIX + n for n in names) + ", or a YAML path")
+    return Path(str(importlib.resources.files("infrarsi") / "search_spaces" / f"{name}.yaml"))
 
 
 class ModelSpec(_Strict):
@@ -195,10 +217,22 @@ class Workload(_Strict):
     optimizer: OptimSpec = Field(default_factory=OptimSpec)
     baseline: dict[str, Any] = Field(default_factory=dict)
     """The conservative recipe a team ships first (knob -> value); other knobs take defaults."""
-    search_space: str
-    """Path of the search-space YAML, relative to this file (or absolute)."""
+    search_space: str | None = None
+    """Path of the search-space YAML, relative to this file (or absolute); or ``builtin:NAME``, a
+    space shipped with infrarsi (``builtin:deepspeed_dense``); left out: the default of the job's
+    kind (``default_space``)."""
     memory_capacity: str | int | None = Field(None, union_mode="left_to_right")
     """Default memory capacity per device (``4GiB``); the CLI's ``--memory-capacity`` wins."""
+
+    @field_validator("search_space")
+    @classmethod
+    def _builtin_space_exists(cls, v: str | None) -> str | None:
+        if v is not None and v.startswith(BUILTIN_PREFIX):
+            try:
+                builtin_space_path(v.removeprefix(BUILTIN_PREFIX))
+            except WorkloadError as e:
+                raise ValueError(str(e)) from None
+        return v
 
     @field_validator("memory_capacity", mode="before")
     @classmethod
@@ -208,7 +242,18 @@ class Workload(_Strict):
                              f"Fix: memory_capacity: 80GiB, or leave it out (the device's own)")
         return v
     variant: str | None = None
-    """Test-only workload variant (e.g. a deliberate cheat); never set in a real workload."""
+    """Test-only: ``module:attribute`` of an ``infrarsi.execution.seams.Seams`` the ranks train
+    through instead of the honest seams (a deliberate cheat, e.g. ``tests.cheats:fake_loss``),
+    imported on the ranks (the job's code directory is on their path). Never set in a real workload."""
+
+    @field_validator("variant")
+    @classmethod
+    def _variant_is_an_attribute(cls, v: str | None) -> str | None:
+        if v is not None and not ENTRY_POINT_RE.match(v):
+            raise ValueError(f"variant: rule: 'module:attribute' of the test-only seams to train through; got "
+                             f"{v!r}. Fix: e.g. variant: tests.cheats:fake_loss, or remove it")
+        return v
+
     surrogate: dict[str, Any] = Field(default_factory=dict)
     """Parameters of the analytic model when ``backend: surrogate`` (GPU kind, model size...)."""
 
@@ -300,7 +345,21 @@ class Workload(_Strict):
         """``data.path`` resolved against the YAML's folder (None without one)."""
         return self._relative(self.data.path) if self.data.path else None
 
+    def default_space(self) -> str:
+        """The shipped space a workload without ``search_space`` gets: ``surrogate_gpu`` for the
+        surrogate backend, ``deepspeed_moe`` for the ``moe`` family, else ``deepspeed_dense`` (the
+        DeepSpeed launch knobs any dense job takes: the ``dense`` family, your entry point or script)."""
+        if self.backend == "surrogate":
+            return "surrogate_gpu"
+        return "deepspeed_moe" if self.model is not None and self.model.family == "moe" else "deepspeed_dense"
+
     def search_space_path(self) -> Path:
+        """The search-space file: ``search_space`` resolved against the YAML's folder, a shipped
+        space for ``builtin:NAME``, or the shipped ``default_space()`` when it is left out."""
+        if self.search_space is None:
+            return builtin_space_path(self.default_space())
+        if self.search_space.startswith(BUILTIN_PREFIX):
+            return builtin_space_path(self.search_space.removeprefix(BUILTIN_PREFIX))
         p = Path(self.search_space)
         if not p.is_absolute() and self.path:
             p = Path(self.path).parent / p

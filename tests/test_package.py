@@ -1,9 +1,15 @@
 """Whole-package checks: no import cycles, a docstring atop every module, a pure search core,
-and tests laid out one to one like the package they test."""
+tests laid out one to one like the package they test, and a wheel that runs on its own."""
 
 from __future__ import annotations
 
 import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -251,3 +257,102 @@ def test_the_import_scan_sees_lazy_and_guarded_imports(tmp_path: Path) -> None:
                    "try:\n    import psutil\nexcept ValueError:\n    pass\n")
     required, optional = third_party_imports([src])
     assert required == {"numpy", "scipy", "ray", "psutil"} and optional == {"fsspec"}
+
+
+# ----------------------------------------------------------------------------- the wheel
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "infrarsi", "workloads", "search_spaces")
+"""What the build reads: the wheel is built from a copy of these (the checkout stays clean)."""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of this checkout, built offline with the project's own setuptools."""
+    src = tmp_path_factory.mktemp("src")
+    for name in WHEEL_SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(ROOT / name, src / name)
+    dist = tmp_path_factory.mktemp("dist")
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                            "-q", "-w", str(dist), str(src)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stdout + build.stderr
+    (whl,) = dist.glob("infrarsi-*.whl")
+    return whl
+
+
+def test_the_wheel_ships_the_builtin_spaces_models_and_patches_and_no_test_code(wheel: Path) -> None:
+    """An installed infrarsi runs a built-in workload with nothing copied from the repository:
+    every search space (``builtin:NAME``, the very bytes of ``search_spaces/``), the ``workloads``
+    package (models, the ``workloads.jobs:builtin_job`` entry point, code patches)."""
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        for space in sorted((ROOT / "search_spaces").glob("*.yaml")):
+            assert z.read(f"infrarsi/search_spaces/{space.name}") == space.read_bytes(), space.name
+        shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "workloads").rglob("*")
+                   if p.suffix in (".py", ".diff") and "__pycache__" not in p.parts}
+        assert {"workloads/jobs.py", "workloads/models/moe/expert_parallel.py"} <= shipped <= names
+        assert "infrarsi/py.typed" in names and "infrarsi/workload.py" in names
+    assert not [n for n in names if n.startswith(("tests/", "search_spaces/", "benchmarks/")) or "cheats" in n]
+
+
+def _fresh_venv(folder: Path, wheel: Path) -> Path:
+    """A new venv holding only the wheel, that sees the project venv's dependencies (torch, Ray,
+    DeepSpeed...) through a plain ``.pth`` line: not through its site dir, whose editable-install
+    hook would import infrarsi from the checkout. Returns its ``bin`` folder."""
+    import site
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    (purelib,) = folder.glob("lib/python*/site-packages")
+    deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    (purelib / "_project_dependencies.pth").write_text("\n".join(deps) + "\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(folder / "bin" / "python"), "install",
+                              "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True, text=True)
+    assert install.returncode == 0, install.stdout + install.stderr
+    return folder / "bin"
+
+
+@pytest.mark.integration
+def test_the_installed_wheel_alone_runs_a_builtin_family_and_inits_a_users_job(
+        wheel: Path, tmp_path: Path) -> None:
+    """From a folder outside the repository, with no PYTHONPATH: ``infrarsi trial`` trains the
+    built-in dense family with its family's default space; ``infrarsi init`` takes a user's job
+    with ``search_space: builtin:deepspeed_dense``; an unknown ``builtin:`` name exits 2."""
+    import yaml
+
+    from tests.outside_job import write_tiny_workload
+
+    bin_dir = _fresh_venv(tmp_path / "venv", wheel)
+    work = tmp_path / "user"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(RAY_AUTH_MODE="disabled", INFRARSI_BANK="off", PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(args), cwd=work, env=env, capture_output=True, text=True)
+
+    where = run(str(bin_dir / "python"), "-c", "import infrarsi, workloads; print(infrarsi.__file__, workloads.__file__)")
+    assert where.returncode == 0, where.stderr
+    assert all(Path(f).is_relative_to(tmp_path / "venv") for f in where.stdout.split()), where.stdout
+
+    (work / "dense.yaml").write_text(yaml.safe_dump({
+        "name": "dense_from_wheel", "model": {"family": "dense", "overrides": {"n_layers": 1}},
+        "data": {"seq_len": 32}, "tokens_per_step": 256, "steps": {"warmup": 0, "measured": 2},
+        "resources": {"workers": 1}, "baseline": {"zero_stage": 0, "micro_batch_size": 8}}))
+    trial = run(str(bin_dir / "infrarsi"), "trial", "dense.yaml")
+    assert trial.returncode == 0, trial.stdout[-3000:] + trial.stderr[-3000:]
+    assert re.search(r"status\s*│\s*ok", trial.stdout), trial.stdout[-3000:]
+
+    job = write_tiny_workload(work)
+    data = yaml.safe_load(job.read_text())
+    job.write_text(yaml.safe_dump({**data, "search_space": "builtin:deepspeed_dense"}))
+    init = run(str(bin_dir / "infrarsi"), "init", str(job), "--study", "study")
+    assert init.returncode == 0, init.stdout[-3000:] + init.stderr[-3000:]
+    contract = yaml.safe_load((work / "study" / "contract.yaml").read_text())
+    assert Path(contract["search_space_path"]).is_relative_to(tmp_path / "venv")
+
+    job.write_text(yaml.safe_dump({**data, "search_space": "builtin:no_such_space"}))
+    bad = run(str(bin_dir / "infrarsi"), "init", str(job), "--study", "bad")
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "builtin:no_such_space" in bad.stdout + bad.stderr and "builtin:deepspeed_moe" in bad.stdout + bad.stderr

@@ -11,7 +11,7 @@ from hypothesis import given
 from malformed import PROPERTY, mutated
 
 from infrarsi.errors import ConfigError, UserInputError, WorkloadError
-from infrarsi.workload import BUILTIN_ENTRY_POINT, Workload
+from infrarsi.workload import BUILTIN_ENTRY_POINT, Workload, builtin_spaces
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"name": "w", "tokens_per_step": 256, "data": {"seq_len": 32}, "search_space": "s.yaml"}
@@ -53,9 +53,44 @@ def test_token_data_needs_a_path_resolved_against_the_yaml(tmp_path: Path) -> No
     assert wl.data_path() == (tmp_path / "t.bin").resolve()
 
 
-def test_a_cheat_variant_is_only_for_the_builtin_families() -> None:
+def test_a_cheat_variant_is_only_for_the_builtin_families_and_names_its_seams() -> None:
     with pytest.raises(WorkloadError, match="variant"):
-        Workload.from_dict({**BASE, "model": {"entry_point": "m:f"}, "variant": "fake_loss"})
+        Workload.from_dict({**BASE, "model": {"entry_point": "m:f"}, "variant": "tests.cheats:fake_loss"})
+    with pytest.raises(WorkloadError, match=r"field 'variant'.*'module:attribute'.*got 'fake_loss'"):
+        Workload.from_dict({**BASE, "model": {"family": "dense"}, "variant": "fake_loss"}, source="wl.yaml")
+
+
+# ------------------------------------------------------------------ shipped search spaces
+def test_the_shipped_spaces_are_the_repositorys_search_spaces_folder() -> None:
+    """One source: ``builtin:NAME`` reads ``search_spaces/NAME.yaml`` (the package's folder links
+    to it; a built wheel holds its files, tests/test_package.py builds one)."""
+    assert builtin_spaces() == sorted(p.stem for p in (ROOT / "search_spaces").glob("*.yaml"))
+    listed = (ROOT / "docs" / "WORKLOADS.md").read_text()
+    assert [n for n in builtin_spaces() if f"`{n}`" not in listed] == []  # the docs list every one
+    wl = Workload.from_dict({**BASE, "model": {"family": "dense"}, "search_space": "builtin:gpu_moe"})
+    assert wl.search_space_path().read_bytes() == (ROOT / "search_spaces" / "gpu_moe.yaml").read_bytes()
+
+
+@pytest.mark.parametrize(("fields", "space"), [
+    ({"model": {"family": "dense"}}, "deepspeed_dense"),
+    ({"model": {"family": "moe", "size": "debug"}}, "deepspeed_moe"),
+    ({"model": {"entry_point": "my_job:make_job"}}, "deepspeed_dense"),
+    ({"model": {"family": "dense"}, "backend": "surrogate"}, "surrogate_gpu"),
+])
+def test_a_workload_without_a_space_gets_its_kinds_default(fields: dict, space: str) -> None:
+    raw = {k: v for k, v in BASE.items() if k != "search_space"}
+    wl = Workload.from_dict({**raw, **fields})
+    assert wl.search_space is None and wl.default_space() == space
+    assert wl.search_space_path().read_bytes() == (ROOT / "search_spaces" / f"{space}.yaml").read_bytes()
+
+
+def test_an_unknown_builtin_space_is_refused_listing_the_shipped_ones() -> None:
+    with pytest.raises(UserInputError) as e:
+        Workload.from_dict({**BASE, "model": {"family": "dense"}, "search_space": "builtin:deepspeed_dens"},
+                           source="job.yaml")
+    msg = str(e.value)
+    assert msg.startswith("job.yaml: field 'search_space'") and "got builtin:deepspeed_dens" in msg
+    assert all(f"builtin:{n}" in msg for n in builtin_spaces())
 
 
 # ------------------------------------------------------------------ property-based: bad YAML

@@ -392,12 +392,18 @@ def _round_trip(trip: ckpt.RoundTrip, state: dict[str, Any], rebuild: Any, seams
 
 
 def _seams(wl: Workload) -> Seams:
-    """The honest seams, or a built-in workload's test-only cheat variant (``workloads/cheats.py``)."""
+    """The honest seams, or the test-only seams ``wl.variant`` names (``module:attribute``,
+    imported here on the rank: the job's code directory is on the path)."""
     if wl.variant is None:
         return HONEST
     import importlib
 
-    return importlib.import_module("workloads.cheats").seams_for(wl.variant)  # type: ignore[no-any-return]
+    module, _, attribute = wl.variant.partition(":")
+    seams = getattr(importlib.import_module(module), attribute, None)
+    if not isinstance(seams, Seams):
+        raise JobError(f"variant: rule: 'module:attribute' names an infrarsi.execution.seams.Seams; "
+                       f"{wl.variant!r} is {type(seams).__name__}. Fix the attribute, or remove variant")
+    return seams
 
 
 def loss_guard_trip(guard: dict[str, Any] | None, step: int, loss: float) -> str:

@@ -7,9 +7,9 @@ The harness drives training through four seams:
 - ``optimizer_step(engine, base_optimizer, step, boundary)``: the optimizer step;
 - ``configure_engine(engine)``: gradient reduction and other engine settings.
 
-Every job gets ``HONEST``. The built-in workloads' test-only cheat variants
-(``workloads/cheats.py``) replace one seam each, so the tests can show that the harness's own
-counters and checks name the cheat.
+Every job gets ``HONEST``. A test workload's ``variant`` (``module:attribute``) names other
+seams; the test-only cheats (``tests/cheats.py``) replace one seam each, so the tests can show that
+the harness's own counters and checks name the cheat.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The ranks' loss guard: the same rule as the contract's per-step loss invariant."""
+"""The ranks' loss guard (the same rule as the contract's per-step loss invariant) and the seams a
+workload's test-only ``variant`` hook names."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import math
 
 import pytest
 
-from infrarsi.execution.rank_loop import loss_guard_trip
+from infrarsi.errors import JobError
+from infrarsi.execution.rank_loop import _seams, loss_guard_trip
+from infrarsi.execution.seams import HONEST
+from infrarsi.workload import Workload
 
 GUARD = {"reference": [8.0, 7.5, math.nan], "atol": 1e-4, "rtol": 1e-3}
 
@@ -26,6 +30,20 @@ def test_outside_tolerance_trips_and_names_the_step() -> None:
 def test_steps_without_a_finite_reference_never_trip() -> None:
     assert loss_guard_trip(GUARD, 2, 1e9) == ""
     assert loss_guard_trip(GUARD, 3, 1e9) == ""
+
+
+def _with_variant(variant: str | None) -> Workload:
+    return Workload.from_dict({"name": "w", "model": {"family": "dense"}, "tokens_per_step": 256,
+                               "data": {"seq_len": 32}, "variant": variant})
+
+
+def test_the_variant_hook_imports_the_seams_it_names() -> None:
+    from tests import cheats
+
+    assert _seams(_with_variant(None)) is HONEST
+    assert _seams(_with_variant("tests.cheats:fake_loss")) is cheats.fake_loss
+    with pytest.raises(JobError, match=r"names an infrarsi.execution.seams.Seams; 'tests.cheats:CHEATS' is dict"):
+        _seams(_with_variant("tests.cheats:CHEATS"))
 
 
 @pytest.mark.integration

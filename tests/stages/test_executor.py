@@ -2,7 +2,7 @@
 2 ranks through Ray and DeepSpeed. Each must get ``invariant_violation`` with a reason that names
 the cheat, and verify must never accept one, even the cheats that really are faster.
 
-The cheats live in the workload's own seams (``workloads/cheats.py``): the data fetch, the loss
+The cheats live in the workload's own seams (``tests/cheats.py``, named by each fixture's ``variant``): the data fetch, the loss
 it reports, the optimizer step and the gradient reduction. The harness counts tokens, sequences
 and optimizer steps itself, recomputes the eval loss with the untouched reference code and
 compares parameter checksums across replicas; it trusts nothing the workload reports.

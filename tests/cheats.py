@@ -1,4 +1,4 @@
-"""Workload seams and the test-only cheat variants that abuse them (anti reward hacking).
+"""The test-only cheat seams that abuse a workload's seams (anti reward hacking).
 
 The harness drives training through four seams the workload controls:
 
@@ -7,10 +7,11 @@ The harness drives training through four seams the workload controls:
 - ``optimizer_step(engine, base_optimizer, step, boundary)``: the optimizer step;
 - ``configure_engine(engine)``: gradient reduction and other engine settings.
 
-The honest seams are ``infrarsi.execution.seams.HONEST``. A cheat variant (selected by
-``workload.variant``) replaces one seam; the harness counters (tokens and sequences seen by a forward pre-hook, optimizer
-steps seen by a step post-hook on the real torch optimizer, the harness's own loss from the
-logits, per-rank parameter checksums) stay honest, so the invariant checker can name the cheat.
+The honest seams are ``infrarsi.execution.seams.HONEST``. A cheat (named by a test workload's
+``variant: tests.cheats:NAME``, the product's hook, imported on the ranks) replaces one seam;
+the harness counters (tokens and sequences seen by a forward pre-hook, optimizer steps seen by a
+step post-hook on the real torch optimizer, the harness's own loss from the logits, per-rank
+parameter checksums) stay honest, so the invariant checker can name the cheat.
 """
 
 from __future__ import annotations
@@ -55,20 +56,22 @@ def _skip_allreduce(engine: Any) -> None:
     engine.enable_backward_allreduce = False
 
 
+skip_optimizer_steps = replace(HONEST, optimizer_step=_skip_odd_steps)
+"""Every odd optimizer step does nothing (the step counter sees it)."""
+shrink_batch = replace(HONEST, fetch=_shrink_batch)
+"""Half the sequences of every micro-batch (the sequence counter sees it)."""
+fake_loss = replace(HONEST, report_loss=_fake_loss)
+"""The reported loss is 0.8 of the true one (the harness's own loss sees it)."""
+fewer_tokens = replace(HONEST, fetch=_fewer_tokens)
+"""Half the tokens of every sequence (the token counter sees it)."""
+skip_allreduce = replace(HONEST, configure_engine=_skip_allreduce)
+"""No gradient all-reduce: the replicas drift apart (the parameter checksums see it)."""
+
 CHEATS: dict[str, Seams] = {
-    "skip_optimizer_steps": replace(HONEST, optimizer_step=_skip_odd_steps),
-    "shrink_batch": replace(HONEST, fetch=_shrink_batch),
-    "fake_loss": replace(HONEST, report_loss=_fake_loss),
-    "fewer_tokens": replace(HONEST, fetch=_fewer_tokens),
-    "skip_allreduce": replace(HONEST, configure_engine=_skip_allreduce),
+    "skip_optimizer_steps": skip_optimizer_steps,
+    "shrink_batch": shrink_batch,
+    "fake_loss": fake_loss,
+    "fewer_tokens": fewer_tokens,
+    "skip_allreduce": skip_allreduce,
 }
-"""Variant name -> seams. Test-only: a real workload never sets ``variant``."""
-
-
-def seams_for(variant: str | None) -> Seams:
-    """The seams of ``variant`` (``None``: honest). An unknown name lists the valid ones."""
-    if variant is None:
-        return HONEST
-    if variant not in CHEATS:
-        raise KeyError(f"unknown workload variant {variant!r}; valid: {sorted(CHEATS)}")
-    return CHEATS[variant]
+"""Cheat name -> seams (each also the module attribute a workload's ``variant`` names)."""

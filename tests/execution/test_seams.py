@@ -1,26 +1,31 @@
-"""The cheat seams change what the workload controls, and the harness counters see it
-(single process, real torch optimizer; the multi-rank runs are in the stages tests)."""
+"""The honest seams, and the test-only cheat seams (``tests/cheats.py``) that replace them: a cheat
+changes what the workload controls, and the harness counters see it (single process, real torch
+optimizer; the multi-rank runs are in the stages tests)."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
 
 from infrarsi.execution.counters import HarnessCounters
 from infrarsi.execution.data_sources import MarkovSource
-from workloads.cheats import CHEATS, HONEST, seams_for
+from infrarsi.execution.seams import HONEST
+from tests.cheats import CHEATS
 
 
 def _batches(mbs: int = 4):
     return MarkovSource(4096, 32, 0).rank_micro_batches(0, 16, 0, 2, mbs)
 
 
-def test_registry_and_honest_default():
+def seams_for(name: str | None):
+    return HONEST if name is None else CHEATS[name]
+
+
+def test_each_cheat_replaces_one_honest_seam():
     assert set(CHEATS) == {"skip_optimizer_steps", "shrink_batch", "fake_loss", "fewer_tokens", "skip_allreduce"}
-    assert seams_for(None) is HONEST
-    with pytest.raises(KeyError, match="valid"):
-        seams_for("bogus")
+    fields = ("fetch", "report_loss", "optimizer_step", "configure_engine")
+    for name, seams in CHEATS.items():
+        assert sum(getattr(seams, f) is not getattr(HONEST, f) for f in fields) == 1, name
 
 
 def test_data_cheats_are_seen_by_the_token_counter():
