@@ -226,7 +226,11 @@ def _store_patch_text(contract: Any, paths: StudyPaths, text: str, pid: str,
         return _check_and_store_patch(contract, paths, dest, pid)
     except PatchError as e:
         dest.unlink(missing_ok=True)
-        raise PatchError(str(e).replace(f"patch {dest}", f"propose {fields.patch}").replace(str(dest), f"the {fields.patch} text")) from None
+        text = str(e).replace(f"patch {dest}", f"propose {fields.patch}").replace(str(dest), f"the {fields.patch} text")
+        if fields.style == "json":  # an agent cannot widen the scope: the study's owner can
+            text = text.replace("run `infrarsi init --editable GLOB` into a new study",
+                                "ask the study's owner for a new study with wider editable globs")
+        raise PatchError(text) from None
 
 
 def _check_and_store_patch(contract: Any, paths: StudyPaths, patch: Path, pid: str) -> tuple[list[str], str]:
