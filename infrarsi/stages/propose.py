@@ -177,27 +177,32 @@ def _check_active(space: Any, asked: Mapping[str, Any], full: Mapping[str, Any],
 def _check_new(paths: StudyPaths, space: Any, queue: ProposalQueue, full: Mapping[str, Any], stored: str | None,
                fields: ProposalFields) -> None:
     """Refuse a candidate (``Candidate.key``: the config and its proposal patch's digest) that is
-    already queued, or already measured by a trial of the log (any stage; a ``failed`` row, which
-    measured nothing, does not count)."""
+    already queued, taken by a run trial still in flight, or already measured by a run trial (a
+    ``failed`` row, which measured nothing, does not count; nor do doctor's calibration rows, which
+    are not candidates verify picks from)."""
     from infrarsi.study.trial_log import read_trials, rows
 
     key = _candidate_key(paths, full, stored)
-    for q in queue.queued():
+    what = f"config{' and patch' if stored else ''}"
+    history = rows(read_trials(paths.root))
+    logged = {str((r.extra.get("proposal") or {}).get("proposal_id")) for r in history}
+    waiting = [(q, "queued proposal") for q in queue.queued()]
+    waiting += [(t, "proposal in flight (taken by a run trial)") for t in queue.taken() if t.proposal_id not in logged]
+    for q, state in waiting:
         if _candidate_key(paths, _canonical(space, q.config), q.patch) == key:
             raise ProposalError(
-                f"propose {fields.config}: duplicate: rule: a candidate is queued once; queued proposal "
-                f"{q.proposal_id} ({q.why!r}) is the same config{' and patch' if stored else ''}. Fix: "
-                f"change a knob or the patch, or withdraw {q.proposal_id} first.")
-    for r in rows(read_trials(paths.root)):
-        if r.status == "failed" or r.extra.get("interrupted"):
+                f"propose {fields.config}: duplicate: rule: a candidate is queued once; {state} "
+                f"{q.proposal_id} ({q.why!r}) is the same {what}. Fix: change a knob or the patch"
+                + (f", or withdraw {q.proposal_id} first." if state.startswith("queued") else "."))
+    for r in history:
+        if r.stage != "run" or r.status == "failed" or r.extra.get("interrupted"):
             continue
         own = tuple(p for p in Candidate.from_row(r).patches if p.source == "proposal")
         if Candidate(config=_canonical(space, r.config), patches=own).key == key:
             raise ProposalError(
-                f"propose {fields.config}: duplicate: rule: a candidate is measured once by proposals; trial "
-                f"{r.trial_id} ({r.stage}, {r.status}, step_time_s={r.step_time_s}) already ran this config"
-                f"{' and patch' if stored else ''}. Fix: propose another config (the study's state lists "
-                f"the trials), or let verify re-measure it.")
+                f"propose {fields.config}: duplicate: rule: a candidate is run once; run trial "
+                f"{r.trial_id} ({r.status}, step_time_s={r.step_time_s}) already ran this {what}. Fix: "
+                f"propose another config (the study's state lists the trials), or let verify re-measure it.")
 
 
 def _candidate_key(paths: StudyPaths, config: Mapping[str, Any], patch: str | None) -> str:

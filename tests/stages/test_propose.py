@@ -71,6 +71,9 @@ def test_a_candidate_already_queued_is_refused_naming_the_proposal(study: Path) 
     assert [p.proposal_id for p in ProposalQueue(study).queued()] == ["prop-0001"]
     withdraw(study, "prop-0001")  # withdrawn: no longer queued, so it may be proposed again
     assert propose(study, {"micro_batch_size": 2}, why="again").proposal_id == "prop-0002"
+    assert ProposalQueue(study).take().proposal_id == "prop-0002"  # a run trial took it; no row yet
+    with pytest.raises(ProposalError, match=r"proposal in flight \(taken by a run trial\) prop-0002"):
+        propose(study, {"micro_batch_size": 2}, why="while it runs")
 
 
 def test_a_candidate_already_measured_is_refused_naming_the_trial(study: Path) -> None:
@@ -81,10 +84,12 @@ def test_a_candidate_already_measured_is_refused_naming_the_trial(study: Path) -
 
     base = baseline_config(Contract.load(study), study)
     write_rows(study, [row("run-0001", "run", {**base, "micro_batch_size": 4}, 1.0, step=2.0),
-                       row("run-0002", "run", {**base, "micro_batch_size": 8}, 2.0, status="failed")])
-    with pytest.raises(ProposalError, match=r"duplicate: .*trial run-0001 \(run, ok, step_time_s=2.0\)"):
+                       row("run-0002", "run", {**base, "micro_batch_size": 8}, 2.0, status="failed"),
+                       row("doctor-0003", "doctor", {**base, "micro_batch_size": 2}, 0.5, step=2.5)])
+    with pytest.raises(ProposalError, match=r"duplicate: .*run trial run-0001 \(ok, step_time_s=2.0\)"):
         propose(study, {"micro_batch_size": 4}, why="measured already")
     assert propose(study, {"micro_batch_size": 8}, why="its trial failed: it measured nothing").proposal_id == "prop-0001"
+    assert propose(study, {"micro_batch_size": 2}, why="doctor's calibration is no candidate").proposal_id == "prop-0002"
 
 
 def test_withdraw_moves_a_queued_proposal_aside_and_refuses_any_other(study: Path) -> None:
