@@ -83,12 +83,12 @@ def build_server(study_dir: str | Path) -> Any:
     server_class, tool_class, annotations, tool_error = _sdk()
     study = StudyTools(root)
     tools = []
-    for name, (read_only, destructive, idempotent) in HINTS.items():
+    for name, h in HINTS.items():
         fn = getattr(study, name)
         hint = annotations(
-            read_only_hint=read_only,
-            destructive_hint=destructive,
-            idempotent_hint=idempotent,
+            read_only_hint=h.read_only,
+            destructive_hint=h.destructive,
+            idempotent_hint=h.idempotent,
             open_world_hint=False,
         )
         tool = tool_class.from_function(

@@ -9,6 +9,7 @@ built from the study's search space (``infrarsi.mcp_server.schema``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,17 +17,29 @@ from pydantic import Field
 
 from infrarsi.mcp_server.jobs import RunJobs, in_flight
 
-HINTS: dict[str, tuple[bool, bool, bool]] = {
-    "state": (True, False, True),
-    "predict": (True, False, True),
-    "watch": (True, False, True),
-    "propose": (False, False, False),
-    "withdraw": (False, True, False),
-    "run_trials": (False, False, False),
-    "report": (False, False, True),
+
+@dataclass(frozen=True)
+class ToolHints:
+    """The MCP ``ToolAnnotations`` hints of one tool."""
+
+    read_only: bool
+    """The tool changes nothing (``readOnlyHint``)."""
+    destructive: bool = False
+    """The tool may undo what was done before (``destructiveHint``: withdraw)."""
+    idempotent: bool = False
+    """Calling it twice does what calling it once does (``idempotentHint``)."""
+
+
+HINTS: dict[str, ToolHints] = {
+    "state": ToolHints(read_only=True, idempotent=True),
+    "predict": ToolHints(read_only=True, idempotent=True),
+    "watch": ToolHints(read_only=True, idempotent=True),
+    "propose": ToolHints(read_only=False),
+    "withdraw": ToolHints(read_only=False, destructive=True),
+    "run_trials": ToolHints(read_only=False),
+    "report": ToolHints(read_only=False, idempotent=True),
 }
-"""Tool name -> (read-only, destructive, idempotent): the MCP ``ToolAnnotations`` hints, in the
-order the tools are listed."""
+"""Tool name -> its hints, in the order the tools are listed."""
 
 
 class StudyTools:

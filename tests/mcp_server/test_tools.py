@@ -17,7 +17,7 @@ def test_every_tool_has_its_hints_and_every_parameter_a_description() -> None:
         n for n, _ in inspect.getmembers(StudyTools, inspect.isfunction) if not n.startswith("_")
     }
     assert set(HINTS) == methods
-    assert [n for n, (read_only, _, _) in HINTS.items() if read_only] == [
+    assert [n for n, h in HINTS.items() if h.read_only] == [
         "state",
         "predict",
         "watch",
