@@ -1,4 +1,4 @@
-"""The proposal protocol on the command line: ``infrarsi state``, ``propose`` and ``mcp``.
+"""The proposal protocol on the command line: ``infrarsi state``, ``propose``, ``withdraw`` and ``mcp``.
 
 For coding agents and people: ``state`` and ``propose`` call ``infrarsi.stages.propose``, and
 ``mcp`` serves the same tools as an MCP server (``infrarsi.mcp_server``)."""
@@ -85,9 +85,21 @@ def propose_cmd(
                   + f"; the next run trial takes it (`infrarsi run {study} --resume` if none is running).")
 
 
+@command("withdraw")
+def withdraw_cmd(
+    study: Path = typer.Argument(..., help=STUDY_HELP),
+    proposal_id: str = typer.Argument(..., help="The queued proposal to withdraw (prop-0001...; `infrarsi state` lists them)."),
+) -> None:
+    """Withdraw a queued proposal: no run trial takes it (it is kept in proposals/withdrawn/)."""
+    from infrarsi.stages.propose import withdraw
+
+    p = withdraw(study, proposal_id)
+    console.print(f"withdrew {p.proposal_id}: {json.dumps(p.asked)}")
+
+
 @command("mcp")
 def mcp_cmd(study: Path = typer.Argument(..., help=STUDY_HELP)) -> None:
-    """Serve the study to coding agents over MCP (stdio): tools state, predict, propose, report."""
+    """Serve the study to coding agents over MCP (stdio): tools state, predict, propose, withdraw, run_trials, watch, report."""
     from infrarsi.mcp_server import serve
 
     serve(study)

@@ -49,3 +49,16 @@ def test_state_predicts_in_text_on_a_new_study(study: Path) -> None:
     assert res.exit_code == 0, res.output
     out = res.output.replace("\n", "")
     assert '"micro_batch_size": 4' in out and "step time not predicted yet" in out and "P(fit) " in out
+
+
+def test_withdraw_takes_a_queued_proposal_back_and_exits_2_for_any_other(study: Path) -> None:
+    assert _invoke("propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "fuller GEMMs").exit_code == 0
+    res = _invoke("withdraw", str(study), "prop-0001")
+    assert res.exit_code == 0 and "withdrew prop-0001" in res.output, res.output
+    refused(_invoke("withdraw", str(study), "prop-0001"), "already withdrawn", "Queued now: none")
+
+
+def test_propose_refuses_a_duplicate_with_exit_2(study: Path) -> None:
+    assert _invoke("propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "fuller GEMMs").exit_code == 0
+    refused(_invoke("propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "again"),
+            "duplicate", "prop-0001", "withdraw prop-0001")
