@@ -61,6 +61,8 @@ class StudyLog:
         """The log file: ``DIR/logs/infrarsi.jsonl``."""
         self._fd: int | None = None
         self._pending: list[bytes] = []
+        self.users = 0
+        """``attach_study_log`` calls not yet detached (the sink closes at zero)."""
 
     def _open(self) -> int | None:
         if self._fd is None and (self.study_dir / "contract.yaml").is_file():
@@ -181,18 +183,27 @@ def study_log(study_dir: str | Path) -> Iterator[StudyLog]:
 
 
 def attach_study_log(study_dir: str | Path) -> StudyLog:
-    """Start appending every event to ``study_dir``'s log (``detach_study_log`` stops it)."""
+    """Start appending every event to ``study_dir``'s log (``detach_study_log`` stops it). Attaching
+    a study already attached (the CLI, then ``tune_stage`` inside it) shares its sink: each event
+    is written once."""
     if (
         _fan_out not in structlog.get_config()["processors"]
     ):  # structlog's defaults: not configured here
         configure_logging(_STATE.fmt, next(k for k, v in _LEVELS.items() if v == _STATE.level))
-    sink = StudyLog(study_dir)
-    _STATE.study_logs.append(sink)
+    path = Path(study_dir).resolve() / STUDY_LOG
+    sink = next((s for s in _STATE.study_logs if s.path == path), None)
+    if sink is None:
+        sink = StudyLog(study_dir)
+        _STATE.study_logs.append(sink)
+    sink.users += 1
     return sink
 
 
 def detach_study_log(sink: StudyLog) -> None:
-    """Stop appending to ``sink`` and close it."""
+    """Stop appending to ``sink`` and close it, once every ``attach_study_log`` of it has detached."""
+    sink.users -= 1
+    if sink.users > 0:
+        return
     if sink in _STATE.study_logs:
         _STATE.study_logs.remove(sink)
     with suppress(OSError):  # the study's disk filled up or went read-only: the stage goes on

@@ -103,3 +103,18 @@ def test_listeners_get_events_the_terminal_hides(capsys: pytest.CaptureFixture[s
 def test_bad_options_are_refused_naming_the_flag(fmt: str, level: str, flag: str) -> None:
     with pytest.raises(ConfigError, match=flag):
         configure_logging(fmt, level)
+
+
+def test_attaching_a_study_twice_writes_each_event_once(tmp_path: Path) -> None:
+    """The CLI attaches the study's log and ``tune_stage`` attaches it again inside: one sink."""
+    configure_logging("text", "info", verbose=False)
+    (tmp_path / "contract.yaml").write_text("x: 1\n")
+    log = structlog.get_logger()
+    with study_log(tmp_path) as outer:
+        with study_log(tmp_path) as inner:
+            assert inner is outer
+            log.info("inside.both")
+        log.info("inside.outer")
+    log.info("after.both")
+    events = [json.loads(line)["event"] for line in outer.path.read_text().splitlines()]
+    assert events == ["inside.both", "inside.outer"]

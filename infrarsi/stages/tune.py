@@ -4,7 +4,8 @@ Every stage in order on one study directory (init, doctor, run, verify, report).
 output already exists is skipped, so re-running ``tune`` on the same directory resumes where it
 stopped (``run`` resumes from the log). Each stage adds the study to the experience bank as it
 ends, and ``tune`` once more at the end (``infrarsi.stages.bank_feed.add_to_bank``): the bank the contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
-disables it), which warm-starts later studies of similar workloads (other clusters, other sizes)."""
+disables it), which warm-starts later studies of similar workloads (other clusters, other sizes).
+Every event goes to the study's ``logs/infrarsi.jsonl`` (``infrarsi.structlog_config.study_log``)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def tune_stage(
     from infrarsi.stages.report import write_report
     from infrarsi.stages.run import run_stage
     from infrarsi.stages.verify import verify_stage
+    from infrarsi.structlog_config import study_log
     from infrarsi.study.lock import hold_study
     from infrarsi.study.paths import make_private_dir
     from infrarsi.study.trial_log import read_trials, rows
@@ -77,7 +79,7 @@ def tune_stage(
                            device_hours=device_hours, loss_tolerance=loss_tolerance, editable_globs=editable_globs,
                            long_check_budget_s=long_check_budget_s)
     make_private_dir(paths.root)
-    with hold_study(paths.root, "tune", wait_s=wait_s):  # the stages below re-enter it
+    with hold_study(paths.root, "tune", wait_s=wait_s), study_log(paths.root):  # the stages re-enter the lock
         ensure_ray(address)
         if not paths.contract.exists():
             log.info("tune.stage", stage="init")
