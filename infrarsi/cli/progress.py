@@ -75,9 +75,10 @@ class StageBars:
 
     def _close(self) -> None:
         if self._progress is not None:
-            self._progress.update(
-                self._task, total=max(self.trials, 1), completed=max(self.trials, 1)
-            )
+            done = max(self.trials, 1)
+            if not self.trials:  # e.g. a long check skipped because its budget buys nothing
+                self._progress.update(self._task, description="no trial run")
+            self._progress.update(self._task, total=done, completed=done)
             self._progress.stop()
         self._progress = self._task = None
 

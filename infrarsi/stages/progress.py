@@ -87,7 +87,7 @@ class RunProgress(Callback):
     def __enter__(self) -> RunProgress:
         if self.enabled:
             self._progress = Progress(
-                TextColumn("run"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                TextColumn(f"{'run':<10}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                 TimeElapsedColumn(), transient=False, console=Console(stderr=True),  # stdout: the result
             )
             self._progress.start()
