@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from infrarsi.cli.app import app, console, handle_errors
+from infrarsi.cli.app import app, console, env_help, handle_errors
 from infrarsi.cli.stages import wait_option, wait_seconds
 from infrarsi.errors import ConfigError, StudyError
 
@@ -21,8 +21,8 @@ bank_app = typer.Typer(name="bank", help="The experience bank: ingest studies, q
                        no_args_is_help=True, add_completion=False)
 app.add_typer(bank_app, name="bank")
 
-BANK_HELP = ("The bank: a directory or a URI (s3://bucket/bank, gs://..., hdfs://..., file:///abs/path, "
-             "memory://... with fsspec). Default: $INFRARSI_BANK, else ~/.cache/infrarsi/bank.")
+BANK_HELP = env_help("The bank: a directory or a URI (s3://bucket/bank, gs://..., hdfs://..., file:///abs/path, "
+                     "memory://... with fsspec). Default: $INFRARSI_BANK, else ~/.cache/infrarsi/bank.", "INFRARSI_BANK")
 
 
 def open_bank(bank: str | None, *, study_dir: Path | None = None) -> Any:
@@ -63,7 +63,7 @@ def _studies(folder: Path) -> list[Path]:
 @handle_errors
 def ingest_cmd(
     study: list[Path] = typer.Argument(..., help="Study directories (or folders holding studies)."),
-    bank: str | None = typer.Option(None, "--bank", help=BANK_HELP + " Without it: the study's contract's bank."),
+    bank: str | None = typer.Option(None, "--bank", help="Without it: the study's contract's bank. " + BANK_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print what was ingested as JSON."),
     wait: str | None = wait_option(),
 ) -> None:

@@ -14,6 +14,7 @@ import yaml
 from rich.table import Table
 
 from infrarsi.cli.app import EXIT_FAILURE, command, console
+from infrarsi.cli.stages import shared
 from infrarsi.errors import ConfigError
 from infrarsi.result import TrialResult
 from infrarsi.structlog_config import configure_logging
@@ -84,7 +85,7 @@ def trial(
     memory_capacity: str | None = typer.Option(None, "--memory-capacity", help="Per-device memory capacity with units, e.g. 2GiB (default: the workload's, else the device's)."),
     log: Path | None = typer.Option(None, "--log", help="Study directory: the row is appended to DIR/trials/ (Arrow)."),
     timeout: str | None = typer.Option(None, "--timeout", help="Trial deadline with units, e.g. 90s or 5m (default: 120 s + 30 s per step)."),
-    address: str | None = typer.Option(None, "--address", help="Existing Ray cluster (also RAY_ADDRESS); default: start a local Ray."),
+    address: str | None = shared("address"),
     trial_id: str | None = typer.Option(None, "--trial-id", help="Trial id (default: a fresh one)."),
     log_format: str | None = typer.Option(None, "--log-format", help="Log lines on stderr: text | json."),
     as_json: bool = typer.Option(False, "--json", help="Print the result row as JSON instead of a table."),

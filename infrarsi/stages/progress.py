@@ -10,6 +10,7 @@ import pickle
 from typing import Any
 
 from ray.tune import Callback, Stopper
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from infrarsi.result import TrialResult
@@ -86,8 +87,8 @@ class RunProgress(Callback):
     def __enter__(self) -> RunProgress:
         if self.enabled:
             self._progress = Progress(
-                TextColumn("run"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                TimeElapsedColumn(), transient=False,
+                TextColumn(f"{'run':<10}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                TimeElapsedColumn(), transient=False, console=Console(stderr=True),  # stdout: the result
             )
             self._progress.start()
             self._task = self._progress.add_task(self.describe(), total=self.total, completed=self.done)

@@ -31,6 +31,7 @@ from typing import Any, cast
 import structlog
 
 from infrarsi.errors import StudyError
+from infrarsi.stages.executor import StudyExecutor
 from infrarsi.study.candidate import Candidate
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import StudyPaths
@@ -119,7 +120,6 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
     from infrarsi.execution.group import GroupSpec
     from infrarsi.execution.runner import init_ray as ensure_ray
     from infrarsi.stages.common import device_budget_s, raise_harness_errors
-    from infrarsi.stages.executor import StudyExecutor
     from infrarsi.stages.optimizer_factory import build_optimizer, make_searcher
     from infrarsi.stages.progress import RunProgress, is_lost_actor
     from infrarsi.study.contract import Contract
@@ -144,6 +144,11 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
         raise ConfigError(f"--concurrency: rule: at least 1 trial at a time, got {concurrency}. "
                           f"Fix: --concurrency 1 or more, or leave it out to use what the cluster holds.")
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Ray Tune prints nothing: RunProgress draws the bar and the study's log holds the detail. The
+    # new output engine prints its configuration box, the results path and a TensorBoard hint
+    # even at verbose=0; the legacy one (RAY_AIR_NEW_OUTPUT=0, Ray's documented switch) prints
+    # nothing at verbose=0.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     ensure_ray(address)
     workload = contract.workload_model()
     spec = GroupSpec.from_resources(workload.resources)
@@ -158,7 +163,7 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
         limit = concurrency or 1
     namespace = "infrarsi"
     name = f"infrarsi-exec-{uuid.uuid4().hex[:8]}"
-    Executor = ray.remote(num_cpus=0)(StudyExecutor)
+    Executor = ray.remote(num_cpus=0)(_LoggedExecutor)
     here = ray.get_runtime_context().get_node_id()  # the log is written on the driver's node
     executor = Executor.options(
         name=name, namespace=namespace, lifetime=None, max_concurrency=limit + 4,
@@ -192,8 +197,10 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
                             _make_trainable(name, namespace, reserved=reserved, concurrency=limit),
                             trial_resources(spec) if reserved else {"cpu": 0, "memory": 1}),
                         tune_config=tune.TuneConfig(
+                            # the limiter alone caps trials in flight (max_concurrent_trials too
+                            # would wrap it again: Tune warns and ignores it)
                             search_alg=limiter, num_samples=remaining, metric="step_time_s", mode="min",
-                            time_budget_s=wall_left, max_concurrent_trials=limit, reuse_actors=True,
+                            time_budget_s=wall_left, reuse_actors=True,
                         ),
                         run_config=tune.RunConfig(
                             name=f"run-{int(time.time())}-{round_}", storage_path=str(paths.root / "tune"),
@@ -242,6 +249,19 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
         "raw_speedup": (base / best.step_time_s) if (best and base and best.step_time_s) else None,
         "concurrency": limit,
     }
+
+
+class _LoggedExecutor(StudyExecutor):
+    """The study executor as ``run``'s actor: its events (each trial's start and end) go to the
+    study's ``DIR/logs/infrarsi.jsonl`` like the driver's, instead of only the actor's stderr
+    (which Ray keeps in its session logs: ``log_to_driver=False``)."""
+
+    def __init__(self, study_dir: str | Path, **kwargs: Any) -> None:
+        from infrarsi.structlog_config import attach_study_log, configure_logging
+
+        configure_logging(verbose=False)  # the actor's stderr is Ray's worker log, not a terminal
+        attach_study_log(study_dir)
+        super().__init__(study_dir, **kwargs)
 
 
 def fastest_clean_row(rows: list[Any]) -> Any:

@@ -4,7 +4,8 @@ Every stage in order on one study directory (init, doctor, run, verify, report).
 output already exists is skipped, so re-running ``tune`` on the same directory resumes where it
 stopped (``run`` resumes from the log). Each stage adds the study to the experience bank as it
 ends, and ``tune`` once more at the end (``infrarsi.stages.bank_feed.add_to_bank``): the bank the contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
-disables it), which warm-starts later studies of similar workloads (other clusters, other sizes)."""
+disables it), which warm-starts later studies of similar workloads (other clusters, other sizes).
+Every event goes to the study's ``logs/infrarsi.jsonl`` (``infrarsi.structlog_config.study_log``)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,12 @@ def tune_stage(
     memory_capacity_bytes: int | None = None,
     address: str | None = None,
     request: str = "",
+    space: str | Path | None = None,
+    editable_globs: list[str] | None = None,
+    editable_knobs: list[str] | None = None,
+    device_hours: float | None = None,
     doctor_repeats: int = 3,
+    honest_change: bool = True,
     top_k: int = 3,
     pairs: int = 3,
     rounds: int = 2,
@@ -42,10 +48,16 @@ def tune_stage(
     wait_s: float | None = None,
     long_check: bool = True,
     long_check_budget_s: float | None = None,
+    horizon_factor: float | None = None,
+    checkpoint: bool = True,
+    pdf: bool = False,
 ) -> dict[str, Any]:
     """Run every stage on ``study_dir`` (``concurrency``: the run stage's, see ``run_stage``); the init options (``memory_capacity_bytes``, the switches
     ``analytic_prior``, ``loss_guard``, ``bank``, ...) only apply when the study has no contract
-    yet (see ``init_stage``). The study lock is held once across every stage (``wait_s``: how long
+    yet (see ``init_stage``); ``doctor_repeats`` and ``honest_change`` are the doctor's,
+    ``top_k``, ``pairs`` and ``rounds`` verify's, ``horizon_factor`` and ``checkpoint`` the long
+    check's, ``pdf`` the report's. It logs ``tune.stage`` as each stage starts (the CLI's progress
+    bars follow it). The study lock is held once across every stage (``wait_s``: how long
     to wait for another writer; None refuses at once with ``StudyLockedError``). When verify
     accepted a candidate, ``long_check`` runs the check past the trial's horizon on it (unless
     ``long_check.json`` already holds that very candidate's), which ``apply`` requires."""
@@ -56,6 +68,7 @@ def tune_stage(
     from infrarsi.stages.report import write_report
     from infrarsi.stages.run import run_stage
     from infrarsi.stages.verify import verify_stage
+    from infrarsi.structlog_config import study_log
     from infrarsi.study.lock import hold_study
     from infrarsi.study.paths import make_private_dir
     from infrarsi.study.trial_log import read_trials, rows
@@ -63,33 +76,43 @@ def tune_stage(
     paths = StudyPaths(Path(study_dir).resolve())
     if not paths.contract.exists():  # bad input fails before Ray starts
         check_init_options(study_dir=paths.root, trials=trials, wall_time_s=time_budget_s,
-                           loss_tolerance=loss_tolerance)
+                           device_hours=device_hours, loss_tolerance=loss_tolerance, editable_globs=editable_globs,
+                           long_check_budget_s=long_check_budget_s)
     make_private_dir(paths.root)
-    with hold_study(paths.root, "tune", wait_s=wait_s):  # the stages below re-enter it
+    with hold_study(paths.root, "tune", wait_s=wait_s), study_log(paths.root):  # the stages re-enter the lock
         ensure_ray(address)
         if not paths.contract.exists():
-            init_stage(workload_path, paths.root, request=request, memory_capacity_bytes=memory_capacity_bytes,
-                       trials=trials, wall_time_s=time_budget_s, loss_tolerance=loss_tolerance,
-                       analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank,
-                       long_check_budget_s=long_check_budget_s)
+            log.info("tune.stage", stage="init")
+            init_stage(workload_path, paths.root, request=request, space=space, editable_globs=editable_globs,
+                       editable_knobs=editable_knobs, memory_capacity_bytes=memory_capacity_bytes,
+                       trials=trials, wall_time_s=time_budget_s, device_hours=device_hours,
+                       loss_tolerance=loss_tolerance, analytic_prior=analytic_prior, loss_guard=loss_guard,
+                       bank=bank, long_check_budget_s=long_check_budget_s)
             log.info("tune.init_done", study=str(paths.root))
         if not paths.doctor.exists():
-            doctor_stage(paths.root, repeats=doctor_repeats, address=address)
+            log.info("tune.stage", stage="doctor")
+            doctor_stage(paths.root, repeats=doctor_repeats, address=address, honest_change=honest_change)
         existing = [r for r in rows(read_trials(paths.root)) if r.stage == "run"]
+        log.info("tune.stage", stage="run")
         run_summary = run_stage(paths.root, trials=trials, resume=bool(existing), time_budget_s=time_budget_s,
                                 address=address, seed=seed, progress=progress, concurrency=concurrency)
         if not paths.verify.exists():
+            log.info("tune.stage", stage="verify")
             verify_stage(paths.root, top_k=top_k, pairs=pairs, rounds=rounds, address=address, seed=seed)
         verify = json.loads(paths.verify.read_text())
-        checked = _long_check(paths, verify, address) if long_check else None
-        write_report(paths.root)
+        checked = (_long_check(paths, verify, address, horizon_factor=horizon_factor, checkpoint=checkpoint)
+                   if long_check else None)
+        log.info("tune.stage", stage="report")
+        write_report(paths.root, pdf=pdf)
         return {"run": run_summary, "verify": verify, "long_check": checked, "report_html": str(paths.report_html),
                 "report_md": str(paths.report_md), "bank": add_to_bank(paths.root)}
 
 
-def _long_check(paths: StudyPaths, verify: dict[str, Any], address: str | None) -> dict[str, Any] | None:
+def _long_check(paths: StudyPaths, verify: dict[str, Any], address: str | None, *,
+                horizon_factor: float | None = None, checkpoint: bool = True) -> dict[str, Any] | None:
     """The long check of verify's accepted candidate, run unless ``long_check.json`` already
-    holds that candidate's (None when verify accepted nothing)."""
+    holds that candidate's (None when verify accepted nothing); ``horizon_factor`` None: the
+    long check's default."""
     from infrarsi.stages.long_check import accepted_candidate, long_check_stage
     from infrarsi.study.long_check_report import LongCheckResult
 
@@ -100,7 +123,9 @@ def _long_check(paths: StudyPaths, verify: dict[str, Any], address: str | None) 
         done = LongCheckResult.load(paths.root)
         if done.candidate_key and done.candidate_key == _full_key(paths, cand):
             return done.to_json()
-    return long_check_stage(paths.root, candidate=cand, address=address).to_json()
+    log.info("tune.stage", stage="long-check")
+    kw: dict[str, Any] = {} if horizon_factor is None else {"horizon_factor": horizon_factor}
+    return long_check_stage(paths.root, candidate=cand, address=address, checkpoint=checkpoint, **kw).to_json()
 
 
 def _full_key(paths: StudyPaths, cand: Any) -> str:

@@ -141,3 +141,67 @@ def test_piped_tables_are_not_folded_at_80_columns() -> None:
         assert con.width == 50
     finally:
         con.file.close()
+
+
+def test_quiet_by_default_verbose_shows_every_event_and_the_study_log_keeps_them(study: Path) -> None:
+    """A command given a study logs every event to DIR/logs/infrarsi.jsonl; the terminal shows
+    info events only with -v (warnings always)."""
+    import json
+
+    from infrarsi.structlog_config import get_logger
+
+    @command("probe-log", hidden=True)
+    def probe(study: Path = typer.Argument(...)) -> None:
+        get_logger("probe").info("probe.info_event", step_time_s=1.5)
+        get_logger("probe").warning("probe.warning_event")
+        print("result")
+
+    try:
+        quiet = _invoke("probe-log", str(study))
+        loud = _invoke("-v", "probe-log", str(study))
+    finally:
+        app.registered_commands[:] = [c for c in app.registered_commands if c.name != "probe-log"]
+        from infrarsi.structlog_config import configure_logging
+
+        configure_logging(verbose=True)  # the library's default, for the tests after these
+    assert quiet.exit_code == 0 and loud.exit_code == 0, quiet.output + loud.output
+    assert "probe.info_event" not in quiet.output and "probe.warning_event" in quiet.output
+    assert quiet.stdout == "result\n"
+    assert "probe.info_event" in loud.output and "probe.warning_event" in loud.output
+    events = [json.loads(line) for line in (study / "logs" / "infrarsi.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["probe.info_event", "probe.warning_event"] * 2
+    assert events[0]["step_time_s"] == 1.5 and events[0]["logger"] == "probe"
+
+
+def test_root_help_names_verbose_and_the_environment_variables() -> None:
+    from infrarsi.cli.app import ENV_VARS
+
+    res = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "--verbose" in res.output and "-v" in res.output and "logs/infrarsi.jsonl" in res.output
+    for var in ("INFRARSI_BANK", "INFRARSI_PRIOR", "INFRARSI_LOSS_GUARD", "RAY_ADDRESS"):
+        assert var in ENV_VARS and f"{var}:" in res.output, var
+
+
+def test_env_help_refuses_a_variable_the_root_help_does_not_list() -> None:
+    from infrarsi.cli.app import env_help
+
+    assert env_help("The bank.", "INFRARSI_BANK") == r"The bank. \[env var: INFRARSI_BANK]"
+    with pytest.raises(KeyError, match="ENV_VARS"):
+        env_help("x", "INFRARSI_UNKNOWN")
+
+
+def test_print_json_writes_one_line_dataclasses_as_objects(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    from dataclasses import dataclass
+
+    from infrarsi.cli.app import print_json
+
+    @dataclass
+    class Out:
+        path: Path
+        n: int
+
+    print_json(Out(Path("/tmp/x"), 3))
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and json.loads(out) == {"path": "/tmp/x", "n": 3}

@@ -238,3 +238,134 @@ def test_long_check_without_an_accepted_candidate_exits_2_naming_verify_json(tmp
     res = _invoke("long-check", str(study))
     refused(res, "best")
     assert "accepted" in res.output
+
+
+# ------------------------------------------------------------ tune takes every stage's options
+TUNE_LEAVES_OUT = {"run": {"--resume"}, "long-check": {"--budget"}}
+"""Stage options ``tune`` has no use for: it resumes a study by itself, and its long check's
+budget is the contract's (``--long-check-budget`` at init)."""
+
+
+def _options(name: str) -> set[str]:
+    import typer
+
+    cmd = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+
+
+@pytest.mark.parametrize("stage", ["init", "doctor", "run", "verify", "long-check", "report"])
+def test_tune_takes_every_option_of_the_stages_it_runs(stage: str) -> None:
+    assert _options(stage) - _options("tune") == TUNE_LEAVES_OUT.get(stage, set())
+
+
+RUN_OWN_DEFAULTS = {"--trials", "--time-budget"}
+"""``run``'s own spelling of these: its default is the contract's, not a new study's."""
+
+
+@pytest.mark.parametrize("stage", ["init", "doctor", "run", "verify", "long-check", "report"])
+def test_tune_and_each_stage_share_one_definition_of_their_options(stage: str) -> None:
+    """An option that a stage and ``tune`` both take comes from one definition (``SHARED_OPTIONS``):
+    it reads the same in both helps."""
+    import typer
+
+    group = typer.main.get_command(app)
+
+    def helps(name: str) -> dict[str, str | None]:
+        return {p.opts[0]: p.help for p in group.commands[name].params if p.opts}  # type: ignore[attr-defined]
+
+    mine, tune = helps(stage), helps("tune")
+    both = (set(mine) & set(tune)) - {"--study", "--json", "--wait"} - (RUN_OWN_DEFAULTS if stage == "run" else set())
+    assert both and {o: mine[o] for o in both} == {o: tune[o] for o in both}
+
+
+def test_tune_passes_the_stage_options_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import infrarsi.stages.tune as tune_mod
+
+    seen: dict[str, object] = {}
+
+    def fake_tune_stage(workload: object, study: object, **kw: object) -> dict:
+        seen.update(kw, workload=workload, study=study)
+        return {"run": {"baseline_step_time_s": 2.0}, "verify": {"best": None, "candidates": []},
+                "long_check": None, "report_html": str(tmp_path / "report.html")}
+
+    monkeypatch.setattr(tune_mod, "tune_stage", fake_tune_stage)
+    res = _invoke("tune", DENSE, "--study", str(tmp_path / "s"), "--space", str(DENSE_SPACE), "--knob", "zero_stage",
+                  "--knob", "micro_batch_size", "--editable", "workloads/**", "--device-hours", "2", "--repeats", "4",
+                  "--no-honest-change", "--pairs", "4", "--rounds", "3", "--top-k", "2", "--horizon-factor", "5",
+                  "--skip-checkpoint", "--pdf", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["report_html"].endswith("report.html")
+    assert seen["space"] == DENSE_SPACE and seen["editable_knobs"] == ["zero_stage", "micro_batch_size"]
+    assert seen["editable_globs"] == ["workloads/**"] and seen["device_hours"] == 2.0
+    assert (seen["doctor_repeats"], seen["honest_change"]) == (4, False)
+    assert (seen["pairs"], seen["rounds"], seen["top_k"]) == (4, 3, 2)
+    assert (seen["horizon_factor"], seen["checkpoint"], seen["pdf"]) == (5.0, False, True)
+    res = _invoke("tune", DENSE, "--study", str(tmp_path / "s"))  # the summary table instead
+    assert res.exit_code == 0, res.output
+    for row in ("baseline", "2.0000 s/step", "verified best", "long check", "report", "full log",
+                str(Path("logs") / "infrarsi.jsonl")):
+        assert row in res.stdout, row
+
+
+# ------------------------------------------------------------ --json: one JSON object on stdout
+def _fake_stages(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every stage function the commands call, answering at once (the commands' printing is
+    under test here; the stages have their own tests)."""
+    from types import SimpleNamespace
+
+    import infrarsi.stages.apply as apply_mod
+    import infrarsi.stages.doctor as doctor_mod
+    import infrarsi.stages.long_check as long_mod
+    import infrarsi.stages.report as report_mod
+    import infrarsi.stages.run as run_mod
+    import infrarsi.stages.verify as verify_mod
+    from infrarsi.stages.apply import ApplyResult
+    from infrarsi.stages.report import ReportPaths
+
+    monkeypatch.setattr(doctor_mod, "doctor_stage", lambda *a, **k: SimpleNamespace(to_json=lambda: {"noise": 0.05}))
+    monkeypatch.setattr(run_mod, "run_stage", lambda *a, **k: {"trials": 3, "statuses": {"ok": 3}, "concurrency": 1,
+                                                               "best_step_time_s": 1.0, "baseline_step_time_s": 2.0,
+                                                               "raw_speedup": 2.0, "best_config": {"zero_stage": 1}})
+    monkeypatch.setattr(verify_mod, "verify_stage", lambda *a, **k: {"best": None, "candidates": []})
+    monkeypatch.setattr(long_mod, "accepted_candidate", lambda *a, **k: None)
+    monkeypatch.setattr(long_mod, "long_check_stage", lambda *a, **k: SimpleNamespace(to_json=lambda: {"status": "passed"}))
+    monkeypatch.setattr(report_mod, "write_report", lambda *a, **k: ReportPaths(
+        tmp_path / "report.md", tmp_path / "report.html", [tmp_path / "report_files" / "a.png"]))
+    monkeypatch.setattr(apply_mod, "apply", lambda *a, **k: ApplyResult("infrarsi/s-1", "a" * 40, "b" * 40,
+                                                                        "infrarsi/golden/s", True, ["ds.json"]))
+
+
+@pytest.mark.parametrize(("args", "key"), [
+    (["doctor", "STUDY"], "noise"), (["run", "STUDY"], "concurrency"), (["verify", "STUDY"], "candidates"),
+    (["long-check", "STUDY"], "status"), (["report", "STUDY"], "html"), (["apply", "STUDY", "--repo", "REPO"], "branch"),
+    (["state", "STUDY"], "trials"),
+])
+def test_json_prints_one_object_on_stdout(args: list[str], key: str, study: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_stages(monkeypatch, tmp_path)
+    args = [{"STUDY": str(study), "REPO": str(tmp_path)}.get(a, a) for a in args]
+    res = _invoke(*args, "--json")
+    assert res.exit_code == 0, res.output
+    assert key in json.loads(res.stdout)
+
+
+def test_init_json_names_the_contract_and_its_switches(tmp_path: Path) -> None:
+    res = _invoke("init", str(SURROGATE_SMALL), "--study", str(tmp_path / "s"), "--bank", "off", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["contract"].endswith("contract.yaml") and len(out["contract_hash"]) == 64
+    assert out["switches"]["bank"] is None and "per device" in out["memory_capacity"]
+
+
+@pytest.mark.parametrize("command", ["init", "doctor", "run", "verify", "long-check", "report", "apply", "tune", "state"])
+def test_every_stage_command_takes_json(command: str) -> None:
+    assert "--json" in _options(command)
+
+
+def test_the_environment_variables_show_in_the_help() -> None:
+    for args, var in ((["init", "--help"], "INFRARSI_BANK"), (["init", "--help"], "INFRARSI_PRIOR"),
+                      (["tune", "--help"], "INFRARSI_LOSS_GUARD"), (["run", "--help"], "RAY_ADDRESS"),
+                      (["report", "--help"], "INFRARSI_CHROMIUM"), (["bank", "stats", "--help"], "INFRARSI_BANK")):
+        res = _invoke(*args, env={"COLUMNS": "300"})
+        assert res.exit_code == 0, res.output
+        assert f"[env var: {var}]" in res.output, (args, var)

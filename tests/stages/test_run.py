@@ -170,9 +170,9 @@ def test_trials_run_at_once_each_in_its_own_reservation_on_a_two_node_cluster(
     r = _cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", two_node_cluster)
     assert r.returncode == 0, r.stderr[-2000:]
     _wait_until_free(two_node_cluster, cpus=4)  # the doctor's reservation is released asynchronously
-    r = _cli("run", str(study), "--address", two_node_cluster)
+    r = _cli("run", str(study), "--address", two_node_cluster, "--json")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout[r.stdout.index("{"):])["concurrency"] == 2
+    assert json.loads(r.stdout)["concurrency"] == 2  # stdout holds the one JSON object (the bar: stderr)
     run = [x for x in rows(read_trials(study)) if x.stage == "run"]
     assert len(run) == 4 and len({x.trial_id for x in run}) == 4
     assert all(x.extra["concurrency"] == 2 for x in run)

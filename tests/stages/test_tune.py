@@ -43,16 +43,35 @@ def test_all_stages_then_each_stage_again_from_the_directory(tmp_path: Path) -> 
     assert set(verify) >= {"best", "candidates"}
     assert out["report_html"].endswith("report.html")
 
-    # Each stage re-runs from the directory alone, through the CLI, in a fresh process.
-    r = _cli("report", str(study))
+    # Each stage re-runs from the directory alone, through the CLI, in a fresh process; --json
+    # prints one JSON object on stdout (the progress bars go to stderr).
+    r = _cli("report", str(study), "--json")
     assert r.returncode == 0, r.stderr
-    r = _cli("verify", str(study), "--top-k", "1", "--pairs", "2", "--rounds", "1")
+    assert json.loads(r.stdout)["html"].endswith("report.html")
+    r = _cli("verify", str(study), "--top-k", "1", "--pairs", "2", "--rounds", "1", "--json")
     assert r.returncode == 0, r.stderr
+    assert set(json.loads(r.stdout)) >= {"best", "candidates"}
+    # Quiet by default: a progress bar and the result table, no Ray Tune banner, results path,
+    # TensorBoard hint or double concurrency limit warning, no per-trial log lines.
     r = _cli("run", str(study), "--trials", "7", "--resume")
     assert r.returncode == 0, r.stderr
+    said = r.stdout + r.stderr
+    for noise in ("View detailed results", "tensorboard", "max_concurrent_trials", "Configuration for experiment",
+                  "trial.start", "trial.end"):
+        assert noise.lower() not in said.lower(), (noise, said)
+    assert len(said.strip().splitlines()) <= 15, said
     assert len([x for x in rows(read_trials(study)) if x.stage == "run"]) == 7
-    r = _cli("doctor", str(study), "--repeats", "2")
+    # ... and the study's log holds every event as JSON lines, the run's trials included (they
+    # end in the executor actor), with the Ray session's logs (the ranks' stdout) beside it.
+    events = [json.loads(line) for line in (study / "logs" / "infrarsi.jsonl").read_text().splitlines()]
+    assert {"trial.start", "trial.end", "run.start"} <= {e["event"] for e in events}
+    assert any(e["event"] == "trial.end" and e.get("trial_id", "").startswith("run-") for e in events)
+    assert (study / "logs" / "ray").is_dir()
+    # -v brings the events back to the terminal (stderr), stdout still the one JSON object.
+    r = _cli("-v", "doctor", str(study), "--repeats", "2", "--json")
     assert r.returncode == 0, r.stderr
+    assert "trial.start" in r.stderr and "trial.end" in r.stderr
+    assert "noise_margin" in json.loads(r.stdout)
     # Without --resume, run refuses to silently mix with an existing search.
     r = _cli("run", str(study), "--trials", "8")
     assert r.returncode == 1 and "--resume" in r.stderr
