@@ -87,8 +87,12 @@ def _duration(text: str | None, what: str) -> float | None:
 
 @command("init")
 def init_cmd(
-    workload: Path = typer.Argument(..., help="Workload YAML, e.g. workloads/dense_debug.yaml."),
+    workload: Path | None = typer.Argument(None, help="Workload YAML, e.g. workloads/dense_debug.yaml (or --script)."),
     study: Path = typer.Option(..., "--study", help=STUDY_HELP),
+    script: str | None = typer.Option(
+        None, "--script", help='The launch line you run today, e.g. "deepspeed --num_gpus 2 train.py --deepspeed ds.json": '
+        "writes its workload YAML (NAME.infrarsi.yaml, here) and inits the study from it."),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="With --script: tokens per sequence, when the script's arguments do not say."),
     request: str = typer.Option("", "--request", help="The human request, kept verbatim in the contract."),
     space: Path | None = typer.Option(None, "--space", help="Search-space YAML (default: the workload's)."),
     memory_capacity: str | None = typer.Option(None, "--memory-capacity", help="Per-device memory capacity with units, e.g. 4GiB or 80GB."),
@@ -108,6 +112,12 @@ def init_cmd(
     """Lock the task contract of a new study (DIR/contract.yaml, frozen and hashed)."""
     from infrarsi.stages.init import init_stage
 
+    if script is not None or workload is None:
+        from infrarsi.stages.init_script import init_workload_argument
+
+        workload = init_workload_argument(workload, script, space=space, seq_len=seq_len,
+                                          say=lambda t: console.print(t, highlight=False))
+        space = None if script is not None else space
     c = init_stage(
         workload, study, request=request, space=space,
         memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"),
