@@ -20,7 +20,6 @@ could not become a knob value and why).
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 import shlex
@@ -32,6 +31,7 @@ from typing import Any, Literal
 import yaml
 
 from infrarsi.errors import ConfigError, WorkloadError
+from infrarsi.execution.script_source import ScriptKind, ScriptSource, option_name, read_script
 from infrarsi.workload import Launcher
 
 LAUNCHER_VALUE_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -110,25 +110,9 @@ SEQ_LEN_ARGS = (
 STEPS_ARGS = ("max_steps", "steps", "train_steps", "num_steps", "total_steps", "max_iters", "iters")
 """Script arguments that name how many optimizer steps the script trains."""
 
-HF_NAMES = (
-    "Trainer",
-    "TrainingArguments",
-    "HfArgumentParser",
-    "Seq2SeqTrainer",
-    "Seq2SeqTrainingArguments",
-)
-"""Names whose import from ``transformers`` marks a Hugging Face ``Trainer`` script."""
 
 HF_DEFAULT_MICRO_BATCH = 8
 """``TrainingArguments.per_device_train_batch_size``'s default."""
-
-ScriptKind = Literal["deepspeed", "hf_trainer", "torch"]
-"""How a script reaches its training engine: its own ``deepspeed.initialize`` call, a Hugging Face
-``Trainer`` (through accelerate into ``deepspeed.initialize``), or plain torch (no DeepSpeed)."""
-
-
-def _norm(opt: str) -> str:
-    return opt.lstrip("-").replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -205,7 +189,7 @@ def parse_launch_line(text: str, *, devices_available: int = 0) -> LaunchLine:
     while i < len(rest) and rest[i].startswith("-"):
         word = rest[i]
         name, eq, val = word.partition("=")
-        key = _norm(name)
+        key = option_name(name)
         if key in ("m", "module"):
             raise ConfigError(
                 f"--script: {word!r}: rule: infrarsi runs a script file (train.py), not a module. "
@@ -279,7 +263,7 @@ def arg_value(args: list[str], names: tuple[str, ...]) -> str | None:
     for n in names:
         for i, a in enumerate(args):
             name, eq, val = a.partition("=")
-            if not a.startswith("--") or _norm(name) != _norm(n):
+            if not a.startswith("--") or option_name(name) != option_name(n):
                 continue
             if eq:
                 return val
@@ -287,74 +271,6 @@ def arg_value(args: list[str], names: tuple[str, ...]) -> str | None:
                 return args[i + 1]
             return "true"
     return None
-
-
-@dataclass
-class ScriptSource:
-    """What the script's syntax tree tells, without running it."""
-
-    kind: ScriptKind
-    """How the script reaches its engine (``ScriptKind``)."""
-    defaults: dict[str, Any]
-    """Argument name (no dashes, ``_`` for ``-``) -> its default: ``argparse`` ``add_argument``
-    calls and dataclass fields (``HfArgumentParser``) with a constant default."""
-
-
-def read_script(path: Path) -> ScriptSource:
-    """Parse ``path`` (never run it); ``ConfigError`` when it cannot be read or parsed."""
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
-        raise ConfigError(
-            f"--script: script {str(path)!r}: rule: a Python file that parses; {type(e).__name__}: "
-            f"{e}. Fix the script or the path"
-        ) from None
-    hf = deepspeed = False
-    defaults: dict[str, Any] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "transformers":
-            hf = hf or any(a.name in HF_NAMES for a in node.names)
-        elif (
-            isinstance(node, ast.Attribute)
-            and node.attr in HF_NAMES
-            and isinstance(node.value, ast.Name)
-            and node.value.id == "transformers"
-        ):
-            hf = True
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            mods = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-            )
-            deepspeed = deepspeed or any(m.split(".")[0] == "deepspeed" for m in mods)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "add_argument"
-        ):
-            names = [
-                a.value
-                for a in node.args
-                if isinstance(a, ast.Constant) and isinstance(a.value, str)
-            ]
-            default = next((k.value for k in node.keywords if k.arg == "default"), None)
-            if isinstance(default, ast.Constant):
-                for n in names:
-                    if n.startswith("--"):
-                        defaults.setdefault(_norm(n), default.value)
-        elif (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and node.value is not None
-        ):
-            value = node.value
-            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "field":
-                value = next((k.value for k in value.keywords if k.arg == "default"), None)  # type: ignore[assignment]
-            if isinstance(value, ast.Constant):
-                defaults.setdefault(node.target.id, value.value)
-    kind: ScriptKind = "hf_trainer" if hf else "deepspeed" if deepspeed else "torch"
-    return ScriptSource(kind=kind, defaults=defaults)
 
 
 @dataclass
@@ -687,15 +603,12 @@ def write_script_workload(sw: ScriptWorkload, command: str) -> Path:
 
 __all__ = [
     "LaunchLine",
-    "ScriptKind",
-    "ScriptSource",
     "ScriptWorkload",
     "arg_value",
     "baseline_from_config",
     "default_space",
     "init_workload_argument",
     "parse_launch_line",
-    "read_script",
     "script_workload",
     "visible_devices",
     "workload_from_launch_line",

@@ -14,7 +14,6 @@ from infrarsi.stages.init_script import (
     arg_value,
     init_workload_argument,
     parse_launch_line,
-    read_script,
     script_workload,
     write_script_workload,
 )
@@ -24,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "scripts"
 DS_LINE = "deepspeed --num_gpus 2 ds_train.py --deepspeed --deepspeed_config ds.json --steps 1000"
 
+# The shape of a Trainer script (read, never run here).
 HF_SCRIPT = """
 from dataclasses import dataclass, field
 from transformers import HfArgumentParser, Trainer, TrainingArguments
@@ -120,17 +120,6 @@ def test_arguments_are_read_as_the_script_reads_them():
     assert arg_value(args, ("max_steps",)) == "20"
     assert arg_value(args, ("gradient_checkpointing",)) == "true"
     assert arg_value(args, ("fp16",)) is None
-
-
-def test_the_script_is_read_never_run(tmp_path):
-    _ds_example(tmp_path)
-    src = read_script(tmp_path / "ds_train.py")
-    assert (
-        src.kind == "deepspeed" and src.defaults["seq_len"] == 64 and src.defaults["steps"] == 200
-    )
-    _hf_example(tmp_path)
-    hf = read_script(tmp_path / "hf.py")
-    assert hf.kind == "hf_trainer" and hf.defaults["max_seq_length"] == 32
 
 
 def test_the_example_line_gives_the_examples_workload(tmp_path):
