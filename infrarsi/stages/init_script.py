@@ -458,6 +458,13 @@ def script_workload(
         f"launcher {line.launcher}, {line.workers} ranks on {line.nodes} node(s), device {device}"
     ]
     name = config_arg(line.args)
+    if name is None and src.kind == "torch":
+        raise ConfigError(
+            f"--script: script {line.script!r}: rule: infrarsi reaches a script through DeepSpeed (its own "
+            f"deepspeed.initialize, or a Trainer's --deepspeed ds.json); this one imports neither deepspeed nor "
+            f"a transformers Trainer, and plain torch (DDP/FSDP) scripts are not tuned yet. Fix: launch it with a "
+            f"DeepSpeed config, or write an entry-point job (docs/YOUR_JOB.md)"
+        )
     if name is None:
         raise ConfigError(
             f"--script: rule: the script's arguments name its DeepSpeed config (--deepspeed_config "

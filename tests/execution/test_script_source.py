@@ -28,12 +28,16 @@ raise SystemExit("never run")
 def test_the_kind_and_the_argument_defaults_are_read(tmp_path):
     shutil.copy(EXAMPLE / "ds_train.py", tmp_path / "ds_train.py")
     src = read_script(tmp_path / "ds_train.py")
-    assert src.kind == "deepspeed" and src.defaults["seq_len"] == 64 and src.defaults["steps"] == 200
+    assert (
+        src.kind == "deepspeed" and src.defaults["seq_len"] == 64 and src.defaults["steps"] == 200
+    )
     (tmp_path / "hf.py").write_text(HF_SCRIPT)
     hf = read_script(tmp_path / "hf.py")
     assert hf.kind == "hf_trainer" and hf.defaults == {"max_seq_length": 32, "seed_rows": 7}
-    (tmp_path / "ddp.py").write_text("import torch\nimport argparse\np = argparse.ArgumentParser()\n"
-                                     "p.add_argument('--block-size', type=int, default=256)\n")
+    (tmp_path / "ddp.py").write_text(
+        "import torch\nimport argparse\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--block-size', type=int, default=256)\n"
+    )
     plain = read_script(tmp_path / "ddp.py")
     assert plain.kind == "torch" and plain.defaults == {"block_size": 256}
 

@@ -211,6 +211,14 @@ def test_a_missing_script_or_config_or_an_odd_batch_is_refused(tmp_path, change,
     assert isinstance(e.value, UserInputError) and "--script" in str(e.value)
 
 
+def test_a_plain_torch_script_is_refused_saying_what_is_tuned(tmp_path):
+    (tmp_path / "ddp.py").write_text("import torch\nimport torch.distributed as dist\n")
+    with pytest.raises(ConfigError, match=r"plain torch \(DDP/FSDP\) scripts are not tuned yet"):
+        script_workload(
+            parse_launch_line("torchrun --nproc_per_node 2 ddp.py --lr 1"), cwd=tmp_path
+        )
+
+
 def test_no_sequence_length_anywhere_asks_for_seq_len(tmp_path):
     _ds_example(tmp_path)
     (tmp_path / "ds_train.py").write_text(
