@@ -104,8 +104,12 @@ class ScriptRun:
         self.cwd = str(Path(spec["code_dir"]) / spec.get("script_cwd", "."))
         """The working directory of the script (the workload YAML's folder in the trial's code)."""
         guard = spec.get("loss_guard")
+        script = Path(spec["code_dir"]) / spec["script"] if spec.get("script") else None
+        self.trainer = script is not None and read_script(script).kind == "hf_trainer"
+        """The script is a Hugging Face ``Trainer`` script (``script_hf``)."""
         self.tap = EngineTap(trial_steps(spec, wl), wl.resources.device, monitor,
-                             loss_guard=(lambda step, loss: loss_guard_trip(guard, step, loss)) if guard else None)
+                             loss_guard=(lambda step, loss: loss_guard_trip(guard, step, loss)) if guard else None,
+                             loss_reduction="step_sum" if self.trainer else "token_mean")
         """The harness's tap on the engine (attached by ``initialize``)."""
         self.initialized = False
         """True once the script called ``deepspeed.initialize``."""
@@ -333,7 +337,7 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
     run.monitor.start()
     with contextlib.ExitStack() as stack:
         stack.enter_context(launched(argv, run.cwd, str(Path(script).parent), env, run))
-        if read_script(Path(script)).kind == "hf_trainer":  # the trial's batch reaches TrainingArguments too
+        if run.trainer:  # the trial's batch reaches TrainingArguments too
             try:
                 from transformers.training_args import TrainingArguments
             except ImportError as e:
