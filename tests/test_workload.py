@@ -241,3 +241,19 @@ def test_init_pins_the_knobs_a_script_cannot_reach(tmp_path):
     with pytest.raises(ConfigError, match=r"--knob .activation_checkpointing.*own model"):
         init_stage(EXAMPLE / "ds_train.yaml", tmp_path / "study2", editable_knobs=["activation_checkpointing"],
                    analytic_prior=False, loss_guard=False, bank="off")
+
+
+def test_the_workload_init_writes_from_the_examples_launch_line_is_the_examples_job(tmp_path):
+    from infrarsi.stages.init_script import (
+        parse_launch_line,
+        script_workload,
+        write_script_workload,
+    )
+
+    line = "deepspeed --num_gpus 2 ds_train.py --deepspeed --deepspeed_config ds.json --steps 1000"
+    _copy(tmp_path)
+    sw = script_workload(parse_launch_line(line), cwd=tmp_path)
+    written, hand = Workload.from_yaml(write_script_workload(sw, line)), Workload.from_yaml(tmp_path / "wl.yaml")
+    assert written.script == hand.script and written.tokens_per_step == hand.tokens_per_step
+    assert written.data == hand.data and written.world_size == hand.world_size
+    assert {k: written.baseline[k] for k in hand.baseline} == hand.baseline

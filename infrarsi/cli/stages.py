@@ -40,6 +40,12 @@ WAIT_HELP = ("When another infrarsi process holds the study (one writer per stud
 WAIT_FOREVER = "forever"
 SHARED_OPTIONS: dict[str, tuple[Any, tuple[str, ...], dict[str, Any]]] = {
     # init's, also tune's
+    "script": (None, ("--script",), {
+        "help": 'The launch line you run today, e.g. "deepspeed --num_gpus 2 train.py --deepspeed ds.json", '
+                "instead of WORKLOAD: writes its workload YAML (NAME.infrarsi.yaml, here) and inits the study "
+                "from it."}),
+    "seq_len": (None, ("--seq-len",), {
+        "min": 1, "help": "With --script: tokens per sequence, when the script's arguments do not say."}),
     "request": ("", ("--request",), {"help": "The human request, kept verbatim in the contract."}),
     "space": (None, ("--space",), {"help": "Search-space YAML (default: the workload's)."}),
     "memory_capacity": (None, ("--memory-capacity",),
@@ -148,10 +154,25 @@ def _table(title: str, rows: list[tuple[str, str]]) -> Table:
     return t
 
 
+def _job(workload: Path | None, script: str | None, space: Path | None,
+         seq_len: int | None) -> tuple[Path, Path | None]:
+    """The workload YAML and search space of ``init`` and ``tune``: ``WORKLOAD`` as given, or the
+    YAML written from ``--script`` (whose space it names)."""
+    if script is None and workload is not None:
+        return workload, space
+    from infrarsi.stages.init_script import init_workload_argument
+
+    path = init_workload_argument(workload, script, space=space, seq_len=seq_len,
+                                  say=lambda t: console.print(t, highlight=False))
+    return path, (None if script is not None else space)
+
+
 @command("init")
 def init_cmd(
-    workload: Path = typer.Argument(..., help="Workload YAML, e.g. workloads/dense_debug.yaml."),
+    workload: Path | None = typer.Argument(None, help="Workload YAML, e.g. workloads/dense_debug.yaml (or --script)."),
     study: Path = typer.Option(..., "--study", help=STUDY_HELP),
+    script: str | None = shared("script"),
+    seq_len: int | None = shared("seq_len"),
     request: str = shared("request"),
     space: Path | None = shared("space"),
     memory_capacity: str | None = shared("memory_capacity"),
@@ -170,6 +191,7 @@ def init_cmd(
     """Lock the task contract of a new study (DIR/contract.yaml, frozen and hashed)."""
     from infrarsi.stages.init import init_stage
 
+    workload, space = _job(workload, script, space, seq_len)
     c = init_stage(
         workload, study, request=request, space=space,
         memory_capacity_bytes=_size(memory_capacity, "--memory-capacity"),
@@ -410,8 +432,10 @@ def apply_cmd(
 
 @command("tune")
 def tune_cmd(
-    workload: Path = typer.Argument(..., help="Workload YAML, e.g. workloads/dense_debug.yaml."),
+    workload: Path | None = typer.Argument(None, help="Workload YAML, e.g. workloads/dense_debug.yaml (or --script)."),
     study: Path = typer.Option(..., "--study", help=STUDY_HELP),
+    script: str | None = shared("script"),
+    seq_len: int | None = shared("seq_len"),
     trials: int | None = shared("trials"),
     time_budget: str | None = shared("time_budget"),
     memory_capacity: str | None = shared("memory_capacity"),
@@ -447,6 +471,7 @@ def tune_cmd(
     it stopped; the init options apply only to a new study)."""
     from infrarsi.stages.tune import tune_stage
 
+    workload, space = _job(workload, script, space, seq_len)
     with StageBars(err_console):
         out = tune_stage(
             workload, study, trials=trials, time_budget_s=_duration(time_budget, "--time-budget"),

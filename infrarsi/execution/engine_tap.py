@@ -11,7 +11,13 @@ checkpoints all work) and adds, until ``detach``:
 - a step post-hook on the real torch optimizer (``engine.basic_optimizer``): an optimizer step
   is counted only when it really stepped;
 - ``engine.backward`` (an instance attribute over the class's method): takes the loss the
-  script back-propagates, weighted by the tokens of its micro-batch, then calls DeepSpeed's;
+  script back-propagates, then calls DeepSpeed's. How a step's losses make the step's loss is
+  ``loss_reduction``: ``token_mean`` (a script's own loop passes each micro-batch's mean loss and
+  DeepSpeed divides by the accumulation: the token-weighted mean over micro-batches and ranks) or
+  ``step_sum`` (a Hugging Face ``Trainer`` passes losses already divided for the accumulation, by
+  the accumulation steps or by the items of the whole step, and tells DeepSpeed not to divide
+  again: the sum over a rank's micro-batches, averaged over the ranks), so the loss per step is
+  the same quantity whatever the micro-batch split;
 - ``engine.step``: calls DeepSpeed's; at a gradient-accumulation boundary (DeepSpeed's own
   ``is_gradient_accumulation_boundary``, read before the call) it closes the optimizer step like
   the entry-point loop (``rank_loop``) does: the loss and token sums are all-reduced over the
@@ -35,6 +41,9 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
+LossReduction = Literal["token_mean", "step_sum"]
+"""How a step's backward losses make the step's loss (see the module docstring)."""
+
 
 class TrialComplete(BaseException):
     """Raised out of the script's ``engine.step()`` when the harness has what it needs (the
@@ -48,7 +57,7 @@ class TapRecord:
     step_times_s: list[float] = field(default_factory=list)
     """Seconds of each optimizer step on this rank, ending after the step's all-reduce and sync."""
     loss: list[float] = field(default_factory=list)
-    """Global token-weighted mean of the loss the script passed to ``engine.backward``."""
+    """The step's loss from what the script passed to ``engine.backward`` (``loss_reduction``)."""
     tokens_seen: list[int] = field(default_factory=list)
     """Tokens fed to the model per optimizer step, summed over ranks (forward pre-hook)."""
     sequences_seen: list[int] = field(default_factory=list)
@@ -73,7 +82,8 @@ def _token_ids(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | 
 class EngineTap:
     """Counts, times and stops one script engine (see the module docstring)."""
 
-    def __init__(self, total_steps: int, device: str, monitor: Any = None, loss_guard: Any = None) -> None:
+    def __init__(self, total_steps: int, device: str, monitor: Any = None, loss_guard: Any = None,
+                 loss_reduction: LossReduction = "token_mean") -> None:
         self.total_steps = int(total_steps)
         """Optimizer steps to measure before ``TrialComplete`` (warm-up included)."""
         self.device = device
@@ -82,6 +92,8 @@ class EngineTap:
         """The rank's ``MemoryMonitor`` (``check`` after backward and step), or None."""
         self.loss_guard = loss_guard
         """``(step, loss) -> reason or ""`` (the run's loss guard), or None."""
+        self.loss_reduction = loss_reduction
+        """How a step's backward losses make its loss (see the module docstring)."""
         self.record = TapRecord()
         """The measurements."""
         self.engine: Any = None
@@ -127,10 +139,11 @@ class EngineTap:
 
         def backward(loss: Any, *a: Any, **k: Any) -> Any:
             if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-                n = self._mb_tokens or 1
+                summed = self.loss_reduction == "step_sum"
+                n = 1 if summed else (self._mb_tokens or 1)
                 weighted = loss.detach().double().reshape(()) * n
                 self._loss_sum = weighted if self._loss_sum is None else self._loss_sum + weighted
-                self._loss_tokens += n
+                self._loss_tokens = 1 if summed else self._loss_tokens + n  # step_sum: one weight per rank
             self._mb_tokens = 0
             out = real_backward(loss, *a, **k)
             if self.monitor is not None:
@@ -196,4 +209,4 @@ class EngineTap:
             raise TrialComplete(rec.stop_reason)
 
 
-__all__ = ["EngineTap", "TapRecord", "TrialComplete"]
+__all__ = ["EngineTap", "LossReduction", "TapRecord", "TrialComplete"]

@@ -19,7 +19,10 @@ How the script runs (the process is the rank's warm Ray actor, reused by later t
   ``deepspeed.initialize``) finds it initialised and wraps it; ``torch.distributed``'s
   ``init_process_group`` and ``destroy_process_group`` are no-ops while the script runs (the
   group outlives the trial: a warm worker runs the next one in it).
-- ``deepspeed.initialize`` is replaced for the run: the script's config (``config=`` or
+- ``deepspeed.initialize`` is replaced for the run (also where accelerate or transformers, loaded
+  earlier, hold it under their own name: ``rebind``; a Hugging Face ``Trainer`` reaches it through
+  accelerate, and its ``TrainingArguments`` get the trial's batch, precision and checkpointing
+  first: ``script_hf``): the script's config (``config=`` or
   ``--deepspeed_config``) gets the trial's knobs merged in (``script_config``), DeepSpeed builds
   the engine from the merged config, and ``EngineTap`` taps it (``engine_tap``).
 - the trial ends when the tap raises ``TrialComplete`` out of the script's ``engine.step()``
@@ -61,6 +64,8 @@ from infrarsi.execution.memory import MemoryMonitor, is_oom
 from infrarsi.execution.rank_loop import loss_guard_trip, start_rank, trial_steps
 from infrarsi.execution.rank_result import RankResult
 from infrarsi.execution.script_config import merge_trial_config, script_ds_config
+from infrarsi.execution.script_hf import TrainerOverrides, patched_post_init, trainer_overrides
+from infrarsi.execution.script_source import read_script
 from infrarsi.execution.worker import SCRIPT_ENTRY
 from infrarsi.workload import Workload
 
@@ -99,8 +104,12 @@ class ScriptRun:
         self.cwd = str(Path(spec["code_dir"]) / spec.get("script_cwd", "."))
         """The working directory of the script (the workload YAML's folder in the trial's code)."""
         guard = spec.get("loss_guard")
+        script = Path(spec["code_dir"]) / spec["script"] if spec.get("script") else None
+        self.trainer = script is not None and read_script(script).kind == "hf_trainer"
+        """The script is a Hugging Face ``Trainer`` script (``script_hf``)."""
         self.tap = EngineTap(trial_steps(spec, wl), wl.resources.device, monitor,
-                             loss_guard=(lambda step, loss: loss_guard_trip(guard, step, loss)) if guard else None)
+                             loss_guard=(lambda step, loss: loss_guard_trip(guard, step, loss)) if guard else None,
+                             loss_reduction="step_sum" if self.trainer else "token_mean")
         """The harness's tap on the engine (attached by ``initialize``)."""
         self.initialized = False
         """True once the script called ``deepspeed.initialize``."""
@@ -147,6 +156,15 @@ class ScriptRun:
         self.monitor.check("engine_init")
         res.setup_time_s = time.perf_counter() - self._t_start
         return out
+
+    def trainer_overrides(self) -> TrainerOverrides:
+        """The ``TrainingArguments`` fields of this trial (a ``Trainer`` script; ``script_hf``)."""
+        build = build_trial(self.wl, self.config, self.res.world_size, 1, 1)  # the batch keys need no model
+        return trainer_overrides(build.ds_config, self.config, self.res.world_size)
+
+    def read_config(self, value: Any) -> dict[str, Any]:
+        """The script's DeepSpeed config given as a path (relative to its working directory) or a dict."""
+        return script_ds_config(None, value, None, cwd=self.cwd)
 
     def run(self, script: str, argv: list[str], t_start: float) -> None:
         """Run the script to the tap's ``TrialComplete``; raises what the script raised, or
@@ -201,6 +219,25 @@ def _destroy_process_group(*a: Any, **k: Any) -> None:
     return None
 
 
+REBIND_PREFIXES = ("accelerate", "transformers")
+"""Packages whose modules may hold DeepSpeed's ``initialize`` under their own name, imported
+before a run (``from deepspeed import initialize as ds_initialize``): the Trainer's way in."""
+
+
+def rebind(prefixes: tuple[str, ...], old: Any, new: Any) -> list[tuple[Any, str]]:
+    """Point every module-level name bound to ``old`` in the loaded modules under ``prefixes`` at
+    ``new``; returns the (module, name) pairs changed, for the caller to restore."""
+    changed = []
+    for mod_name, module in list(sys.modules.items()):
+        if module is None or mod_name.split(".")[0] not in prefixes:
+            continue
+        for name, value in list(vars(module).items()):
+            if value is old:
+                setattr(module, name, new)
+                changed.append((module, name))
+    return changed
+
+
 @contextlib.contextmanager
 def launched(argv: list[str], cwd: str, script_dir: str, env: dict[str, str], run: ScriptRun) -> Iterator[None]:
     """The launcher's world for the script, and the harness's ``deepspeed.initialize``; every
@@ -219,6 +256,7 @@ def launched(argv: list[str], cwd: str, script_dir: str, env: dict[str, str], ru
     sys.path.insert(0, script_dir)
     os.chdir(cwd)
     deepspeed.initialize = _harness_initialize
+    rebound = rebind(REBIND_PREFIXES, _REAL["initialize"], _harness_initialize)
     dist.init_process_group = _init_process_group
     dist.destroy_process_group = _destroy_process_group
     _ACTIVE.append(run)
@@ -227,6 +265,8 @@ def launched(argv: list[str], cwd: str, script_dir: str, env: dict[str, str], ru
     finally:
         _ACTIVE.clear()
         deepspeed.initialize = _REAL["initialize"]
+        for module, name in rebound:
+            setattr(module, name, _REAL["initialize"])
         dist.init_process_group = _REAL["init_process_group"]
         dist.destroy_process_group = _REAL["destroy_process_group"]
         sys.argv, cwd0, sys.path[:] = saved[0], saved[1], saved[2]
@@ -295,7 +335,15 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
     deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
     argv = script_argv(script, list(wl.script.args), wl.script.launcher, local_rank)
     run.monitor.start()
-    with launched(argv, run.cwd, str(Path(script).parent), env, run):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(launched(argv, run.cwd, str(Path(script).parent), env, run))
+        if run.trainer:  # the trial's batch reaches TrainingArguments too
+            try:
+                from transformers.training_args import TrainingArguments
+            except ImportError as e:
+                raise WorkloadError(f"script: {spec['script']} is a Hugging Face Trainer script, and transformers "
+                                    f"cannot be imported here ({e}). Fix: pip install 'infrarsi[hf]'") from None
+            stack.enter_context(patched_post_init(TrainingArguments, run.trainer_overrides, run.read_config))
         run.run(script, argv, t_start)
     rec = run.tap.record
     res.step_times_s = list(rec.step_times_s)
@@ -342,4 +390,5 @@ def _cleanup(run: ScriptRun | None, device: str) -> None:
         torch.cuda.empty_cache()
 
 
-__all__ = ["SCRIPT_ENTRY", "ScriptRun", "hidden_size_of", "run_script_rank", "script_argv"]
+__all__ = ["REBIND_PREFIXES", "SCRIPT_ENTRY", "ScriptRun", "hidden_size_of", "rebind", "run_script_rank",
+           "script_argv"]

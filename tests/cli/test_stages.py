@@ -369,3 +369,23 @@ def test_the_environment_variables_show_in_the_help() -> None:
         res = _invoke(*args, env={"COLUMNS": "300"})
         assert res.exit_code == 0, res.output
         assert f"[env var: {var}]" in res.output, (args, var)
+
+
+def test_init_script_writes_the_workload_of_the_launch_line_and_inits_from_it(tmp_path, monkeypatch) -> None:
+    for f in ("ds_train.py", "ds.json"):
+        (tmp_path / f).write_text((ROOT / "examples" / "scripts" / f).read_text())
+    monkeypatch.chdir(tmp_path)
+    line = "deepspeed --num_gpus 2 ds_train.py --deepspeed --deepspeed_config ds.json --steps 1000"
+    res = _invoke("init", "--script", line, "--study", str(tmp_path / "s"), "--no-analytic-prior", "--bank", "off")
+    assert res.exit_code == 0, res.output
+    assert "workload written:" in res.output and "pinned at the baseline (cannot reach a script): optimizer_impl" in res.output
+    wl = Workload.from_yaml(tmp_path / "ds_train.infrarsi.yaml")
+    assert wl.script is not None and wl.script.args[-1] == "1000" and wl.baseline["micro_batch_size"] == 8
+    assert yaml.safe_load((tmp_path / "s" / "contract.yaml").read_text())["workload"]["name"] == "ds_train_script"
+    for bad, says in ((line.replace("deepspeed --num_gpus 2", "accelerate launch"), "launcher 'accelerate'"),
+                      (line.replace("ds.json", "gone.json"), "cannot be read as JSON"),
+                      (line.replace("ds_train.py", "gone.py"), "not a file")):
+        res = _invoke("init", "--script", bad, "--study", str(tmp_path / "s2"))
+        assert res.exit_code == 2 and says in res.output, res.output
+    res = _invoke("init", "--study", str(tmp_path / "s3"))
+    assert res.exit_code == 2 and "exactly one" in res.output

@@ -141,3 +141,23 @@ def test_infrarsi_tune_runs_the_example_script_end_to_end(tmp_path):
     assert (study / "report.md").exists() and (study / "verify.json").exists()
     editable = yaml.safe_load((study / "contract.yaml").read_text())["editable"]["knobs"]
     assert "zero_stage" in editable and "activation_checkpointing" not in editable and "optimizer_impl" not in editable
+
+
+def test_a_trainer_path_that_imported_initialize_earlier_reaches_the_harness(monkeypatch, tmp_path):
+    """accelerate may hold ``deepspeed.initialize`` under its own name from an import made before the
+    run (``from deepspeed import initialize as ds_initialize``): the run rebinds it, and undoes it."""
+    import sys
+    import types
+
+    import deepspeed
+
+    from infrarsi.execution import script_job
+
+    real = deepspeed.initialize
+    fake = types.ModuleType("infrarsi_fake_accelerate.accelerator")
+    fake.ds_initialize = real  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    monkeypatch.setattr(script_job, "REBIND_PREFIXES", ("infrarsi_fake_accelerate",))
+    with script_job.launched(["x.py"], str(tmp_path), str(tmp_path), {}, object()):  # type: ignore[arg-type]
+        assert fake.ds_initialize is script_job._harness_initialize is deepspeed.initialize
+    assert fake.ds_initialize is real and deepspeed.initialize is real
