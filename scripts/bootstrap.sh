@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent: creates and reuses .venv, installs torch first (CPU 2.13.0 unless torch already
 # imports or INFRARSI_TORCH names another spec), then the project with the extras the test suite
-# and the demo need: dev (pytest, hypothesis, ruff, mypy, psutil), hf (transformers, for
+# and the demo need: dev (pytest, hypothesis, ruff, mypy, psutil), hf (transformers and accelerate, for
 # examples/hf_job.py and its tests) and agents (mcp, for `infrarsi mcp`). INFRARSI_EXTRAS names
 # others, e.g. INFRARSI_EXTRAS=dev,hf,agents,bench for the Ax and Optuna peers of the search
 # benchmarks. Every install is held to constraints.txt (the versions the suite last passed with),
@@ -20,7 +20,7 @@ stamp=.venv/.infrarsi-installed
 want="$( (cat pyproject.toml constraints.txt; echo "extras=$EXTRAS") | sha1sum | cut -d' ' -f1)"
 imports="infrarsi, torch, deepspeed, ray, botorch, scipy"
 case ",$EXTRAS," in *,dev,*) imports="$imports, pytest, hypothesis, psutil" ;; esac
-case ",$EXTRAS," in *,hf,*) imports="$imports, transformers" ;; esac
+case ",$EXTRAS," in *,hf,*) imports="$imports, transformers, accelerate" ;; esac
 case ",$EXTRAS," in *,agents,*) imports="$imports, mcp" ;; esac
 case ",$EXTRAS," in *,bench,*) imports="$imports, ax, optuna" ;; esac
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VPY" -c "import $imports" 2>/dev/null; then

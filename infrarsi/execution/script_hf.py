@@ -110,6 +110,22 @@ def apply_to_args(
         args.deepspeed = trainer_ds_config(read_config(args.deepspeed), ov)
 
 
+def check_world(trainer_world: Any, ranks: int) -> None:
+    """``WorkloadError`` unless the Trainer counts as many processes as the trial has ranks.
+
+    accelerate (the Trainer's way into DeepSpeed) forms a process group only on an accelerator:
+    on a machine without one it runs each rank as a lone process (``DistributedType.NO``), so the
+    Trainer would size its batch for 1 rank and DeepSpeed for all of them (transformers then fails
+    on the mismatch of ``train_batch_size``, far from the cause)."""
+    if isinstance(trainer_world, int) and trainer_world != ranks:
+        raise WorkloadError(
+            f"script: the Trainer sees {trainer_world} process(es) where the trial has {ranks} ranks: rule: "
+            f"a Trainer script reaches DeepSpeed through accelerate, which joins the ranks into one "
+            f"group only on GPUs (without one it runs each rank alone). Fix: run the script's trials "
+            f"on GPUs (resources.device: cuda), or on one rank (resources.workers: 1)"
+        )
+
+
 @contextlib.contextmanager
 def patched_post_init(
     cls: Any,
@@ -127,8 +143,11 @@ def patched_post_init(
 
     @functools.wraps(real)
     def post_init(self: Any, *a: Any, **k: Any) -> Any:
-        apply_to_args(self, overrides(), read_config)
-        return real(self, *a, **k)
+        ov = overrides()
+        apply_to_args(self, ov, read_config)
+        out = real(self, *a, **k)
+        check_world(getattr(self, "world_size", ov.world_size), ov.world_size)
+        return out
 
     cls.__post_init__ = post_init
     try:
@@ -140,6 +159,7 @@ def patched_post_init(
 __all__ = [
     "TrainerOverrides",
     "apply_to_args",
+    "check_world",
     "patched_post_init",
     "trainer_ds_config",
     "trainer_overrides",

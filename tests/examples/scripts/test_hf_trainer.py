@@ -38,20 +38,27 @@ def test_the_launch_line_gives_the_examples_workload(tmp_path):
 
 
 @pytest.mark.integration
-def test_one_trial_of_the_trainer_script_runs_on_two_cpu_ranks(ray_local):
-    pytest.importorskip(
-        "accelerate", reason="the Trainer reaches DeepSpeed through accelerate, not installed here"
-    )
+def test_the_trainer_script_trains_through_deepspeed_and_a_cpu_pair_fails_naming_why(ray_local):
+    """On one CPU rank the trial's micro-batch reaches the Trainer and DeepSpeed alike; on two CPU
+    ranks accelerate runs each rank alone, and the trial fails saying so (GPUs: scripts/gpu_check.sh)."""
+    pytest.importorskip("accelerate", reason="the Trainer reaches DeepSpeed through accelerate (the hf extra)")
     from infrarsi.execution.runner import TrialRunner
 
-    runner = TrialRunner(Workload.from_yaml(EXAMPLE / "hf_trainer.yaml"), address=ray_local)
-    try:
-        res = runner.run({"zero_stage": 1, "micro_batch_size": 2}, trial_id="hf-1")
-    finally:
-        runner.close()
-    assert res.status == "ok", res.error[-3000:]
-    assert res.optimizer_steps == 5 and res.tokens_per_step == 1024
-    assert (
-        res.extra["sequences_seen"] == [16] * 5
-    )  # the Trainer fed micro-batches of 2, 4 times per step
-    assert res.extra["ds_config"]["train_micro_batch_size_per_gpu"] == 2
+    pair = Workload.from_yaml(EXAMPLE / "hf_trainer.yaml")
+    one = pair.model_copy(update={"resources": pair.resources.model_copy(update={"workers": 1}),
+                                  "tokens_per_step": pair.tokens_per_step // 2})
+    for wl, trial in ((one, "hf-1"), (pair, "hf-2")):
+        runner = TrialRunner(wl, address=ray_local)
+        try:
+            res = runner.run({"zero_stage": 1, "micro_batch_size": 2}, trial_id=trial)
+        finally:
+            runner.close()
+        if wl is one:
+            assert res.status == "ok", (res.error or "")[-3000:]
+            assert res.optimizer_steps == 5 and res.tokens_per_step == 512
+            assert res.extra["sequences_seen"] == [8] * 5  # the Trainer fed micro-batches of 2, 4 times per step
+            assert res.extra["ds_config"]["train_micro_batch_size_per_gpu"] == 2
+        else:
+            assert res.status == "failed" and "the Trainer sees 1 process(es) where the trial has 2 ranks" in (
+                res.error or ""
+            )
