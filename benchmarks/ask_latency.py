@@ -1,7 +1,8 @@
 """``Optimizer.ask()`` latency against the number of observations (target: median <= 1 s with up
 to 100 observations on 2 cores).
 
-    .venv/bin/python -m benchmarks.ask_latency [--trials 100] [--seeds 2] [--problems surrogate_2node surrogate_2node_wide]
+    .venv/bin/python -m benchmarks.ask_latency [--trials 100] [--seeds 2] \\
+        [--problems surrogate_2node surrogate_2node_wide]
 
 One process, one torch thread (the optimizer's default), nothing else should run. Per problem and
 seed, one run of ``--trials`` ask/tell rounds on the benchmark problem (``benchmarks/problems.py``,
@@ -79,8 +80,15 @@ def summarise(rows: Sequence[tuple[int, float, str]]) -> list[dict[str, Any]]:
     for lo, hi in WINDOWS:
         xs = [s for n, s, _ in rows if lo <= n <= hi]
         if xs:
-            out.append({"observations": f"{lo}-{hi}" if hi < 10**9 else f">={lo}", "asks": len(xs),
-                        "median_s": float(np.median(xs)), "p90_s": float(np.quantile(xs, 0.9)), "max_s": float(max(xs))})
+            out.append(
+                {
+                    "observations": f"{lo}-{hi}" if hi < 10**9 else f">={lo}",
+                    "asks": len(xs),
+                    "median_s": float(np.median(xs)),
+                    "p90_s": float(np.quantile(xs, 0.9)),
+                    "max_s": float(max(xs)),
+                }
+            )
     return out
 
 
@@ -88,7 +96,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=100, help="ask/tell rounds per run")
     ap.add_argument("--seeds", type=int, default=2, help="runs per problem (seeds 0..N-1)")
-    ap.add_argument("--problems", nargs="*", default=["surrogate_2node", "surrogate_2node_wide"], help=f"of {list(PROBLEMS)}")
+    ap.add_argument(
+        "--problems",
+        nargs="*",
+        default=["surrogate_2node", "surrogate_2node_wide"],
+        help=f"of {list(PROBLEMS)}",
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="results directory")
     args = ap.parse_args(argv)
     import torch
@@ -104,31 +117,48 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             if first_ask_s is None:
                 first_ask_s = r[0][1]
             rows += r[1:] if seed == 0 and name == args.problems[0] else r
-        result["problems"][name] = {"runs": args.seeds, "windows": summarise(rows),
-                                    "configs": len(PROBLEMS[name]().truth)}
+        result["problems"][name] = {
+            "runs": args.seeds,
+            "windows": summarise(rows),
+            "configs": len(PROBLEMS[name]().truth),
+        }
     result["first_ask_s"] = first_ask_s
     probe = speed_probe_s()  # after the runs: the first ask above pays the process's warm-up
-    result["meta"] = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      "machine": f"{cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, Python {platform.python_version()}",
-                      "speed_probe_s": probe,
-                      "load_before": load_before, "load_after": os.getloadavg()[0], "trials": args.trials}
+    result["meta"] = {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": f"{cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, Python {platform.python_version()}",
+        "speed_probe_s": probe,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+        "trials": args.trials,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ask_latency.json").write_text(json.dumps(result, indent=2))
-    lines = ["# ask() latency against the number of observations", "",
-             f"Measured {result['meta']['measured_at']} on {result['meta']['machine']} (load average "
-             f"{load_before:.1f} before, {result['meta']['load_after']:.1f} after), search core "
-             f"`{result['search_core_sha']}`, by `python -m benchmarks.ask_latency --trials {args.trials} --seeds {args.seeds}`.",
-             "", "One process, one torch thread; each `ask()` timed with `time.perf_counter`, filed under the number of "
-             "observations told before it. The process's first ask (torch/GPyTorch warm-up) is left out of the "
-             f"windows: it took {first_ask_s:.2f} s. Target: median <= 1 s with up to 100 observations.", "",
-             f"Machine speed probe (`speed_probe_s`: median of 5 reference step-time GP fits, 80 points, 14 "
-             f"features, 40 L-BFGS iterations): {probe:.3f} s. Latencies from two machines compare after "
-             "dividing by it.", "",
-             "| problem | configs | observations | asks | median s | p90 s | max s |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# ask() latency against the number of observations",
+        "",
+        f"Measured {result['meta']['measured_at']} on {result['meta']['machine']} (load average "
+        f"{load_before:.1f} before, {result['meta']['load_after']:.1f} after), search core "
+        f"`{result['search_core_sha']}`, by "
+        f"`python -m benchmarks.ask_latency --trials {args.trials} --seeds {args.seeds}`.",
+        "",
+        "One process, one torch thread; each `ask()` timed with `time.perf_counter`, filed under the number of "
+        "observations told before it. The process's first ask (torch/GPyTorch warm-up) is left out of the "
+        f"windows: it took {first_ask_s:.2f} s. Target: median <= 1 s with up to 100 observations.",
+        "",
+        f"Machine speed probe (`speed_probe_s`: median of 5 reference step-time GP fits, 80 points, 14 "
+        f"features, 40 L-BFGS iterations): {probe:.3f} s. Latencies from two machines compare after "
+        "dividing by it.",
+        "",
+        "| problem | configs | observations | asks | median s | p90 s | max s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, p in result["problems"].items():
         for w in p["windows"]:
-            lines.append(f"| {name} | {p['configs']} | {w['observations']} | {w['asks']} | {w['median_s']:.3f} | "
-                         f"{w['p90_s']:.3f} | {w['max_s']:.3f} |")
+            lines.append(
+                f"| {name} | {p['configs']} | {w['observations']} | {w['asks']} | {w['median_s']:.3f} | "
+                f"{w['p90_s']:.3f} | {w['max_s']:.3f} |"
+            )
     (args.out / "ask_latency.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return result

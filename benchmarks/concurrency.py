@@ -30,7 +30,8 @@ Usage::
     python -m benchmarks.concurrency                 # 2 problems x 8 seeds, N = 24, 4 slots
     python -m benchmarks.concurrency --quick         # smoke: surrogate_1node, 2 seeds, N = 8
     python -m benchmarks.concurrency --seeds 16 --trials 32 --problems surrogate_2node
-    python -m benchmarks.concurrency --seeds 16 --problems surrogate_1node surrogate_2node tabular_dense_debug --workers 2
+    python -m benchmarks.concurrency --seeds 16 --workers 2 \\
+        --problems surrogate_1node surrogate_2node tabular_dense_debug
 
 Results: ``benchmarks/results/concurrency.json`` (summary and every run) and ``concurrency.md``.
 """
@@ -104,8 +105,16 @@ class Tell:
     """Trials still running after this tell."""
 
 
-def simulate(problem: BenchProblem, seed: int, slots: int, n_trials: int, *, target_true_s: float | None = None,
-             max_trials: int | None = None, **options: Any) -> tuple[list[TrialEvent], list[Tell]]:
+def simulate(
+    problem: BenchProblem,
+    seed: int,
+    slots: int,
+    n_trials: int,
+    *,
+    target_true_s: float | None = None,
+    max_trials: int | None = None,
+    **options: Any,
+) -> tuple[list[TrialEvent], list[Tell]]:
     """One event-driven run of infrarsi's optimizer on ``problem`` with ``slots`` trial slots.
 
     It asks until ``n_trials`` trials are told; with ``target_true_s``, it keeps asking after that
@@ -115,10 +124,14 @@ def simulate(problem: BenchProblem, seed: int, slots: int, n_trials: int, *, tar
     order and the state after each tell.
     """
     if slots < 1 or n_trials < 1:
-        raise ValueError(f"simulate: rule: slots >= 1 and n_trials >= 1; got slots={slots}, n_trials={n_trials}")
+        raise ValueError(
+            f"simulate: rule: slots >= 1 and n_trials >= 1; got slots={slots}, n_trials={n_trials}"
+        )
     cap = max(n_trials, max_trials or n_trials)
     peer = InfrarsiPeer(problem, seed, **options)
-    running: list[tuple[float, int, dict[str, Any], Any, dict[str, Any]]] = []  # (end, index, config, draw, ask fields)
+    running: list[
+        tuple[float, int, dict[str, Any], Any, dict[str, Any]]
+    ] = []  # (end, index, config, draw, ask fields)
     events: dict[int, TrialEvent] = {}
     tells: list[Tell] = []
     now, asked, reached = 0.0, 0, False
@@ -139,10 +152,16 @@ def simulate(problem: BenchProblem, seed: int, slots: int, n_trials: int, *, tar
             ask_s = time.perf_counter() - t0
             info = peer.last_ask_info
             draw = problem.trial(cfg, seed, asked)
-            fields: dict[str, Any] = {"in_flight_at_ask": len(running), "pending_keys_at_ask": pending, "ask_s": ask_s,
-                      "phase": None if info is None else info.phase}
+            fields: dict[str, Any] = {
+                "in_flight_at_ask": len(running),
+                "pending_keys_at_ask": pending,
+                "ask_s": ask_s,
+                "phase": None if info is None else info.phase,
+            }
             heapq.heappush(running, (now + draw.wall_s, asked, cfg, draw, fields))
-            events[asked] = TrialEvent(asked, cfg, draw.status, now, now + draw.wall_s, draw.device_seconds, **fields)
+            events[asked] = TrialEvent(
+                asked, cfg, draw.status, now, now + draw.wall_s, draw.device_seconds, **fields
+            )
             asked += 1
         if not running:
             break
@@ -179,8 +198,9 @@ def _problem(name: str) -> BenchProblem:
     return PROBLEMS[name]()
 
 
-def run_pair(problem_name: str, seed: int, n_trials: int, slots: int, max_factor: float,
-             within: float) -> dict[str, Any]:
+def run_pair(
+    problem_name: str, seed: int, n_trials: int, slots: int, max_factor: float, within: float
+) -> dict[str, Any]:
     """The 1-slot run and the ``slots``-slot run of one (problem, seed), and their measures."""
     import torch
 
@@ -189,40 +209,70 @@ def run_pair(problem_name: str, seed: int, n_trials: int, slots: int, max_factor
     started = time.time()
     ev1, t1 = simulate(problem, seed, 1, n_trials)
     target = t1[n_trials - 1].best_true_s
-    evk, tk = simulate(problem, seed, slots, n_trials, target_true_s=target if math.isfinite(target) else None,
-                       max_trials=math.ceil(max_factor * n_trials))
+    evk, tk = simulate(
+        problem,
+        seed,
+        slots,
+        n_trials,
+        target_true_s=target if math.isfinite(target) else None,
+        max_trials=math.ceil(max_factor * n_trials),
+    )
     oracle = problem.oracle_time
 
     def measures(events: list[TrialEvent], tells: list[Tell]) -> dict[str, Any]:
         at_n, at_half = _at(tells, n_trials), _at(tells, max(1, n_trials // 2))
         told = {e.index for e in events if e.end_sim_s <= at_n.sim_wall_s}
         return {
-            "ratio_at_n": _finite(at_n.best_true_s / oracle), "ratio_at_half_n": _finite(at_half.best_true_s / oracle),
+            "ratio_at_n": _finite(at_n.best_true_s / oracle),
+            "ratio_at_half_n": _finite(at_half.best_true_s / oracle),
             "makespan_sim_wall_s": at_n.sim_wall_s,
             "device_s": sum(e.device_s for e in events if e.index in told),
-            "reach_sim_wall_s": _finite(first_reach_s(tells, target)) if math.isfinite(target) else None,
+            "reach_sim_wall_s": _finite(first_reach_s(tells, target))
+            if math.isfinite(target)
+            else None,
             "within_sim_wall_s": first_reach_s(tells, oracle * (1 + within)),
-            "trials_asked": len(events), "trials_told": len(tells),
+            "trials_asked": len(events),
+            "trials_told": len(tells),
             "max_in_flight": max(e.in_flight_at_ask for e in events) + 1,
             "oom_or_failed": sum(e.status != "ok" for e in events if e.index in told),
             "ask_s_median": float(np.median([e.ask_s for e in events])),
-            "phases": {p: sum(e.phase == p for e in events) for p in sorted({str(e.phase) for e in events})},
-            "trials": [{"index": e.index, "status": e.status, "start_sim_s": e.start_sim_s, "end_sim_s": e.end_sim_s,
-                        "phase": e.phase, "in_flight_at_ask": e.in_flight_at_ask,
-                        "true_time_s": _finite(problem.true_time(e.config)), "config": e.config} for e in events],
+            "phases": {
+                p: sum(e.phase == p for e in events) for p in sorted({str(e.phase) for e in events})
+            },
+            "trials": [
+                {
+                    "index": e.index,
+                    "status": e.status,
+                    "start_sim_s": e.start_sim_s,
+                    "end_sim_s": e.end_sim_s,
+                    "phase": e.phase,
+                    "in_flight_at_ask": e.in_flight_at_ask,
+                    "true_time_s": _finite(problem.true_time(e.config)),
+                    "config": e.config,
+                }
+                for e in events
+            ],
             "best_true_s_by_tell": [_finite(t.best_true_s) for t in tells],
         }
 
     m1, mk = measures(ev1, t1), measures(evk, tk)
     r1, rk = m1["reach_sim_wall_s"], mk["reach_sim_wall_s"]
     return {
-        "problem": problem_name, "seed": seed, "n_trials": n_trials, "slots": slots,
-        "oracle_time_s": oracle, "target_true_s": _finite(target),
-        "c1": m1, f"c{slots}": mk,
+        "problem": problem_name,
+        "seed": seed,
+        "n_trials": n_trials,
+        "slots": slots,
+        "oracle_time_s": oracle,
+        "target_true_s": _finite(target),
+        "c1": m1,
+        f"c{slots}": mk,
         "time_ratio": None if r1 is None or rk is None or rk <= 0 else r1 / rk,
         "makespan_ratio": m1["makespan_sim_wall_s"] / mk["makespan_sim_wall_s"],
-        "quality_ratio": None if m1["ratio_at_n"] is None or mk["ratio_at_n"] is None else mk["ratio_at_n"] / m1["ratio_at_n"],
-        "wall_s": time.time() - started, "search_core_sha": search_core_sha(),
+        "quality_ratio": None
+        if m1["ratio_at_n"] is None or mk["ratio_at_n"] is None
+        else mk["ratio_at_n"] / m1["ratio_at_n"],
+        "wall_s": time.time() - started,
+        "search_core_sha": search_core_sha(),
     }
 
 
@@ -252,12 +302,19 @@ def summarise(runs: list[dict[str, Any]], slots: int) -> dict[str, Any]:
             ms = [r[c] for r in rs]
             row[c] = {
                 f"{k}_{stat}": _q([m[k] for m in ms], q)
-                for k in ("ratio_at_n", "ratio_at_half_n", "makespan_sim_wall_s", "device_s", "reach_sim_wall_s",
-                          "within_sim_wall_s")
+                for k in (
+                    "ratio_at_n",
+                    "ratio_at_half_n",
+                    "makespan_sim_wall_s",
+                    "device_s",
+                    "reach_sim_wall_s",
+                    "within_sim_wall_s",
+                )
                 for stat, q in (("median", 0.5), ("q25", 0.25), ("q75", 0.75))
             }
-            row[c]["ratio_at_n_mean"] = float(np.mean([m["ratio_at_n"] if m["ratio_at_n"] is not None else math.inf
-                                                       for m in ms]))
+            row[c]["ratio_at_n_mean"] = float(
+                np.mean([m["ratio_at_n"] if m["ratio_at_n"] is not None else math.inf for m in ms])
+            )
             row[c]["ratio_at_n_max"] = _q([m["ratio_at_n"] for m in ms], 1.0)
             row[c]["within_reached"] = sum(m["within_sim_wall_s"] is not None for m in ms)
             row[c]["reached"] = sum(m["reach_sim_wall_s"] is not None for m in ms)
@@ -265,22 +322,36 @@ def summarise(runs: list[dict[str, Any]], slots: int) -> dict[str, Any]:
             row[c]["trials_told_median"] = _q([m["trials_told"] for m in ms], 0.5)
             row[c]["max_in_flight"] = max(m["max_in_flight"] for m in ms)
         tr = [r["time_ratio"] for r in rs]
-        row["time_ratio"] = {"median": _q([0.0 if x is None else x for x in tr], 0.5),
-                             "q25": _q([0.0 if x is None else x for x in tr], 0.25),
-                             "q75": _q([0.0 if x is None else x for x in tr], 0.75),
-                             "min": _q([0.0 if x is None else x for x in tr], 0.0), "censored": tr.count(None)}
+        row["time_ratio"] = {
+            "median": _q([0.0 if x is None else x for x in tr], 0.5),
+            "q25": _q([0.0 if x is None else x for x in tr], 0.25),
+            "q75": _q([0.0 if x is None else x for x in tr], 0.75),
+            "min": _q([0.0 if x is None else x for x in tr], 0.0),
+            "censored": tr.count(None),
+        }
         w1 = [r["c1"]["within_sim_wall_s"] for r in rs]
         wk = [r[ck]["within_sim_wall_s"] for r in rs]
-        both = [a / b for a, b in zip(w1, wk, strict=True) if a is not None and b is not None and b > 0]
-        row["within_time_ratio"] = {"median": _q(both, 0.5), "q25": _q(both, 0.25), "q75": _q(both, 0.75),
-                                    "both_reached": len(both),
-                                    "only_c1": sum(a is not None and b is None for a, b in zip(w1, wk, strict=True)),
-                                    f"only_{ck}": sum(a is None and b is not None for a, b in zip(w1, wk, strict=True))}
+        both = [
+            a / b for a, b in zip(w1, wk, strict=True) if a is not None and b is not None and b > 0
+        ]
+        row["within_time_ratio"] = {
+            "median": _q(both, 0.5),
+            "q25": _q(both, 0.25),
+            "q75": _q(both, 0.75),
+            "both_reached": len(both),
+            "only_c1": sum(a is not None and b is None for a, b in zip(w1, wk, strict=True)),
+            f"only_{ck}": sum(a is None and b is not None for a, b in zip(w1, wk, strict=True)),
+        }
         mr = [r["makespan_ratio"] for r in rs]
         row["makespan_ratio"] = {"median": _q(mr, 0.5), "q25": _q(mr, 0.25), "q75": _q(mr, 0.75)}
         qr = [r["quality_ratio"] for r in rs]
-        row["quality_ratio"] = {"median": _q(qr, 0.5), "q25": _q(qr, 0.25), "q75": _q(qr, 0.75),
-                                "max": _q(qr, 1.0), "worse_seeds": sum(x is None or x > 1 + 1e-12 for x in qr)}
+        row["quality_ratio"] = {
+            "median": _q(qr, 0.5),
+            "q25": _q(qr, 0.25),
+            "q75": _q(qr, 0.75),
+            "max": _q(qr, 1.0),
+            "worse_seeds": sum(x is None or x > 1 + 1e-12 for x in qr),
+        }
         m1, mk = row["c1"]["ratio_at_n_median"], row[ck]["ratio_at_n_median"]
         row["median_quality_ratio"] = None if m1 is None or mk is None else mk / m1
         row["mean_quality_ratio"] = row[ck]["ratio_at_n_mean"] / row["c1"]["ratio_at_n_mean"]
@@ -308,14 +379,25 @@ def to_markdown(result: dict[str, Any]) -> str:
     k = meta["slots"]
     ck = f"c{k}"
     lines = [
-        "# Concurrent trials: simulated cluster", "",
+        "# Concurrent trials: simulated cluster",
+        "",
         f"Generated {meta['generated']} by `{meta['command']}` at commit `{meta['commit']}`"
         f"{' (with uncommitted changes)' if meta['dirty'] else ''}, `infrarsi/search` sha256 prefix "
         f"{', '.join(meta['search_core_sha'])}, on {meta['machine']}. Simulated time does not depend on the machine."
-        + (f" Summary rebuilt from the saved runs (`--summarise-only`) {meta['summarised']}." if meta.get("summarised") else ""),
-        "", "## What is measured, and how", "", meta["how"], "",
-        "## Results", "",
-        f"Medians over seeds, [25%, 75%] in brackets. c1: one slot; {ck}: {k} slots. N = trials told.", "",
+        + (
+            f" Summary rebuilt from the saved runs (`--summarise-only`) {meta['summarised']}."
+            if meta.get("summarised")
+            else ""
+        ),
+        "",
+        "## What is measured, and how",
+        "",
+        meta["how"],
+        "",
+        "## Results",
+        "",
+        f"Medians over seeds, [25%, 75%] in brackets. c1: one slot; {ck}: {k} slots. N = trials told.",
+        "",
         f"| problem | seeds | N | time to the c1 best-found, c1 / {ck} (min; censored) | makespan@N c1 / {ck} "
         f"| best-found/oracle@N c1 | @N {ck} | {ck}/c1 of the medians (of the means) | seeds {ck} worse@N "
         f"| @N/2 c1 / {ck} |",
@@ -330,62 +412,112 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"| {_f(cx['ratio_at_n_median'])} [{_f(cx['ratio_at_n_q25'])}, {_f(cx['ratio_at_n_q75'])}] "
             f"| **{_f(row['median_quality_ratio'], '.4f')}** ({_f(row['mean_quality_ratio'], '.4f')}) "
             f"| {row['quality_ratio']['worse_seeds']}/{row['seeds']} (worst {_f(row['quality_ratio']['max'], '.3f')}) "
-            f"| {_f(c1['ratio_at_half_n_median'])} / {_f(cx['ratio_at_half_n_median'])} |")
-    lines += ["", "Simulated seconds (medians [25%, 75%]):", "",
-              f"| problem | slots | reach the c1 best-found (reached) | makespan@N | within {meta['within']:.0%} of the oracle "
-              "(reached) | device-s@N | OOM+failed@N (mean) | trials told (median) | most in flight |",
-              "|---|---|---|---|---|---|---|---|---|"]
+            f"| {_f(c1['ratio_at_half_n_median'])} / {_f(cx['ratio_at_half_n_median'])} |"
+        )
+    lines += [
+        "",
+        "Simulated seconds (medians [25%, 75%]):",
+        "",
+        f"| problem | slots | reach the c1 best-found (reached) | makespan@N "
+        f"| within {meta['within']:.0%} of the oracle (reached) | device-s@N | OOM+failed@N (mean) "
+        "| trials told (median) | most in flight |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for prob, row in summary.items():
         for c, name in (("c1", 1), (ck, k)):
             m = row[c]
             lines.append(
-                f"| {prob} | {name} | {_f(m['reach_sim_wall_s_median'], '.0f')} [{_f(m['reach_sim_wall_s_q25'], '.0f')}, "
+                f"| {prob} | {name} | {_f(m['reach_sim_wall_s_median'], '.0f')} "
+                f"[{_f(m['reach_sim_wall_s_q25'], '.0f')}, "
                 f"{_f(m['reach_sim_wall_s_q75'], '.0f')}] ({m['reached']}/{row['seeds']}) "
                 f"| {_f(m['makespan_sim_wall_s_median'], '.0f')} | {_f(m['within_sim_wall_s_median'], '.0f')} "
                 f"({m['within_reached']}/{row['seeds']}) | {_f(m['device_s_median'], '.0f')} "
-                f"| {m['oom_or_failed_mean']:.1f} | {_f(m['trials_told_median'], '.0f')} | {m['max_in_flight']} |")
-    lines += ["", f"Time to within {meta['within']:.0%} of the oracle, c1 / {ck}, paired by seed over the seeds where "
-              "both runs got there (medians [25%, 75%]):", ""]
+                f"| {m['oom_or_failed_mean']:.1f} | {_f(m['trials_told_median'], '.0f')} | {m['max_in_flight']} |"
+            )
+    lines += [
+        "",
+        f"Time to within {meta['within']:.0%} of the oracle, c1 / {ck}, paired by seed over the seeds where "
+        "both runs got there (medians [25%, 75%]):",
+        "",
+    ]
     for prob, row in summary.items():
         w = row["within_time_ratio"]
-        lines.append(f"- {prob}: {_f(w['median'], '.2f')}x [{_f(w['q25'], '.2f')}, {_f(w['q75'], '.2f')}] over "
-                     f"{w['both_reached']}/{row['seeds']} seeds (only c1 got there: {w['only_c1']}; only {ck}: "
-                     f"{w[f'only_{ck}']})")
+        lines.append(
+            f"- {prob}: {_f(w['median'], '.2f')}x [{_f(w['q25'], '.2f')}, {_f(w['q75'], '.2f')}] over "
+            f"{w['both_reached']}/{row['seeds']} seeds (only c1 got there: {w['only_c1']}; only {ck}: "
+            f"{w[f'only_{ck}']})"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: surrogate_1node, 2 seeds, 8 trials")
-    ap.add_argument("--problems", nargs="*", default=None, help=f"subset of {list(PROBLEMS)} (default {list(PROBLEM_NAMES)})")
-    ap.add_argument("--seeds", type=int, default=8, help="seeds 0..N-1 per problem (>= 8 for the report)")
-    ap.add_argument("--trials", type=int, default=24, help="N: trials told at which both runs are compared")
-    ap.add_argument("--slots", type=int, default=4, help="trial slots of the simulated cluster (one trial each)")
-    ap.add_argument("--max-factor", type=float, default=2.0,
-                    help="the multi-slot run stops at this many times N trials if it has not reached the target")
-    ap.add_argument("--within", type=float, default=0.02, help="within_sim_wall_s: best-found/oracle <= 1 + this")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: surrogate_1node, 2 seeds, 8 trials"
+    )
+    ap.add_argument(
+        "--problems",
+        nargs="*",
+        default=None,
+        help=f"subset of {list(PROBLEMS)} (default {list(PROBLEM_NAMES)})",
+    )
+    ap.add_argument(
+        "--seeds", type=int, default=8, help="seeds 0..N-1 per problem (>= 8 for the report)"
+    )
+    ap.add_argument(
+        "--trials", type=int, default=24, help="N: trials told at which both runs are compared"
+    )
+    ap.add_argument(
+        "--slots", type=int, default=4, help="trial slots of the simulated cluster (one trial each)"
+    )
+    ap.add_argument(
+        "--max-factor",
+        type=float,
+        default=2.0,
+        help="the multi-slot run stops at this many times N trials if it has not reached the target",
+    )
+    ap.add_argument(
+        "--within",
+        type=float,
+        default=0.02,
+        help="within_sim_wall_s: best-found/oracle <= 1 + this",
+    )
     ap.add_argument("--workers", type=int, default=1, help="parallel processes (one thread each)")
     ap.add_argument("--out", type=Path, default=OUT, help="results directory")
-    ap.add_argument("--summarise-only", action="store_true",
-                    help="rebuild the summary and .md from the runs in <out>/concurrency.json (no new runs)")
+    ap.add_argument(
+        "--summarise-only",
+        action="store_true",
+        help="rebuild the summary and .md from the runs in <out>/concurrency.json (no new runs)",
+    )
     args = ap.parse_args(argv)
     if args.summarise_only:
         return _resummarise(args.out)
     if args.quick:
-        problems, seeds, n = args.problems or ["surrogate_1node"], min(args.seeds, 2), min(args.trials, 8)
+        problems, seeds, n = (
+            args.problems or ["surrogate_1node"],
+            min(args.seeds, 2),
+            min(args.trials, 8),
+        )
     else:
         problems, seeds, n = args.problems or list(PROBLEM_NAMES), args.seeds, args.trials
     unknown = [p for p in problems if p not in PROBLEMS]
     if unknown:
         raise SystemExit(f"unknown problem(s) {unknown}; known: {list(PROBLEMS)}")
-    commit, dirty = git_state()  # the code that runs (read before the runs: a commit during them does not count)
-    jobs = [(p, s, n, args.slots, args.max_factor, args.within) for p in problems for s in range(seeds)]
+    commit, dirty = (
+        git_state()
+    )  # the code that runs (read before the runs: a commit during them does not count)
+    jobs = [
+        (p, s, n, args.slots, args.max_factor, args.within) for p in problems for s in range(seeds)
+    ]
     runs = []
 
     def show(r: dict[str, Any]) -> None:
-        print(f"{r['problem']} seed {r['seed']}: time c1/c{args.slots} {_f(r['time_ratio'], '.2f')}, best/oracle@{n} "
-              f"c1 {_f(r['c1']['ratio_at_n'])} c{args.slots} {_f(r[f'c{args.slots}']['ratio_at_n'])} "
-              f"({r['wall_s']:.0f} s)", flush=True)
+        print(
+            f"{r['problem']} seed {r['seed']}: time c1/c{args.slots} {_f(r['time_ratio'], '.2f')}, best/oracle@{n} "
+            f"c1 {_f(r['c1']['ratio_at_n'])} c{args.slots} {_f(r[f'c{args.slots}']['ratio_at_n'])} "
+            f"({r['wall_s']:.0f} s)",
+            flush=True,
+        )
 
     if args.workers <= 1:
         for job in jobs:
@@ -398,10 +530,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 show(r)
     cmd = " ".join(["python -m benchmarks.concurrency", *(sys.argv[1:] if argv is None else argv)])
     meta = {
-        "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": cmd.strip(),
-        "commit": commit, "dirty": dirty, "search_core_sha": sorted({r["search_core_sha"] for r in runs}),
+        "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": cmd.strip(),
+        "commit": commit,
+        "dirty": dirty,
+        "search_core_sha": sorted({r["search_core_sha"] for r in runs}),
         "machine": f"{cpu_model()}, {platform.machine()}, Python {platform.python_version()}",
-        "problems": problems, "seeds": seeds, "n_trials": n, "slots": args.slots, "max_factor": args.max_factor,
+        "problems": problems,
+        "seeds": seeds,
+        "n_trials": n,
+        "slots": args.slots,
+        "max_factor": args.max_factor,
         "within": args.within,
         "how": (
             f"A discrete-event simulation, no Ray. A cluster of {args.slots} trial slots (one slot holds one trial's "
@@ -418,7 +557,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "the noiseless step time of `best()` after N tells (the multi-slot run then has up to slots-1 trials "
             "still running) over the best feasible config by enumeration. **makespan@N**: simulated seconds until "
             "the N-th tell. **device-s**: devices x simulated seconds of the trials told by then. "
-            f"**within {args.within:.0%}**: simulated seconds until best-found/oracle <= {1 + args.within:g}."),
+            f"**within {args.within:.0%}**: simulated seconds until best-found/oracle <= {1 + args.within:g}."
+        ),
     }
     result = _json_safe({"meta": meta, "summary": summarise(runs, args.slots), "runs": runs})
     _write(result, args.out)
@@ -429,8 +569,10 @@ def _resummarise(out: Path) -> dict[str, Any]:
     """The summary and .md of the runs saved in ``out``, rebuilt by this version of ``summarise``."""
     result = json.loads((out / "concurrency.json").read_text())
     commit, dirty = git_state()
-    result["meta"]["summarised"] = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {commit}"
-                                    f"{' (with uncommitted changes)' if dirty else ''}")
+    result["meta"]["summarised"] = (
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {commit}"
+        f"{' (with uncommitted changes)' if dirty else ''}"
+    )
     result["summary"] = _json_safe(summarise(result["runs"], result["meta"]["slots"]))
     _write(result, out)
     return result
@@ -445,7 +587,7 @@ def _write(result: dict[str, Any], out: Path) -> None:
     md = to_markdown(result)
     md_path = out / "concurrency.md"
     old = md_path.read_text() if md_path.exists() else ""
-    notes = old[old.index("\n## Notes"):] if "\n## Notes" in old else ""  # hand-written: kept
+    notes = old[old.index("\n## Notes") :] if "\n## Notes" in old else ""  # hand-written: kept
     md_path.write_text(md.rstrip("\n") + "\n" + notes)
     print(md)
 

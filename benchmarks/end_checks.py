@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--port", default="29533")
     args = ap.parse_args(argv)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=args.port, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=args.port, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
+    )
     import deepspeed
     import torch
     import torch.distributed as dist
@@ -68,26 +70,38 @@ def main(argv: list[str] | None = None) -> None:
     wl = Workload.from_dict(raw)
     from infrarsi.execution.data_sources import MarkovSource
     from workloads import models
+
     torch.manual_seed(0)
     model = models.build_model(wl.model.family, wl.model.size, wl.model.overrides, {})
     n = sum(p.numel() for p in model.parameters())
-    cfg = {"train_batch_size": 1, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-           "zero_optimization": {"stage": args.zero_stage}}
-    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), config=cfg)
+    cfg = {
+        "train_batch_size": 1,
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": args.zero_stage},
+    }
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), config=cfg
+    )
     margs = models.model_args(wl.model.family, wl.model.size, wl.model.overrides)
 
     def checks() -> tuple[float, float]:
-        r = end_checks.build_reference(lambda: models.build_model(wl.model.family, wl.model.size,
-                                                          wl.model.overrides, {}), engine.device)
+        r = end_checks.build_reference(
+            lambda: models.build_model(wl.model.family, wl.model.size, wl.model.overrides, {}),
+            engine.device,
+        )
         c = end_checks.checksum_and_load(model, None, r, engine.device)
         batch = MarkovSource(margs.vocab_size, wl.data.seq_len, wl.data.seed).eval_batch()
         return c, end_checks.eval_loss(r, batch, engine.device, margs.vocab_size)
 
     for i in range(args.repeats):
         (c, e), dt, peak = peak_during(checks)
-        print(f"{args.size} zero{args.zero_stage} params={n / 1e6:.1f}M ({n * 4 / 2**20:.0f} MiB fp32) "
-              f"repeat {i}: end_checks_s={dt:.3f} peak_host_bytes=+{peak / 2**20:.0f} MiB "
-              f"checksum={c!r} eval_loss={e!r}", flush=True)
+        print(
+            f"{args.size} zero{args.zero_stage} params={n / 1e6:.1f}M ({n * 4 / 2**20:.0f} MiB fp32) "
+            f"repeat {i}: end_checks_s={dt:.3f} peak_host_bytes=+{peak / 2**20:.0f} MiB "
+            f"checksum={c!r} eval_loss={e!r}",
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     def step() -> None:
         for i in range(gas):
-            x = tokens[i * a.mbs:(i + 1) * a.mbs, :-1]
-            y = tokens[i * a.mbs:(i + 1) * a.mbs, 1:]
+            x = tokens[i * a.mbs : (i + 1) * a.mbs, :-1]
+            y = tokens[i * a.mbs : (i + 1) * a.mbs, 1:]
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 logits = model(x)
             loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.reshape(-1)) / gas
@@ -66,9 +66,17 @@ def main(argv: list[str] | None = None) -> dict:
     med = statistics.median(times)
     tps = a.global_batch * a.seq / med
     peak = peak_flops_per_s("cuda")
-    out = {"what": "plain torch, autocast bf16, fused AdamW, no checkpointing", "device": torch.cuda.get_device_name(),
-           "mbs": a.mbs, "params": n, "step_time_s": med, "tokens_per_s": tps, "mfu": fpt * tps / peak,
-           "peak_flops_per_s": peak, "peak_memory_bytes": torch.cuda.max_memory_allocated()}
+    out = {
+        "what": "plain torch, autocast bf16, fused AdamW, no checkpointing",
+        "device": torch.cuda.get_device_name(),
+        "mbs": a.mbs,
+        "params": n,
+        "step_time_s": med,
+        "tokens_per_s": tps,
+        "mfu": fpt * tps / peak,
+        "peak_flops_per_s": peak,
+        "peak_memory_bytes": torch.cuda.max_memory_allocated(),
+    }
     print(json.dumps(out))
     return out
 

@@ -38,7 +38,9 @@ def one(tokens: int, chunk: int, device: str, threads: int) -> dict[str, float]:
 
     torch.set_num_threads(threads)
     g = torch.Generator(device=device).manual_seed(0)
-    logits = torch.randn(tokens, VOCAB, generator=g, dtype=torch.bfloat16, device=device).requires_grad_()
+    logits = torch.randn(
+        tokens, VOCAB, generator=g, dtype=torch.bfloat16, device=device
+    ).requires_grad_()
     tgt = torch.randint(0, VOCAB, (tokens,), generator=g, device=device)
     if device == "cuda":
         torch.cuda.synchronize()
@@ -47,14 +49,25 @@ def one(tokens: int, chunk: int, device: str, threads: int) -> dict[str, float]:
     else:
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t = time.perf_counter()
-    loss = chunked_cross_entropy(logits, tgt, chunk) if chunk else F.cross_entropy(logits.float(), tgt)
+    loss = (
+        chunked_cross_entropy(logits, tgt, chunk) if chunk else F.cross_entropy(logits.float(), tgt)
+    )
     loss.backward()
     if device == "cuda":
         torch.cuda.synchronize()
     wall_s = time.perf_counter() - t
-    peak = torch.cuda.max_memory_allocated() if device == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"loss_chunk_tokens": chunk, "loss": float(loss.item()), "peak_above_inputs_bytes": int(peak - base),
-            "logits_bytes": logits.numel() * 2, "wall_s": wall_s}
+    peak = (
+        torch.cuda.max_memory_allocated()
+        if device == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
+    return {
+        "loss_chunk_tokens": chunk,
+        "loss": float(loss.item()),
+        "peak_above_inputs_bytes": int(peak - base),
+        "logits_bytes": logits.numel() * 2,
+        "wall_s": wall_s,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,30 +84,72 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = []
     for c in (int(x) for x in a.chunks.split(",")):
-        out = subprocess.run([sys.executable, "-m", "benchmarks.loss_chunk", "--one", str(c), "--tokens", str(a.tokens),
-                              "--device", a.device, "--threads", str(a.threads)],
-                             capture_output=True, text=True, check=True, env=os.environ.copy())
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.loss_chunk",
+                "--one",
+                str(c),
+                "--tokens",
+                str(a.tokens),
+                "--device",
+                a.device,
+                "--threads",
+                str(a.threads),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=os.environ.copy(),
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    meta = {"command": "python -m benchmarks.loss_chunk " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "commit": commit, "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs",
-            "load_avg": os.getloadavg()[0], "tokens": a.tokens, "vocab": VOCAB, "device": a.device, "threads": a.threads}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    meta = {
+        "command": "python -m benchmarks.loss_chunk "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": commit,
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs",
+        "load_avg": os.getloadavg()[0],
+        "tokens": a.tokens,
+        "vocab": VOCAB,
+        "device": a.device,
+        "threads": a.threads,
+    }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{a.out}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    mib = 2 ** 20
-    lines = [f"# The harness's loss over a {VOCAB}-token vocabulary, plain and chunked", "",
-             f"`{meta['command']}` at commit {commit}, {meta['machine']}, device {a.device}, {a.threads} thread(s), "
-             f"load average {meta['load_avg']:.1f} (a shared machine: the times are one call each, under that load).",
-             f"One forward and backward of the mean cross-entropy over bf16 logits [{a.tokens}, {VOCAB}] "
-             f"({rows[0]['logits_bytes'] / mib:.0f} MiB), each variant in a fresh process. Peak: "
-             + ("`ru_maxrss` growth" if a.device == "cpu" else "`torch.cuda.max_memory_allocated` growth")
-             + " above the logits and targets (the gradient buffer of the logits included).", "",
-             "| loss_chunk_tokens | loss | peak above inputs (MiB) | x logits | wall (s) |", "|---|---|---|---|---|"]
+    (RESULTS / f"{a.out}.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n"
+    )
+    mib = 2**20
+    lines = [
+        f"# The harness's loss over a {VOCAB}-token vocabulary, plain and chunked",
+        "",
+        f"`{meta['command']}` at commit {commit}, {meta['machine']}, device {a.device}, {a.threads} thread(s), "
+        f"load average {meta['load_avg']:.1f} (a shared machine: the times are one call each, under that load).",
+        f"One forward and backward of the mean cross-entropy over bf16 logits [{a.tokens}, {VOCAB}] "
+        f"({rows[0]['logits_bytes'] / mib:.0f} MiB), each variant in a fresh process. Peak: "
+        + (
+            "`ru_maxrss` growth"
+            if a.device == "cpu"
+            else "`torch.cuda.max_memory_allocated` growth"
+        )
+        + " above the logits and targets (the gradient buffer of the logits included).",
+        "",
+        "| loss_chunk_tokens | loss | peak above inputs (MiB) | x logits | wall (s) |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['loss_chunk_tokens']} | {r['loss']:.6f} | {r['peak_above_inputs_bytes'] / mib:.0f} | "
-                     f"{r['peak_above_inputs_bytes'] / r['logits_bytes']:.2f} | {r['wall_s']:.2f} |")
+        lines.append(
+            f"| {r['loss_chunk_tokens']} | {r['loss']:.6f} | {r['peak_above_inputs_bytes'] / mib:.0f} | "
+            f"{r['peak_above_inputs_bytes'] / r['logits_bytes']:.2f} | {r['wall_s']:.2f} |"
+        )
     lines.append("")
-    lines.append("`0` is the plain `F.cross_entropy(logits.float(), targets)`; a chunk at least the token count is the same call.")
+    lines.append(
+        "`0` is the plain `F.cross_entropy(logits.float(), targets)`; a chunk at least the token "
+        "count is the same call."
+    )
     (RESULTS / f"{a.out}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -47,7 +47,9 @@ BASELINE = {"zero_stage": 3, "micro_batch_size": 1, "activation_checkpointing": 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quantile", type=float, default=0.7, help="capacity = this quantile of measured peaks")
+    ap.add_argument(
+        "--quantile", type=float, default=0.7, help="capacity = this quantile of measured peaks"
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -71,10 +73,18 @@ def main() -> None:
             for i, cfg in enumerate(space.enumerate() or []):
                 full = {**cfg, "dtype": "fp32"}
                 r = runner.run(full, trial_id=f"tab-{i:03d}", stage="trial")
-                rows.append({"config": json.dumps(cfg), "status": r.status, "step_time_s": r.step_time_s,
-                             "peak_memory_bytes": r.peak_memory_bytes, "device_seconds": r.device_seconds,
-                             "setup_time_s": r.setup_time_s, "memory_measure": r.memory_measure,
-                             "error": r.error[:300]})
+                rows.append(
+                    {
+                        "config": json.dumps(cfg),
+                        "status": r.status,
+                        "step_time_s": r.step_time_s,
+                        "peak_memory_bytes": r.peak_memory_bytes,
+                        "device_seconds": r.device_seconds,
+                        "setup_time_s": r.setup_time_s,
+                        "memory_measure": r.memory_measure,
+                        "error": r.error[:300],
+                    }
+                )
                 print(i, cfg, r.status, r.step_time_s, r.peak_memory_bytes, flush=True)
     finally:
         ray.shutdown()
@@ -83,19 +93,30 @@ def main() -> None:
     for r in rows:
         if r["status"] == "ok" and r["peak_memory_bytes"] and r["peak_memory_bytes"] > cap:
             step = r["step_time_s"] or 0.0
-            r.update(status="oom", step_time_s=None, peak_memory_bytes=int(cap),
-                     device_seconds=2 * ((r["setup_time_s"] or 0.0) + step))
-    meta = {"search_space": SPACE, "memory_capacity_bytes": str(int(cap)), "baseline": json.dumps(BASELINE),
-            "workload": "workloads/dense_debug.yaml (warmup 1, measured 2, fp32)",
-            "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "how": __doc__ or "", "wall_s": f"{time.time() - started:.0f}"}
+            r.update(
+                status="oom",
+                step_time_s=None,
+                peak_memory_bytes=int(cap),
+                device_seconds=2 * ((r["setup_time_s"] or 0.0) + step),
+            )
+    meta = {
+        "search_space": SPACE,
+        "memory_capacity_bytes": str(int(cap)),
+        "baseline": json.dumps(BASELINE),
+        "workload": "workloads/dense_debug.yaml (warmup 1, measured 2, fp32)",
+        "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "how": __doc__ or "",
+        "wall_s": f"{time.time() - started:.0f}",
+    }
     table = pa.Table.from_pylist(rows).replace_schema_metadata(meta)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, args.out)
-    print(f"wrote {args.out}: {len(rows)} configs, capacity {cap / 2**20:.1f} MiB, "
-          f"{sum(r['status'] == 'oom' for r in rows)} oom, {sum(r['status'] == 'failed' for r in rows)} failed")
+    print(
+        f"wrote {args.out}: {len(rows)} configs, capacity {cap / 2**20:.1f} MiB, "
+        f"{sum(r['status'] == 'oom' for r in rows)} oom, {sum(r['status'] == 'failed' for r in rows)} failed"
+    )
 
 
 if __name__ == "__main__":

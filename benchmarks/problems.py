@@ -88,15 +88,22 @@ class BenchProblem:
             if not rows:
                 raise KeyError(f"{self.name}: config not in the table: {config}")
             r = rows[int(rng.integers(len(rows)))]
-            return Draw(r["status"], r["step_time_s"], r["peak_memory_bytes"], r["device_seconds"],
-                        r["device_seconds"] / self.world_size)
+            return Draw(
+                r["status"],
+                r["step_time_s"],
+                r["peak_memory_bytes"],
+                r["device_seconds"],
+                r["device_seconds"] / self.world_size,
+            )
         status, _ev, m = sample_trial(self.source, config, rng)
         ws = self.source.world_size
         step = float(np.median(m["step_time_samples_s"])) if status == "ok" else None
         return Draw(status, step, m["peak_memory_bytes"], ws * m["wall_s"], float(m["wall_s"]))
 
 
-def surrogate_problem(workload_path: str | Path, name: str, space_path: str | Path | None = None) -> BenchProblem:
+def surrogate_problem(
+    workload_path: str | Path, name: str, space_path: str | Path | None = None
+) -> BenchProblem:
     """The workload's analytic problem over its own search space, or over ``space_path``."""
     wl = Workload.from_yaml(workload_path)
     cap = parse_size(wl.memory_capacity or "80GB")
@@ -110,7 +117,9 @@ def surrogate_problem(workload_path: str | Path, name: str, space_path: str | Pa
         ev = evaluate(prob, cfg)
         truth[space.key(cfg)] = ev.step_time_s if ev.fits else math.inf
     baseline = space.validate(wl.baseline)
-    return BenchProblem(name, space, float(cap), baseline, truth, prob, prior_for_workload(wl), prob.world_size)
+    return BenchProblem(
+        name, space, float(cap), baseline, truth, prob, prior_for_workload(wl), prob.world_size
+    )
 
 
 def tabular_problem(path: Path = TABULAR_PATH) -> BenchProblem:
@@ -130,20 +139,41 @@ def tabular_problem(path: Path = TABULAR_PATH) -> BenchProblem:
     truth = {}
     for key, rs in by_key.items():
         ok = [r["step_time_s"] for r in rs if r["status"] == "ok"]
-        truth[key] = float(np.median(ok)) if ok and all(r["status"] != "oom" for r in rs) else math.inf
+        truth[key] = (
+            float(np.median(ok)) if ok and all(r["status"] != "oom" for r in rs) else math.inf
+        )
     missing = [r for r in (space.enumerate() or []) if space.key(r) not in by_key]
     if missing:
-        raise ValueError(f"{path}: the table must hold every config of its space; {len(missing)} missing, e.g. {missing[0]}")
-    wl = Workload.from_yaml(ROOT / "workloads" / "dense_debug.yaml")  # the workload the table measured
-    return BenchProblem("tabular_dense_debug", space, cap, space.validate(baseline), truth, by_key,
-                        prior_for_workload(wl), wl.world_size)
+        raise ValueError(
+            f"{path}: the table must hold every config of its space; {len(missing)} missing, e.g. {missing[0]}"
+        )
+    wl = Workload.from_yaml(
+        ROOT / "workloads" / "dense_debug.yaml"
+    )  # the workload the table measured
+    return BenchProblem(
+        "tabular_dense_debug",
+        space,
+        cap,
+        space.validate(baseline),
+        truth,
+        by_key,
+        prior_for_workload(wl),
+        wl.world_size,
+    )
 
 
 PROBLEMS = {
-    "surrogate_1node": lambda: surrogate_problem(ROOT / "workloads" / "surrogate_dense_1node.yaml", "surrogate_1node"),
-    "surrogate_2node": lambda: surrogate_problem(ROOT / "workloads" / "surrogate_dense_2node.yaml", "surrogate_2node"),
-    "surrogate_2node_wide": lambda: surrogate_problem(ROOT / "workloads" / "surrogate_dense_2node.yaml", "surrogate_2node_wide",
-                                                      ROOT / "search_spaces" / "surrogate_gpu_wide.yaml"),
+    "surrogate_1node": lambda: surrogate_problem(
+        ROOT / "workloads" / "surrogate_dense_1node.yaml", "surrogate_1node"
+    ),
+    "surrogate_2node": lambda: surrogate_problem(
+        ROOT / "workloads" / "surrogate_dense_2node.yaml", "surrogate_2node"
+    ),
+    "surrogate_2node_wide": lambda: surrogate_problem(
+        ROOT / "workloads" / "surrogate_dense_2node.yaml",
+        "surrogate_2node_wide",
+        ROOT / "search_spaces" / "surrogate_gpu_wide.yaml",
+    ),
     "tabular_dense_debug": tabular_problem,
 }
 """Problem name -> builder."""

@@ -26,7 +26,9 @@ from benchmarks.search_efficiency import run_one
 DEFAULT_PROBLEMS = ("surrogate_2node", "tabular_dense_debug")
 
 
-def replay(problems: Sequence[str], seeds: Sequence[int], trials: int) -> dict[str, list[dict[str, Any]]]:
+def replay(
+    problems: Sequence[str], seeds: Sequence[int], trials: int
+) -> dict[str, list[dict[str, Any]]]:
     """``"problem/seed"`` -> the configs infrarsi asked, in order."""
     out: dict[str, list[dict[str, Any]]] = {}
     for problem in problems:
@@ -36,7 +38,9 @@ def replay(problems: Sequence[str], seeds: Sequence[int], trials: int) -> dict[s
     return out
 
 
-def differences(before: dict[str, list[dict[str, Any]]], after: dict[str, list[dict[str, Any]]]) -> list[str]:
+def differences(
+    before: dict[str, list[dict[str, Any]]], after: dict[str, list[dict[str, Any]]]
+) -> list[str]:
     """One line per run that differs: a run missing on one side, or its first differing trial."""
     lines = []
     for key in sorted(set(before) | set(after)):
@@ -56,8 +60,12 @@ def differences(before: dict[str, list[dict[str, Any]]], after: dict[str, list[d
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True, help="Where to write the replayed configs (JSON).")
-    ap.add_argument("--compare", type=Path, help="A JSON file of an earlier replay to compare with.")
+    ap.add_argument(
+        "--out", type=Path, required=True, help="Where to write the replayed configs (JSON)."
+    )
+    ap.add_argument(
+        "--compare", type=Path, help="A JSON file of an earlier replay to compare with."
+    )
     ap.add_argument("--problems", nargs="+", default=list(DEFAULT_PROBLEMS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--trials", type=int, default=24)

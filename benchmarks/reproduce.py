@@ -72,14 +72,31 @@ class Reference:
 
 
 REFERENCE: tuple[Reference, ...] = (
-    Reference("dense_1node", "Llama-3-8B (dense `8b`), seq 8192, 0.5M tokens/step, bf16", "8 x 80 GB, 1 node",
-              "dense_1node_debug"),
-    Reference("dense_multinode", "the same 8B job, 1M tokens/step (8 sequences per GPU)", "16 x 80 GB, 2 nodes",
-              "dense_multinode_debug"),
-    Reference("moe_1node", "Mixtral-8x7B shape cut to 6 layers (9.0B parameters, 8 experts, top-2), seq 8192, "
-              "bf16", "8 x 80 GB, 1 node", "moe_1node_debug"),
-    Reference("moe_multinode", "the same MoE with each expert split in two (16 experts, top-4) so expert "
-              "parallelism spans both nodes", "16 x 80 GB, 2 nodes", "moe_multinode_debug"),
+    Reference(
+        "dense_1node",
+        "Llama-3-8B (dense `8b`), seq 8192, 0.5M tokens/step, bf16",
+        "8 x 80 GB, 1 node",
+        "dense_1node_debug",
+    ),
+    Reference(
+        "dense_multinode",
+        "the same 8B job, 1M tokens/step (8 sequences per GPU)",
+        "16 x 80 GB, 2 nodes",
+        "dense_multinode_debug",
+    ),
+    Reference(
+        "moe_1node",
+        "Mixtral-8x7B shape cut to 6 layers (9.0B parameters, 8 experts, top-2), seq 8192, bf16",
+        "8 x 80 GB, 1 node",
+        "moe_1node_debug",
+    ),
+    Reference(
+        "moe_multinode",
+        "the same MoE with each expert split in two (16 experts, top-4) so expert "
+        "parallelism spans both nodes",
+        "16 x 80 GB, 2 nodes",
+        "moe_multinode_debug",
+    ),
 )
 """The four reference workloads (``workloads/<name>.yaml``) and their debug flavours."""
 
@@ -96,9 +113,13 @@ the same over the trials that did not end `ok` (OOM, failed, timeout, nan, invar
 A "CPU (debug flavour)" row ran the tiny CPU version of a reference workload: it shows that the
 whole study runs, not how the GPU workload performs.
 
-| date (UTC) | workload | hardware | trials run / all | baseline → best step_time_s | baseline → best tokens_per_s | baseline → best MFU | speed-up (95% CI) | device_hours (failed) | study wall_s | commit | notes |
-|---|---|---|---|---|---|---|---|---|---|---|---|
 """
+MD_COLUMNS = (
+    "date (UTC)", "workload", "hardware", "trials run / all", "baseline → best step_time_s",
+    "baseline → best tokens_per_s", "baseline → best MFU", "speed-up (95% CI)",
+    "device_hours (failed)", "study wall_s", "commit", "notes",
+)  # fmt: skip
+MD_HEADER += "| " + " | ".join(MD_COLUMNS) + " |\n" + "|---" * len(MD_COLUMNS) + "|\n"
 """Heading and column names of ``reproduce.md`` (written once, when the file is new)."""
 
 
@@ -135,21 +156,32 @@ def check_workload(path: str | Path) -> dict[str, Any]:
         num_params = sum(p.numel() for p in job.build_model().parameters())
     space.validate(dict(wl.baseline), where=f"{path}: baseline")
     if wl.global_batch_size % wl.world_size:
-        raise WorkloadError(f"{path}: {wl.global_batch_size} sequences per step do not divide over "
-                            f"{wl.world_size} ranks")
+        raise WorkloadError(
+            f"{path}: {wl.global_batch_size} sequences per step do not divide over "
+            f"{wl.world_size} ranks"
+        )
     configs = space.enumerate() or [space.validate(dict(wl.baseline))]  # None: too many to list
     for cfg in configs:
         build_trial(wl, cfg, wl.world_size, num_params, job.shape.dim)
     if any(c.get("expert_parallel") for c in configs) and job.shape.num_experts % wl.world_size:
-        raise WorkloadError(f"{path}: the space allows expert_parallel (ep_size = world size = {wl.world_size}) "
-                            f"but the model has {job.shape.num_experts} experts per layer")
-    return {"name": wl.name, "world_size": wl.world_size, "nodes": wl.resources.nodes,
-            "device": wl.resources.device, "global_batch_size": wl.global_batch_size,
-            "num_params": int(num_params), "configs": len(configs)}
+        raise WorkloadError(
+            f"{path}: the space allows expert_parallel (ep_size = world size = {wl.world_size}) "
+            f"but the model has {job.shape.num_experts} experts per layer"
+        )
+    return {
+        "name": wl.name,
+        "world_size": wl.world_size,
+        "nodes": wl.resources.nodes,
+        "device": wl.resources.device,
+        "global_batch_size": wl.global_batch_size,
+        "num_params": int(num_params),
+        "configs": len(configs),
+    }
 
 
-def local_cluster_plan(nodes: int, workers: int, cpus_per_worker: float, device: str,
-                       address: str | None) -> list[int] | None:
+def local_cluster_plan(
+    nodes: int, workers: int, cpus_per_worker: float, device: str, address: str | None
+) -> list[int] | None:
     """The logical CPUs of each raylet of the local ``ray.cluster_utils.Cluster`` a run needs,
     or None when it needs none (one node, or a cluster given by ``address``/``RAY_ADDRESS``).
     Each raylet gets its share of the ranks' CPUs plus one. A multi-node GPU workload without
@@ -157,8 +189,10 @@ def local_cluster_plan(nodes: int, workers: int, cpus_per_worker: float, device:
     if nodes <= 1 or address:
         return None
     if device == "cuda":
-        raise SystemExit(f"a {nodes}-node GPU workload needs a Ray cluster of {nodes} GPU nodes: pass --address "
-                         "(or set RAY_ADDRESS) to its head")
+        raise SystemExit(
+            f"a {nodes}-node GPU workload needs a Ray cluster of {nodes} GPU nodes: pass --address "
+            "(or set RAY_ADDRESS) to its head"
+        )
     per_node = math.ceil(workers / nodes)
     return [math.ceil(per_node * cpus_per_worker) + 1] * nodes
 
@@ -170,7 +204,9 @@ def start_local_cluster(cpus: list[int]) -> Any:
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus[0], "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": cpus[0], "include_dashboard": False}
+    )
     for n in cpus[1:]:
         cluster.add_node(num_cpus=n)
     cluster.wait_for_nodes()
@@ -195,7 +231,9 @@ def study_row(study_dir: str | Path) -> dict[str, Any]:
     wl = data.contract.workload
     res = wl.get("resources", {})
     device = str(res.get("device", "cpu"))
-    names = sorted({str(r.hardware.get("device_name")) for r in trials if r.hardware.get("device_name")})
+    names = sorted(
+        {str(r.hardware.get("device_name")) for r in trials if r.hardware.get("device_name")}
+    )
     nodes = max((int(r.nodes) for r in trials if r.ok), default=int(res.get("nodes", 1)))
     devices = max((int(r.world_size) for r in trials if r.world_size), default=None)
     if devices is None:
@@ -237,7 +275,9 @@ def study_row(study_dir: str | Path) -> dict[str, Any]:
         "speedup_ci_low": verify_best.ci_low if verify_best is not None and accepted else None,
         "speedup_ci_high": verify_best.ci_high if verify_best is not None and accepted else None,
         "noise_margin": data.verify.noise_margin if data.verify is not None else None,
-        "best_config_diff": {k: [base_cfg.get(k), v] for k, v in best_cfg.items() if base_cfg.get(k) != v},
+        "best_config_diff": {
+            k: [base_cfg.get(k), v] for k, v in best_cfg.items() if base_cfg.get(k) != v
+        },
         "trials_run": sum(1 for r in trials if r.stage == "run"),
         "trials_all": len(trials),
         "trial_statuses": statuses,
@@ -258,8 +298,10 @@ def _pct(x: Any) -> str:
 def markdown_row(row: dict[str, Any]) -> str:
     """One line of ``reproduce.md``'s table."""
     if row.get("speedup") is not None:
-        speed = (f"{row['speedup']:.2f}x ({_num(row.get('speedup_ci_low'), '.2f')}-"
-                 f"{_num(row.get('speedup_ci_high'), '.2f')}x)")
+        speed = (
+            f"{row['speedup']:.2f}x ({_num(row.get('speedup_ci_low'), '.2f')}-"
+            f"{_num(row.get('speedup_ci_high'), '.2f')}x)"
+        )
     else:
         speed = "not accepted"
     cells = [
@@ -324,11 +366,15 @@ def row_notes(row: dict[str, Any], *, quick: bool, load_start: float, load_peak:
     parts = []
     if row["debug_flavour"]:
         cpu = row.get("cpu_model") or row.get("cpu") or "unknown CPU"
-        parts.append(f"ran on CPU ({cpu}, {row.get('cpu_count') or os.cpu_count()} cores), not a GPU figure")
+        parts.append(
+            f"ran on CPU ({cpu}, {row.get('cpu_count') or os.cpu_count()} cores), not a GPU figure"
+        )
     if quick:
         parts.append("--quick (2 run trials, verify 1 round of 2 pairs)")
-    parts.append(f"1-min load average {load_start:.1f} before, at most {load_peak:.1f} during "
-                 f"({row['devices']} of it the study's own ranks)")
+    parts.append(
+        f"1-min load average {load_start:.1f} before, at most {load_peak:.1f} during "
+        f"({row['devices']} of it the study's own ranks)"
+    )
     if not row["best_verified"]:
         parts.append("no candidate accepted by verify: 'best' is the top candidate, unverified")
     return "; ".join(parts)
@@ -336,12 +382,29 @@ def row_notes(row: dict[str, Any], *, quick: bool, load_start: float, load_peak:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("workload", help="a workload YAML, or a name of a reference workload (dense_1node_debug...)")
-    ap.add_argument("--out", help="the study directory (default studies/reproduce/<name>-<UTC time>)")
-    ap.add_argument("--trials", type=int, default=None, help=f"run trials (default {DEFAULT_TRIALS}; 2 with --quick)")
-    ap.add_argument("--address", default=None, help="Ray address of the cluster (default RAY_ADDRESS, else local)")
-    ap.add_argument("--quick", action="store_true", help="a smoke run: 2 trials, 2 doctor repeats, verify 1x2")
-    ap.add_argument("--results", default=str(RESULTS), help="folder of reproduce.md / reproduce.jsonl")
+    ap.add_argument(
+        "workload", help="a workload YAML, or a name of a reference workload (dense_1node_debug...)"
+    )
+    ap.add_argument(
+        "--out", help="the study directory (default studies/reproduce/<name>-<UTC time>)"
+    )
+    ap.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help=f"run trials (default {DEFAULT_TRIALS}; 2 with --quick)",
+    )
+    ap.add_argument(
+        "--address",
+        default=None,
+        help="Ray address of the cluster (default RAY_ADDRESS, else local)",
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="a smoke run: 2 trials, 2 doctor repeats, verify 1x2"
+    )
+    ap.add_argument(
+        "--results", default=str(RESULTS), help="folder of reproduce.md / reproduce.jsonl"
+    )
     ap.add_argument("--notes", default="", help="free text added to the row's notes")
     args = ap.parse_args(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -356,33 +419,66 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.trials is not None:
         settings["trials"] = args.trials
     stamp = dt.datetime.now(dt.timezone.utc)
-    out = Path(args.out) if args.out else ROOT / "studies" / "reproduce" / f"{wl.name}-{stamp:%Y%m%d-%H%M%S}"
+    out = (
+        Path(args.out)
+        if args.out
+        else ROOT / "studies" / "reproduce" / f"{wl.name}-{stamp:%Y%m%d-%H%M%S}"
+    )
     address = args.address or os.environ.get("RAY_ADDRESS") or None
-    plan = local_cluster_plan(wl.resources.nodes, wl.resources.workers, wl.resources.cpus_per_worker,
-                              wl.resources.device, address)
-    print(f"reproduce: {summary} -> {out}; settings {settings}"
-          + (f"; local cluster of {len(plan)} raylets, CPUs {plan}" if plan else ""), flush=True)
+    plan = local_cluster_plan(
+        wl.resources.nodes,
+        wl.resources.workers,
+        wl.resources.cpus_per_worker,
+        wl.resources.device,
+        address,
+    )
+    print(
+        f"reproduce: {summary} -> {out}; settings {settings}"
+        + (f"; local cluster of {len(plan)} raylets, CPUs {plan}" if plan else ""),
+        flush=True,
+    )
     cluster = start_local_cluster(plan) if plan else None
     t0 = time.time()
     try:
         with LoadSampler() as load:
-            tune_stage(path, out, trials=settings["trials"], address=cluster.address if cluster else address,
-                       doctor_repeats=settings["doctor_repeats"], top_k=settings["top_k"], pairs=settings["pairs"],
-                       rounds=settings["rounds"], progress=False, bank="off",
-                       request=f"reproduce the reference workload {wl.name}")
+            tune_stage(
+                path,
+                out,
+                trials=settings["trials"],
+                address=cluster.address if cluster else address,
+                doctor_repeats=settings["doctor_repeats"],
+                top_k=settings["top_k"],
+                pairs=settings["pairs"],
+                rounds=settings["rounds"],
+                progress=False,
+                bank="off",
+                request=f"reproduce the reference workload {wl.name}",
+            )
     finally:
         if cluster is not None:
             shutdown_cluster(cluster)
     wall = time.time() - t0
     row = study_row(out)
     commit, dirty = git_state()
-    row.update({
-        "date_utc": f"{stamp:%Y-%m-%d %H:%M}", "workload_file": str(path), "wall_s": wall, "quick": bool(args.quick),
-        "trials_requested": settings["trials"], "settings": settings, "commit": commit, "dirty": dirty,
-        "command": "python -m benchmarks.reproduce " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-        "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "loadavg_1m_start": load.start,
-        "loadavg_1m_peak": load.peak, "local_cluster_raylets": len(plan) if plan else None,
-    })
+    row.update(
+        {
+            "date_utc": f"{stamp:%Y-%m-%d %H:%M}",
+            "workload_file": str(path),
+            "wall_s": wall,
+            "quick": bool(args.quick),
+            "trials_requested": settings["trials"],
+            "settings": settings,
+            "commit": commit,
+            "dirty": dirty,
+            "command": "python -m benchmarks.reproduce "
+            + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+            "cpu_model": cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "loadavg_1m_start": load.start,
+            "loadavg_1m_peak": load.peak,
+            "local_cluster_raylets": len(plan) if plan else None,
+        }
+    )
     notes = row_notes(row, quick=args.quick, load_start=load.start, load_peak=load.peak)
     row["notes"] = "; ".join(p for p in (notes, args.notes) if p)
     jl, md = append_row(row, args.results)

@@ -60,9 +60,15 @@ PROBLEMS = ("surrogate_1node", "surrogate_2node")
 BUDGETS = (12, 24)
 
 
-LEGACY_NAMES = {"config_sd": "config_deviation_sd", "acq_config_sd": "acquisition_config_sd",
-                "sd_scale": "acquisition_sd_scale", "coef_prior_sd": "prior_time_coef_sd",
-                "time_noise_sd": "prior_time_noise_sd", "design": "design_rule", "kernel": "time_kernel"}
+LEGACY_NAMES = {
+    "config_sd": "config_deviation_sd",
+    "acq_config_sd": "acquisition_config_sd",
+    "sd_scale": "acquisition_sd_scale",
+    "coef_prior_sd": "prior_time_coef_sd",
+    "time_noise_sd": "prior_time_noise_sd",
+    "design": "design_rule",
+    "kernel": "time_kernel",
+}
 """Variant option names of earlier runs -> ``OptimizerSettings`` fields."""
 
 
@@ -90,7 +96,11 @@ class _WrappedPrior:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.kind, self.time_names, self.memory_names = inner.kind, inner.time_names, inner.memory_names
+        self.kind, self.time_names, self.memory_names = (
+            inner.kind,
+            inner.time_names,
+            inner.memory_names,
+        )
 
     def terms(self, configs: Any) -> tuple[np.ndarray, np.ndarray]:
         return self._edit(*self.inner.terms(configs))
@@ -139,14 +149,26 @@ def _misspecify_prior(problem: Any, opts: dict[str, Any], seed: int) -> dict[str
     prior = problem.prior
     if err is not None:
         rng = np.random.default_rng([seed, 99])
-        fields = ("peak_flops", "memory_bytes_per_s", "intra_bytes_per_s", "inter_bytes_per_s", "host_bytes_per_s",
-                  "cpu_adam_params_per_s", "fixed_memory_bytes")
+        fields = (
+            "peak_flops",
+            "memory_bytes_per_s",
+            "intra_bytes_per_s",
+            "inter_bytes_per_s",
+            "host_bytes_per_s",
+            "cpu_adam_params_per_s",
+            "fixed_memory_bytes",
+        )
         lf = math.log(float(err))
-        shape = replace(prior.shape, **{f: getattr(prior.shape, f) * math.exp(rng.uniform(-lf, lf)) for f in fields})
+        shape = replace(
+            prior.shape,
+            **{f: getattr(prior.shape, f) * math.exp(rng.uniform(-lf, lf)) for f in fields},
+        )
         prior = TransformerPrior(shape)
     if mem_err is not None:
         lm = math.log(float(mem_err))
-        factors = np.exp(np.random.default_rng([seed, 98]).uniform(-lm, lm, size=len(prior.memory_names)))
+        factors = np.exp(
+            np.random.default_rng([seed, 98]).uniform(-lm, lm, size=len(prior.memory_names))
+        )
         prior = _ScaledMemoryPrior(prior, factors)
     if coarse:
         prior = _CoarsePrior(prior)
@@ -179,23 +201,35 @@ def run_one(job: tuple[str, dict[str, Any], str, int]) -> dict[str, Any]:
         if i + 1 in BUDGETS:
             best = peer.best()
             ratios[i + 1] = problem.true_time(best) / oracle if best else math.inf
-    return {"variant": name, "problem": problem_name, "seed": seed, "ratios": ratios,
-            "wasted_fraction": wasted_s / total_s}
+    return {
+        "variant": name,
+        "problem": problem_name,
+        "seed": seed,
+        "ratios": ratios,
+        "wasted_fraction": wasted_s / total_s,
+    }
 
 
 def main() -> None:
     from benchmarks.problems import PROBLEMS as ALL_PROBLEMS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("variants", help='JSON: name -> options, e.g. \'{"default": {}}\'')
+    ap.add_argument("variants", help="JSON: name -> options, e.g. '{\"default\": {}}'")
     ap.add_argument("--seeds", type=int, default=16)
     ap.add_argument("--first-seed", type=int, default=0, help="seeds run from here (default 0)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=sorted(ALL_PROBLEMS))
-    ap.add_argument("--jsonl", help="also write one JSON line per run (per-seed ratios) to this file")
+    ap.add_argument(
+        "--jsonl", help="also write one JSON line per run (per-seed ratios) to this file"
+    )
     args = ap.parse_args()
     variants = json.loads(args.variants)
-    jobs = [(v, o, p, s) for v, o in variants.items() for p in args.problems for s in range(args.first_seed, args.first_seed + args.seeds)]
+    jobs = [
+        (v, o, p, s)
+        for v, o in variants.items()
+        for p in args.problems
+        for s in range(args.first_seed, args.first_seed + args.seeds)
+    ]
     started = time.time()
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with ProcessPoolExecutor(args.workers, max_tasks_per_child=1) as ex:
@@ -206,13 +240,17 @@ def main() -> None:
             for rs in runs.values():
                 for r in rs:
                     f.write(json.dumps(r) + "\n")
-    print("| variant | problem | seeds | ratio@12 median [IQR] | ratio@24 median [IQR] | wasted (median) |")
+    print(
+        "| variant | problem | seeds | ratio@12 median [IQR] | ratio@24 median [IQR] | wasted (median) |"
+    )
     print("|---|---|---|---|---|---|")
     for (v, p), rs in sorted(runs.items()):
         cells = []
         for b in BUDGETS:
             x = np.array([r["ratios"][b] for r in rs])
-            cells.append(f"{np.median(x):.3f} [{np.percentile(x, 25):.3f}, {np.percentile(x, 75):.3f}]")
+            cells.append(
+                f"{np.median(x):.3f} [{np.percentile(x, 25):.3f}, {np.percentile(x, 75):.3f}]"
+            )
         waste = np.median([r["wasted_fraction"] for r in rs])
         print(f"| {v} | {p} | {len(rs)} | {cells[0]} | {cells[1]} | {waste:.1%} |")
     print(f"\n{len(jobs)} runs in {time.time() - started:.0f} s")

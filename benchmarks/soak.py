@@ -105,8 +105,11 @@ class Soak:
         """Live actors of other drivers (the harness under test)."""
         import ray._private.state as ray_state
 
-        return [a for a in ray_state.actors().values()
-                if a["State"] == "ALIVE" and a["JobID"] != self.job and a["Pid"]]
+        return [
+            a
+            for a in ray_state.actors().values()
+            if a["State"] == "ALIVE" and a["JobID"] != self.job and a["Pid"]
+        ]
 
     @staticmethod
     def in_flight(study: Path) -> list[str]:
@@ -116,7 +119,11 @@ class Soak:
     def counted(study: Path) -> int:
         from infrarsi.study.trial_log import read_trials, rows
 
-        return sum(1 for r in rows(read_trials(study)) if r.stage == "run" and not r.extra.get("interrupted"))
+        return sum(
+            1
+            for r in rows(read_trials(study))
+            if r.stage == "run" and not r.extra.get("interrupted")
+        )
 
     def observe(self, ph: Phase) -> list[str]:
         now = self.in_flight(ph.study)
@@ -125,12 +132,19 @@ class Soak:
         return now
 
     def _fault(self, ph: Phase, kind: str, **info: Any) -> None:
-        rec = {"kind": kind, "t_s": round(time.monotonic() - ph.t0, 2), "at_unix": time.time(), **info}
+        rec = {
+            "kind": kind,
+            "t_s": round(time.monotonic() - ph.t0, 2),
+            "at_unix": time.time(),
+            **info,
+        }
         ph.faults.append(rec)
         print(f"[soak {ph.name}] fault {json.dumps(rec, default=str)}", flush=True)
 
     # ------------------------------------------------------------------ faults
-    def _wait_in_flight(self, ph: Phase, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> list[str]:
+    def _wait_in_flight(
+        self, ph: Phase, proc: subprocess.Popen[bytes], timeout_s: float = 60
+    ) -> list[str]:
         end = time.monotonic() + timeout_s
         while proc.poll() is None and time.monotonic() < end:
             now = self.observe(ph)
@@ -145,8 +159,12 @@ class Soak:
         ph.actor_classes.update(a["ActorClassName"] for a in live)
         targets = [a for a in live if a["ActorClassName"] == ph.actor_class]
         if not targets:
-            self._fault(ph, "actor_kill", skipped="no live actor of class " + ph.actor_class,
-                        classes=sorted({a["ActorClassName"] for a in live}))
+            self._fault(
+                ph,
+                "actor_kill",
+                skipped="no live actor of class " + ph.actor_class,
+                classes=sorted({a["ActorClassName"] for a in live}),
+            )
             return
         a = self.rng.choice(sorted(targets, key=lambda x: x["ActorID"]))
         try:
@@ -154,8 +172,15 @@ class Soak:
         except ProcessLookupError:
             self._fault(ph, "actor_kill", skipped="actor exited first", actor=a["ActorID"])
             return
-        self._fault(ph, "actor_kill", actor=a["ActorID"], actor_class=a["ActorClassName"],
-                    pid=int(a["Pid"]), node=a["Address"]["NodeID"], in_flight=flying)
+        self._fault(
+            ph,
+            "actor_kill",
+            actor=a["ActorID"],
+            actor_class=a["ActorClassName"],
+            pid=int(a["Pid"]),
+            node=a["Address"]["NodeID"],
+            in_flight=flying,
+        )
 
     def raylet_kill(self, ph: Phase, proc: subprocess.Popen[bytes]) -> None:
         flying = self._wait_in_flight(ph, proc)
@@ -169,23 +194,54 @@ class Soak:
             return
         node = self.rng.choice(sorted(busy or choices))
         ans = self.cluster.remove(node)
-        self._fault(ph, "raylet_kill", node=node, held_actors_of_run=node in held,
-                    replacement=ans.get("added"), ok=bool(ans.get("ok")), in_flight=flying)
+        self._fault(
+            ph,
+            "raylet_kill",
+            node=node,
+            held_actors_of_run=node in held,
+            replacement=ans.get("added"),
+            ok=bool(ans.get("ok")),
+            in_flight=flying,
+        )
 
-    def duplicate_launch(self, ph: Phase, proc: subprocess.Popen[bytes], timeout_s: float = 120) -> None:
+    def duplicate_launch(
+        self, ph: Phase, proc: subprocess.Popen[bytes], timeout_s: float = 120
+    ) -> None:
         flying = self._wait_in_flight(ph, proc)
         end = time.monotonic() + timeout_s
         while proc.poll() is None and time.monotonic() < end and not self.holds(ph, proc):
             time.sleep(0.1)  # a harness just (re)started may not hold the study yet
         if proc.poll() is not None or not self.holds(ph, proc):
-            self._fault(ph, "duplicate_launch", skipped="the harness ended or never held the study lock")
+            self._fault(
+                ph, "duplicate_launch", skipped="the harness ended or never held the study lock"
+            )
             return
-        args = ["run", str(ph.study), "--trials", str(ph.requested), "--address", self.cluster.address,
-                *ph.run_args, "--resume"]
-        r = subprocess.run([sys.executable, "-m", "infrarsi", *args], env=soak_env(), cwd=ROOT,
-                           capture_output=True, text=True, timeout=ph.deadline_s)
-        self._fault(ph, "duplicate_launch", in_flight=flying, harness_pid=proc.pid,
-                    harness_alive=proc.poll() is None, **duplicate_launch_outcome(r.returncode, r.stderr))
+        args = [
+            "run",
+            str(ph.study),
+            "--trials",
+            str(ph.requested),
+            "--address",
+            self.cluster.address,
+            *ph.run_args,
+            "--resume",
+        ]
+        r = subprocess.run(
+            [sys.executable, "-m", "infrarsi", *args],
+            env=soak_env(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=ph.deadline_s,
+        )
+        self._fault(
+            ph,
+            "duplicate_launch",
+            in_flight=flying,
+            harness_pid=proc.pid,
+            harness_alive=proc.poll() is None,
+            **duplicate_launch_outcome(r.returncode, r.stderr),
+        )
 
     @staticmethod
     def holds(ph: Phase, proc: subprocess.Popen[bytes]) -> bool:
@@ -205,8 +261,13 @@ class Soak:
         from benchmarks.machine import wait_gone
 
         gone = wait_gone(held, 120)
-        self._fault(ph, "harness_sigkill", in_flight=flying, actors_of_harness=len(held),
-                    actor_processes_outliving_it=gone)
+        self._fault(
+            ph,
+            "harness_sigkill",
+            in_flight=flying,
+            actors_of_harness=len(held),
+            actor_processes_outliving_it=gone,
+        )
         return True
 
     # ------------------------------------------------------------------ the loop
@@ -214,29 +275,52 @@ class Soak:
         plan = list(ph.plan)
         resume = False
         while len(ph.runs) < max_runs:
-            args = ["run", str(ph.study), "--trials", str(ph.requested), "--address", self.cluster.address,
-                    *ph.run_args, *(["--resume"] if resume else [])]
+            args = [
+                "run",
+                str(ph.study),
+                "--trials",
+                str(ph.requested),
+                "--address",
+                self.cluster.address,
+                *ph.run_args,
+                *(["--resume"] if resume else []),
+            ]
             out = ph.study.parent / f"{ph.name}-run{len(ph.runs)}.log"
             t_start = time.monotonic()
             with out.open("wb") as fh:
-                proc = subprocess.Popen([sys.executable, "-m", "infrarsi", *args], env=soak_env(), cwd=ROOT,
-                                        stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "infrarsi", *args],
+                    env=soak_env(),
+                    cwd=ROOT,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
                 why = self._drive(ph, proc, plan, t_start)
             rc = proc.returncode
             tail = out.read_text(errors="replace")[-1500:] if rc not in (0, -signal.SIGKILL) else ""
-            rec = {"resume": resume, "rc": rc, "ended_by": why, "seconds": round(time.monotonic() - t_start, 1),
-                   "counted_after": self.counted(ph.study), "log": out.name}
+            rec = {
+                "resume": resume,
+                "rc": rc,
+                "ended_by": why,
+                "seconds": round(time.monotonic() - t_start, 1),
+                "counted_after": self.counted(ph.study),
+                "log": out.name,
+            }
             if tail:
                 rec["output_tail"] = tail
             ph.runs.append(rec)
-            print(f"[soak {ph.name}] harness run {json.dumps({k: v for k, v in rec.items() if k != 'output_tail'})}",
-                  flush=True)
+            print(
+                f"[soak {ph.name}] harness run {json.dumps({k: v for k, v in rec.items() if k != 'output_tail'})}",
+                flush=True,
+            )
             resume = True
             if rc == 0 and why == "exited":
                 break
 
-    def _drive(self, ph: Phase, proc: subprocess.Popen[bytes], plan: list[tuple[int, str]],
-               t_start: float) -> str:
+    def _drive(
+        self, ph: Phase, proc: subprocess.Popen[bytes], plan: list[tuple[int, str]], t_start: float
+    ) -> str:
         last_count = 0.0
         count = 0
         while proc.poll() is None:
@@ -275,14 +359,21 @@ def duplicate_launch_outcome(rc: int, stderr: str) -> dict[str, Any]:
     ``error:`` on, lines joined)."""
     text = " ".join(stderr.split())
     at = text.find("error:")
-    return {"rc": rc, "refused": rc == 2 and "held by `run`" in text,
-            "message": (text[at:] if at >= 0 else text[-600:])[:900]}
+    return {
+        "rc": rc,
+        "refused": rc == 2 and "held by `run`" in text,
+        "message": (text[at:] if at >= 0 else text[-600:])[:900],
+    }
 
 
 def surrogate_faults(trials: int) -> list[str]:
     """The fault kinds planned for the surrogate phase of ``trials`` run trials."""
-    return (["actor_kill"] * max(2, trials // 20) + ["raylet_kill"] * max(2, trials // 30)
-            + ["harness_sigkill"] * max(1, trials // 60) + ["duplicate_launch"] * max(1, trials // 60))
+    return (
+        ["actor_kill"] * max(2, trials // 20)
+        + ["raylet_kill"] * max(2, trials // 30)
+        + ["harness_sigkill"] * max(1, trials // 60)
+        + ["duplicate_launch"] * max(1, trials // 60)
+    )
 
 
 # ------------------------------------------------------------------------------- studies
@@ -317,7 +408,9 @@ def surrogate_capacity(rng: random.Random) -> tuple[int, float]:
     return int(cap), q
 
 
-def surrogate_phase(work: Path, rng: random.Random, *, trials: int, address: str, scale: float) -> Phase:
+def surrogate_phase(
+    work: Path, rng: random.Random, *, trials: int, address: str, scale: float
+) -> Phase:
     import yaml
 
     data = yaml.safe_load(SURROGATE.read_text())
@@ -327,14 +420,36 @@ def surrogate_phase(work: Path, rng: random.Random, *, trials: int, address: str
     wl.write_text(yaml.safe_dump(data))
     cap, q = surrogate_capacity(rng)
     study = work / "surrogate"
-    cli("init", str(wl), "--study", str(study), "--memory-capacity", str(cap), "--trials", str(trials),
-         "--no-analytic-prior")  # the prior's memory formulas would steer the search clear of OOMs
+    cli(
+        "init",
+        str(wl),
+        "--study",
+        str(study),
+        "--memory-capacity",
+        str(cap),
+        "--trials",
+        str(trials),
+        "--no-analytic-prior",
+    )  # the prior's memory formulas would steer the search clear of OOMs
     cli("doctor", str(study), "--repeats", "2", "--address", address)
     kinds = surrogate_faults(trials)
-    ph = Phase("surrogate", study, trials, _plan(rng, trials, kinds), ["--concurrency", "2"],
-               actor_class="ImplicitFunc", deadline_s=900)
-    ph.faults.append({"kind": "oom_capacity", "t_s": 0.0, "memory_capacity_bytes": cap,
-                      "quantile_of_modelled_peaks": round(q, 3)})
+    ph = Phase(
+        "surrogate",
+        study,
+        trials,
+        _plan(rng, trials, kinds),
+        ["--concurrency", "2"],
+        actor_class="ImplicitFunc",
+        deadline_s=900,
+    )
+    ph.faults.append(
+        {
+            "kind": "oom_capacity",
+            "t_s": 0.0,
+            "memory_capacity_bytes": cap,
+            "quantile_of_modelled_peaks": round(q, 3),
+        }
+    )
     return ph
 
 
@@ -347,12 +462,29 @@ def debug_phase(work: Path, rng: random.Random, *, trials: int, address: str, fu
     wl = work / "dense_soak.yaml"
     wl.write_text(yaml.safe_dump(data))
     study = work / "debug"
-    cli("init", str(wl), "--study", str(study), "--knob", "zero_stage", "--knob", "micro_batch_size",
-         "--memory-capacity", "160MiB", "--trials", str(trials))
+    cli(
+        "init",
+        str(wl),
+        "--study",
+        str(study),
+        "--knob",
+        "zero_stage",
+        "--knob",
+        "micro_batch_size",
+        "--memory-capacity",
+        "160MiB",
+        "--trials",
+        str(trials),
+    )
     cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", address)
-    kinds = ["actor_kill", "harness_sigkill", "duplicate_launch"] + (["raylet_kill"] if full else [])
-    plan = _plan(rng, trials, kinds, lo=1) if trials > len(kinds) + 3 else \
-        [(1 + i, k) for i, k in enumerate(kinds)]
+    kinds = ["actor_kill", "harness_sigkill", "duplicate_launch"] + (
+        ["raylet_kill"] if full else []
+    )
+    plan = (
+        _plan(rng, trials, kinds, lo=1)
+        if trials > len(kinds) + 3
+        else [(1 + i, k) for i, k in enumerate(kinds)]
+    )
     ph = Phase("debug", study, trials, plan, [], actor_class="TrainWorker", deadline_s=900)
     ph.faults.append({"kind": "oom_capacity", "t_s": 0.0, "memory_capacity_bytes": 160 * 2**20})
     return ph
@@ -364,8 +496,13 @@ def summarize(ph: Phase) -> dict[str, Any]:
 
     log_rows = rows(read_trials(ph.study))
     left = [m["trial_id"] for m in InflightMarkers(StudyPaths(ph.study)).leftovers()]
-    acc = account(log_rows, requested=ph.requested, markers_seen=ph.markers_seen,
-                  leftover_markers=left, tune_reported=tune_reported_ids(ph.study))
+    acc = account(
+        log_rows,
+        requested=ph.requested,
+        markers_seen=ph.markers_seen,
+        leftover_markers=left,
+        tune_reported=tune_reported_ids(ph.study),
+    )
     by_kind: dict[str, int] = {}
     for f in ph.faults:
         if f["kind"] in ("oom_capacity", "hang_detected") or f.get("skipped"):
@@ -373,11 +510,18 @@ def summarize(ph: Phase) -> dict[str, Any]:
         by_kind[f["kind"]] = by_kind.get(f["kind"], 0) + 1
     by_kind["oom"] = acc["statuses"].get("oom", 0)
     return {
-        **acc, "faults_injected": by_kind, "faults_skipped": sum(1 for f in ph.faults if f.get("skipped")),
-        "faults": ph.faults, "harness_runs": ph.runs, "max_in_flight": ph.max_in_flight,
+        **acc,
+        "faults_injected": by_kind,
+        "faults_skipped": sum(1 for f in ph.faults if f.get("skipped")),
+        "faults": ph.faults,
+        "harness_runs": ph.runs,
+        "max_in_flight": ph.max_in_flight,
         "hangs": sum(1 for f in ph.faults if f["kind"] == "hang_detected"),
-        "duplicate_launches_admitted": sum(1 for f in ph.faults if f["kind"] == "duplicate_launch"
-                                           and not f.get("skipped") and not f.get("refused")),
+        "duplicate_launches_admitted": sum(
+            1
+            for f in ph.faults
+            if f["kind"] == "duplicate_launch" and not f.get("skipped") and not f.get("refused")
+        ),
         "actor_classes_seen": sorted(ph.actor_classes),
         "seconds": round(time.monotonic() - ph.t0, 1),
     }
@@ -392,36 +536,61 @@ def write_results(result: dict[str, Any], out: Path) -> None:
         f"`{result['command']}` on {result['machine']['cpu']} ({result['machine']['cpus']} CPUs), commit "
         f"`{result['commit']}`, {result['date_utc']}, seed {result['seed']}, {result['seconds']:.0f} s in all.",
         "",
-        "| phase | requested | counted | lost | duplicated | interrupted | faults injected | harness runs | max in flight | seconds |",
+        "| phase | requested | counted | lost | duplicated | interrupted | faults injected "
+        "| harness runs | max in flight | seconds |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, ph in result["phases"].items():
         faults = ", ".join(f"{k} {v}" for k, v in sorted(ph["faults_injected"].items()))
-        lines.append(f"| {name} | {ph['trials_requested']} | {ph['trials_counted']} | {ph['trials_lost']} | "
-                     f"{ph['trials_duplicated']} | {ph['trials_interrupted']} | {faults} | "
-                     f"{len(ph['harness_runs'])} | {ph['max_in_flight']} | {ph['seconds']:.0f} |")
-    lines += ["", f"Duplicate launches admitted (a second `infrarsi run` of a study not refused): "
-                  f"{result.get('duplicate_launches_admitted', 0)}.",
-              "", "Device seconds of run rows by status (interrupted: a lower bound):", ""]
+        lines.append(
+            f"| {name} | {ph['trials_requested']} | {ph['trials_counted']} | {ph['trials_lost']} | "
+            f"{ph['trials_duplicated']} | {ph['trials_interrupted']} | {faults} | "
+            f"{len(ph['harness_runs'])} | {ph['max_in_flight']} | {ph['seconds']:.0f} |"
+        )
+    lines += [
+        "",
+        f"Duplicate launches admitted (a second `infrarsi run` of a study not refused): "
+        f"{result.get('duplicate_launches_admitted', 0)}.",
+        "",
+        "Device seconds of run rows by status (interrupted: a lower bound):",
+        "",
+    ]
     for name, ph in result["phases"].items():
-        lines.append(f"- {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in ph["device_seconds"].items()))
+        lines.append(
+            f"- {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in ph["device_seconds"].items())
+        )
     lines += ["", "## What each field means", ""]
     lines += [f"- `{k}`: {v}" for k, v in FIELDS.items()]
-    lines += ["", "## How", "", (__doc__ or "").split("Faults,", 1)[0].split("What runs.", 1)[-1].strip(), "",
-              "Faults" + (__doc__ or "").split("Faults", 1)[1].split("Accounting", 1)[0].rstrip(), ""]
+    lines += [
+        "",
+        "## How",
+        "",
+        (__doc__ or "").split("Faults,", 1)[0].split("What runs.", 1)[-1].strip(),
+        "",
+        "Faults" + (__doc__ or "").split("Faults", 1)[1].split("Accounting", 1)[0].rstrip(),
+        "",
+    ]
     (out / "soak.md").write_text("\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="60 surrogate trials, 4 debug trials")
-    ap.add_argument("--trials", type=int, default=None, help="surrogate run budget (default 60 quick, 120)")
-    ap.add_argument("--debug-trials", type=int, default=None, help="debug run budget (default 4 quick, 6)")
+    ap.add_argument(
+        "--trials", type=int, default=None, help="surrogate run budget (default 60 quick, 120)"
+    )
+    ap.add_argument(
+        "--debug-trials", type=int, default=None, help="debug run budget (default 4 quick, 6)"
+    )
     ap.add_argument("--no-debug", action="store_true", help="skip the debug-workload phase")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scale", type=float, default=0.02, help="surrogate wall_clock_scale")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--work", type=Path, default=None, help="where the studies go (default: a temp dir)")
+    ap.add_argument(
+        "--work", type=Path, default=None, help="where the studies go (default: a temp dir)"
+    )
     a = ap.parse_args(argv)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -440,7 +609,9 @@ def main(argv: list[str] | None = None) -> int:
         soak.run_phase(ph)
         phases["surrogate"] = summarize(ph)
         if not a.no_debug:
-            ph = debug_phase(work, rng, trials=debug_trials, address=cluster.address, full=not a.quick)
+            ph = debug_phase(
+                work, rng, trials=debug_trials, address=cluster.address, full=not a.quick
+            )
             soak.run_phase(ph)
             phases["debug"] = summarize(ph)
     finally:
@@ -450,23 +621,53 @@ def main(argv: list[str] | None = None) -> int:
     sha, dirty = git_state()
     result = {
         "command": "python -m benchmarks.soak " + " ".join(sys.argv[1:] if argv is None else argv),
-        "commit": sha + ("-dirty" if dirty else ""), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        "machine": {"cpu": cpu_model(), "cpus": os.cpu_count()}, "seed": a.seed,
+        "commit": sha + ("-dirty" if dirty else ""),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "machine": {"cpu": cpu_model(), "cpus": os.cpu_count()},
+        "seed": a.seed,
         "cluster": "ray.cluster_utils.Cluster: head (0 CPUs, no memory resource) + 2 worker raylets x 2 CPUs",
-        "seconds": round(time.monotonic() - t0, 1), "work_dir": str(work), "phases": phases,
+        "seconds": round(time.monotonic() - t0, 1),
+        "work_dir": str(work),
+        "phases": phases,
         "trials_lost": sum(p["trials_lost"] for p in phases.values()),
         "trials_duplicated": sum(p["trials_duplicated"] for p in phases.values()),
-        "duplicate_launches_admitted": sum(p["duplicate_launches_admitted"] for p in phases.values()),
+        "duplicate_launches_admitted": sum(
+            p["duplicate_launches_admitted"] for p in phases.values()
+        ),
         "budget_met": all(p["budget_met"] for p in phases.values()),
-        "faults_injected": {k: sum(p["faults_injected"].get(k, 0) for p in phases.values())
-                            for k in sorted({k for p in phases.values() for k in p["faults_injected"]})},
+        "faults_injected": {
+            k: sum(p["faults_injected"].get(k, 0) for p in phases.values())
+            for k in sorted({k for p in phases.values() for k in p["faults_injected"]})
+        },
         "fields": FIELDS,
     }
     write_results(result, a.out)
-    print(json.dumps({k: result[k] for k in ("trials_lost", "trials_duplicated", "duplicate_launches_admitted",
-                                             "budget_met", "faults_injected", "seconds")}, indent=1))
-    return 0 if (result["trials_lost"] == 0 and result["trials_duplicated"] == 0 and result["budget_met"]
-                 and result["duplicate_launches_admitted"] == 0) else 1
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in (
+                    "trials_lost",
+                    "trials_duplicated",
+                    "duplicate_launches_admitted",
+                    "budget_met",
+                    "faults_injected",
+                    "seconds",
+                )
+            },
+            indent=1,
+        )
+    )
+    return (
+        0
+        if (
+            result["trials_lost"] == 0
+            and result["trials_duplicated"] == 0
+            and result["budget_met"]
+            and result["duplicate_launches_admitted"] == 0
+        )
+        else 1
+    )
 
 
 if __name__ == "__main__":

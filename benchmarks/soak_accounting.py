@@ -21,32 +21,31 @@ FIELDS: dict[str, str] = {
     "budget_met": "trials_counted == trials_requested",
     "trials_interrupted": "run rows logged by `run --resume` for trials in flight at a harness kill",
     "trials_started": "distinct run trial ids known to have started: every id in the log, every "
-                      "in-flight marker the soak saw (polled every 0.2 s) or found left over, and "
-                      "every id below the largest one (ids are allocated in order, never reused)",
+    "in-flight marker the soak saw (polled every 0.2 s) or found left over, and "
+    "every id below the largest one (ids are allocated in order, never reused)",
     "trials_lost": "started trial ids with no row in the log at the end, plus Tune trials that "
-                   "reported a result to Tune with no row carrying their tune_trial_id, plus "
-                   "in-flight markers left over at the end",
+    "reported a result to Tune with no row carrying their tune_trial_id, plus "
+    "in-flight markers left over at the end",
     "lost_ids": "the ids counted in trials_lost",
     "trials_duplicated": "extra rows: for each trial id logged more than once, and for each "
-                         "tune_trial_id carried by more than one non-interrupted row, the copies "
-                         "beyond the first",
+    "tune_trial_id carried by more than one non-interrupted row, the copies "
+    "beyond the first",
     "duplicated_ids": "the ids counted in trials_duplicated",
     "tune_trials_reported": "Tune trials (tune/*/*/result.json not empty) that reported a result "
-                            "(a retried Tune trial keeps its id; Tune's driver writes these files, "
-                            "so a SIGKILLed harness may leave some unwritten: a lower bound)",
+    "(a retried Tune trial keeps its id; Tune's driver writes these files, "
+    "so a SIGKILLed harness may leave some unwritten: a lower bound)",
     "statuses": "run rows by status (interrupted rows under 'interrupted')",
     "device_seconds": "sum of device_seconds of run rows by status; 'interrupted' is a lower "
-                      "bound (each counts its devices up to its in-flight marker's last heartbeat)",
+    "bound (each counts its devices up to its in-flight marker's last heartbeat)",
     "device_seconds_total": "sum over every run row, interrupted included (a lower bound)",
     "faults_injected": "faults the soak injected, by kind (oom: oom rows produced by the capacity)",
     "faults": "every fault with its time (s since the phase began), target and what it hit",
     "harness_runs": "each `infrarsi run` process: resume or not, exit code, why it ended, seconds",
     "max_in_flight": "most in-flight markers the soak saw at once (the concurrency reached)",
     "duplicate_launches_admitted": "duplicate_launch faults whose second `infrarsi run` was not refused "
-                                   "with exit 2 naming the run holding the study (what it then logged "
-                                   "is in trials_duplicated)",
+    "with exit 2 naming the run holding the study (what it then logged "
+    "is in trials_duplicated)",
 }
-
 
 
 def _get(row: Any, name: str, default: Any = None) -> Any:
@@ -55,9 +54,15 @@ def _get(row: Any, name: str, default: Any = None) -> Any:
     return getattr(row, name, default)
 
 
-def account(rows: Iterable[Any], *, requested: int, markers_seen: Iterable[str] = (),
-            leftover_markers: Iterable[str] = (), tune_reported: Iterable[str] = (),
-            stage: str = "run") -> dict[str, Any]:
+def account(
+    rows: Iterable[Any],
+    *,
+    requested: int,
+    markers_seen: Iterable[str] = (),
+    leftover_markers: Iterable[str] = (),
+    tune_reported: Iterable[str] = (),
+    stage: str = "run",
+) -> dict[str, Any]:
     """The loss/duplicate/budget/device-time accounting of one phase (see ``FIELDS``).
 
     ``rows``: the study's log rows (``TrialResult`` or dicts; other stages are ignored);
@@ -90,10 +95,15 @@ def account(rows: Iterable[Any], *, requested: int, markers_seen: Iterable[str] 
         device[key] = device.get(key, 0.0) + float(_get(r, "device_seconds") or 0.0)
     counted = sum(1 for i in interrupted if not i)
     return {
-        "trials_requested": int(requested), "trials_counted": counted,
-        "budget_met": counted == int(requested), "trials_interrupted": sum(interrupted),
-        "trials_started": len(started), "trials_lost": len(lost), "lost_ids": lost,
-        "trials_duplicated": len(dup), "duplicated_ids": dup,
+        "trials_requested": int(requested),
+        "trials_counted": counted,
+        "budget_met": counted == int(requested),
+        "trials_interrupted": sum(interrupted),
+        "trials_started": len(started),
+        "trials_lost": len(lost),
+        "lost_ids": lost,
+        "trials_duplicated": len(dup),
+        "duplicated_ids": dup,
         "tune_trials_reported": len(set(tune_reported)),
         "statuses": dict(sorted(statuses.items())),
         "device_seconds": {k: round(v, 3) for k, v in sorted(device.items())},

@@ -50,8 +50,13 @@ class LocalCluster:
     """A ``ray.cluster_utils.Cluster`` (head without CPUs + ``workers`` raylets) in a child process."""
 
     def __init__(self, workers: int = 2, cpus: int = 2) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", _CLUSTER, str(cpus), str(workers)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=soak_env())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _CLUSTER, str(cpus), str(workers)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=soak_env(),
+        )
         first = self._answer()
         self.address: str = first["address"]
         self.head: str = first["head"]
@@ -90,13 +95,24 @@ class LocalCluster:
 
 def soak_env() -> dict[str, str]:
     path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1", "INFRARSI_BANK": "off",
-            "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+    return {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "PYTHONUNBUFFERED": "1",
+        "INFRARSI_BANK": "off",
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
+    }
 
 
 def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([sys.executable, "-m", "infrarsi", *args], capture_output=True, text=True,
-                       env=soak_env(), timeout=timeout, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "infrarsi", *args],
+        capture_output=True,
+        text=True,
+        env=soak_env(),
+        timeout=timeout,
+        cwd=ROOT,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"infrarsi {' '.join(args)} exited {r.returncode}: {r.stderr[-3000:]}")
     return r

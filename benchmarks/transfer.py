@@ -1,4 +1,5 @@
-"""Transfer from the experience bank: trials to within 3% of the oracle on new hardware and size, with and without a bank.
+"""Transfer from the experience bank: trials to within 3% of the oracle on new hardware and size,
+with and without a bank.
 
 Each task builds a bank on a source problem (hardware X, model size A) and tunes a target (Y, B)
 on the surrogate backend (simulated trials, ``benchmarks/problems.py``):
@@ -81,10 +82,18 @@ class Variant:
     def write(self, folder: Path, name: str) -> Path:
         """The variant's workload YAML in ``folder``."""
         base = yaml.safe_load((ROOT / "workloads" / "surrogate_dense_1node.yaml").read_text())
-        base.update(name=name, memory_capacity=self.capacity, search_space=str(ROOT / "search_spaces/surrogate_gpu.yaml"))
+        base.update(
+            name=name,
+            memory_capacity=self.capacity,
+            search_space=str(ROOT / "search_spaces/surrogate_gpu.yaml"),
+        )
         base["model"] = {**base["model"], "size": self.size}
         base["surrogate"] = {**base["surrogate"], "gpu": self.gpu}
-        base["resources"] = {**base["resources"], "workers": self.devices, "nodes": max(1, self.devices // 8)}
+        base["resources"] = {
+            **base["resources"],
+            "workers": self.devices,
+            "nodes": max(1, self.devices // 8),
+        }
         path = folder / f"{name}.yaml"
         path.write_text(yaml.safe_dump(base, sort_keys=False))
         return path
@@ -120,12 +129,22 @@ def censored_median(values: Sequence[int | None], budget: int) -> dict[str, Any]
     a censored value, so it only says ``> budget``)."""
     filled = [budget + 1 if v is None else int(v) for v in values]
     med = float(np.median(filled)) if filled else math.nan
-    return {"median": med, "censored": sum(v is None for v in values), "n": len(values),
-            "median_censored": bool(filled) and med > budget}
+    return {
+        "median": med,
+        "censored": sum(v is None for v in values),
+        "n": len(values),
+        "median_censored": bool(filled) and med > budget,
+    }
 
 
-def median_ratio_ci(cold: Sequence[int | None], arm: Sequence[int | None], budget: int, *,
-                    level: float = 0.90, n_resamples: int = 2000) -> tuple[float, float]:
+def median_ratio_ci(
+    cold: Sequence[int | None],
+    arm: Sequence[int | None],
+    budget: int,
+    *,
+    level: float = 0.90,
+    n_resamples: int = 2000,
+) -> tuple[float, float]:
     """Percentile-bootstrap ``level`` CI of ``median(cold) / median(arm)`` (trials to within 3%,
     censored runs as ``budget + 1``), seeds resampled in pairs (``scipy.stats.bootstrap``,
     ``paired=True``: seed ``s`` of both arms sees the same noise draws); seeded, so reproducible."""
@@ -135,47 +154,87 @@ def median_ratio_ci(cold: Sequence[int | None], arm: Sequence[int | None], budge
     a = np.array([budget + 1 if v is None else v for v in arm], dtype=float)
     if len(c) != len(a) or len(c) < 2:
         return math.nan, math.nan
-    res = bootstrap((c, a), lambda x, y: np.median(x) / np.median(y), paired=True, vectorized=False,
-                    confidence_level=level, n_resamples=n_resamples, method="percentile", random_state=0)
+    res = bootstrap(
+        (c, a),
+        lambda x, y: np.median(x) / np.median(y),
+        paired=True,
+        vectorized=False,
+        confidence_level=level,
+        n_resamples=n_resamples,
+        method="percentile",
+        random_state=0,
+    )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def _hardware(v: Variant, cap: float) -> dict[str, Any]:
     """What a trial row records about its machine: a card of ``cap`` bytes (a 40 GB card is another
     machine type than an 80 GB one; ``size``'s source and target are the same machine type)."""
-    return {"device": "cuda", "device_name": f"{v.gpu}-{v.capacity}", "memory_per_device_bytes": int(cap),
-            "simulated": True, "devices_per_node": 8}
+    return {
+        "device": "cuda",
+        "device_name": f"{v.gpu}-{v.capacity}",
+        "memory_per_device_bytes": int(cap),
+        "simulated": True,
+        "devices_per_node": 8,
+    }
 
 
-def _result(problem: BenchProblem, v: Variant, tid: str, stage: str, cfg: dict[str, Any], draw: Any,
-            t0: float, step_time_s: float | None = None) -> Any:
+def _result(
+    problem: BenchProblem,
+    v: Variant,
+    tid: str,
+    stage: str,
+    cfg: dict[str, Any],
+    draw: Any,
+    t0: float,
+    step_time_s: float | None = None,
+) -> Any:
     from infrarsi.result import TrialResult
 
     ok = draw.status == "ok"
     step = step_time_s if step_time_s is not None else draw.step_time_s
     return TrialResult(
-        trial_id=tid, stage=stage, config=dict(cfg), status=draw.status, error="" if ok else f"simulated {draw.status}",
-        step_time_s=step if ok else None, step_time_samples_s=[step] if ok and step else [],
+        trial_id=tid,
+        stage=stage,
+        config=dict(cfg),
+        status=draw.status,
+        error="" if ok else f"simulated {draw.status}",
+        step_time_s=step if ok else None,
+        step_time_samples_s=[step] if ok and step else [],
         peak_memory_bytes=int(draw.peak_memory_bytes) if draw.peak_memory_bytes else None,
-        memory_censored=draw.status == "oom", memory_measure="surrogate", world_size=v.devices,
-        nodes=max(1, v.devices // 8), device_seconds=draw.device_seconds, started_at=t0, ended_at=t0 + draw.wall_s,
-        hardware=_hardware(v, problem.capacity), simulated=True,
-        extra={"num_params": int(problem.source.model.num_params)})
+        memory_censored=draw.status == "oom",
+        memory_measure="surrogate",
+        world_size=v.devices,
+        nodes=max(1, v.devices // 8),
+        device_seconds=draw.device_seconds,
+        started_at=t0,
+        ended_at=t0 + draw.wall_s,
+        hardware=_hardware(v, problem.capacity),
+        simulated=True,
+        extra={"num_params": int(problem.source.model.num_params)},
+    )
 
 
 def _contract(workload: Path, study: Path, bank: Path | None) -> Any:
     from infrarsi.study.contract import Contract
     from infrarsi.study.switches import StudySwitches
 
-    c = Contract.create(workload, study_dir=study, request="benchmark", trials=64,
-                        switches=StudySwitches(analytic_prior=True, loss_guard=True,
-                                               bank=None if bank is None else str(bank)))
+    c = Contract.create(
+        workload,
+        study_dir=study,
+        request="benchmark",
+        trials=64,
+        switches=StudySwitches(
+            analytic_prior=True, loss_guard=True, bank=None if bank is None else str(bank)
+        ),
+    )
     c.save(study)
     return c
 
 
-def build_bank(task: str, folder: Path, source_seeds: Sequence[int], source_trials: int, *,
-               scrambled: bool) -> Path:
+def build_bank(
+    task: str, folder: Path, source_seeds: Sequence[int], source_trials: int, *, scrambled: bool
+) -> Path:
     """Run the source problem ``len(source_seeds)`` times and ingest each run as a study into a
     bank under ``folder`` (module docstring); returns the bank's path."""
     from infrarsi.search import Optimizer, Outcome
@@ -190,14 +249,26 @@ def build_bank(task: str, folder: Path, source_seeds: Sequence[int], source_tria
     for s in source_seeds:
         study = folder / f"source_{'u' if scrambled else 'r'}_{s}"
         _contract(wl, study, bank_dir)
-        opt = Optimizer(problem.space, memory_capacity=problem.capacity, seed=s, baseline=problem.baseline,
-                        prior=problem.prior)
+        opt = Optimizer(
+            problem.space,
+            memory_capacity=problem.capacity,
+            seed=s,
+            baseline=problem.baseline,
+            prior=problem.prior,
+        )
         trials = []
         for i in range(source_trials):
             cfg = opt.ask()
             assert isinstance(cfg, dict)
             d = problem.trial(cfg, s, i)
-            opt.tell(cfg, Outcome(status=d.status, step_time=d.step_time_s, peak_memory=d.peak_memory_bytes or None))
+            opt.tell(
+                cfg,
+                Outcome(
+                    status=d.status,
+                    step_time=d.step_time_s,
+                    peak_memory=d.peak_memory_bytes or None,
+                ),
+            )
             trials.append((cfg, d))
         times: list[float | None] = [d.step_time_s if d.status == "ok" else None for _, d in trials]
         if scrambled:
@@ -208,12 +279,18 @@ def build_bank(task: str, folder: Path, source_seeds: Sequence[int], source_tria
         with TrialLogWriter(study) as w:
             for i, ((cfg, d), t) in enumerate(zip(trials, times, strict=True)):
                 stage = "doctor" if i == 0 else "run"
-                w.write(_result(problem, src_v, f"{stage}-{i}", stage, cfg, d, t0 + 60 * i, step_time_s=t))
+                w.write(
+                    _result(
+                        problem, src_v, f"{stage}-{i}", stage, cfg, d, t0 + 60 * i, step_time_s=t
+                    )
+                )
         bank.add_study(study)
     return bank_dir
 
 
-def run_target(task: str, arm: str, seed: int, budget: int, folder: Path, bank: Path | None) -> dict[str, Any]:
+def run_target(
+    task: str, arm: str, seed: int, budget: int, folder: Path, bank: Path | None
+) -> dict[str, Any]:
     """One tuning run of the target problem (module docstring): the ratio after each trial."""
     import torch
 
@@ -231,17 +308,22 @@ def run_target(task: str, arm: str, seed: int, budget: int, folder: Path, bank: 
     d0 = problem.trial(base, seed, 0)
     with TrialLogWriter(study) as w:
         w.write(_result(problem, tgt_v, "doctor-0", "doctor", base, d0, time.time()))
-    opt = build_optimizer(contract, read_results(study), study_dir=study, seed=seed,
-                          bank_root=bank)
+    opt = build_optimizer(contract, read_results(study), study_dir=study, seed=seed, bank_root=bank)
     if arm == "queue_only":
         from dataclasses import replace
 
         from infrarsi.search import Optimizer
 
-        plain = Optimizer(opt.space, memory_capacity=opt.memory_capacity, seed=seed, baseline=opt.baseline,
-                          prior=opt.prior, settings=replace(opt.settings, transfer=False),
-                          initial_configs=[c for c, _ in opt.initial_queue],
-                          initial_origins=[o for _, o in opt.initial_queue])
+        plain = Optimizer(
+            opt.space,
+            memory_capacity=opt.memory_capacity,
+            seed=seed,
+            baseline=opt.baseline,
+            prior=opt.prior,
+            settings=replace(opt.settings, transfer=False),
+            initial_configs=[c for c, _ in opt.initial_queue],
+            initial_origins=[o for _, o in opt.initial_queue],
+        )
         for o in opt.observations:
             plain.tell(o.config, o.outcome)
         opt = plain
@@ -261,14 +343,27 @@ def run_target(task: str, arm: str, seed: int, budget: int, folder: Path, bank: 
         assert isinstance(cfg, dict)
         info = opt.last_ask_info
         d = problem.trial(cfg, seed, i)
-        opt.tell(cfg, Outcome(status=d.status, step_time=d.step_time_s, peak_memory=d.peak_memory_bytes or None))
+        opt.tell(
+            cfg,
+            Outcome(
+                status=d.status, step_time=d.step_time_s, peak_memory=d.peak_memory_bytes or None
+            ),
+        )
         phases.append(getattr(info, "phase", "?"))
         tw = getattr(info, "transfer_weights", None)
         weights.append(None if tw is None else list(tw))
         score()
-    return {"task": task, "arm": arm, "seed": seed, "budget": budget, "ratios": ratios, "phases": phases,
-            "transfer_weights": weights, "trials_to_3pct": trials_to_threshold(ratios),
-            "bank_warm_start": _read_json(study / "bank_warm_start.json")}
+    return {
+        "task": task,
+        "arm": arm,
+        "seed": seed,
+        "budget": budget,
+        "ratios": ratios,
+        "phases": phases,
+        "transfer_weights": weights,
+        "trials_to_3pct": trials_to_threshold(ratios),
+        "bank_warm_start": _read_json(study / "bank_warm_start.json"),
+    }
 
 
 def hoist_bank_audits(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -277,6 +372,7 @@ def hoist_bank_audits(runs: list[dict[str, Any]]) -> dict[str, Any]:
     The audit depends on the bank and the target, not on the seed, so each run's copy is removed
     from ``runs`` (in place) when it equals its arm's first one but for the bank's temporary path
     and the time (``bank``, ``at``); a run whose audit differs keeps its own."""
+
     def strip(x: Any) -> Any:
         return {k: v for k, v in x.items() if k not in ("bank", "at")} if isinstance(x, dict) else x
 
@@ -310,9 +406,11 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
         for arm, rs in sorted(arms.items(), key=lambda kv: ARMS.index(kv[0])):
             rs = sorted(rs, key=lambda r: r["seed"])
             final = [r["ratios"][-1] if r["ratios"][-1] is not None else math.inf for r in rs]
-            summary[task][arm] = {**censored_median([r["trials_to_3pct"] for r in rs], budget),
-                                  "per_seed": [r["trials_to_3pct"] for r in rs],
-                                  "ratio_at_budget_median": float(np.median(final))}
+            summary[task][arm] = {
+                **censored_median([r["trials_to_3pct"] for r in rs], budget),
+                "per_seed": [r["trials_to_3pct"] for r in rs],
+                "ratio_at_budget_median": float(np.median(final)),
+            }
         cold = summary[task].get("cold")
         for arm in ("bank", "queue_only", "unrelated"):
             row = summary[task].get(arm)
@@ -320,7 +418,9 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
                 row["cold_over_arm"] = cold["median"] / row["median"]
                 row["arm_over_cold"] = row["median"] / cold["median"]
                 if cold["per_seed"] and len(cold["per_seed"]) == len(row["per_seed"]):
-                    row["cold_over_arm_ci90"] = list(median_ratio_ci(cold["per_seed"], row["per_seed"], budget))
+                    row["cold_over_arm_ci90"] = list(
+                        median_ratio_ci(cold["per_seed"], row["per_seed"], budget)
+                    )
     return summary
 
 
@@ -331,30 +431,54 @@ def _cell(row: dict[str, Any], budget: int) -> str:
 
 def to_markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     budget = meta["budget"]
-    lines = ["# Transfer from the experience bank", "", f"Generated {meta['generated']} on {meta['machine']}, "
-             f"commit {meta['commit']}.", "", f"Command: `{meta['command']}`", "", meta["how"], ""]
+    lines = [
+        "# Transfer from the experience bank",
+        "",
+        f"Generated {meta['generated']} on {meta['machine']}, commit {meta['commit']}.",
+        "",
+        f"Command: `{meta['command']}`",
+        "",
+        meta["how"],
+        "",
+    ]
     for task, arms in summary.items():
         src, tgt = TASKS[task]
-        lines += [f"## {task}: bank on {src.label} -> tune {tgt.label}", "",
-                  "| arm | median trials to within 3% | per seed (None: censored) | best/oracle at the budget (median) "
-                  "| vs cold | cold/arm, 90% CI |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"## {task}: bank on {src.label} -> tune {tgt.label}",
+            "",
+            "| arm | median trials to within 3% | per seed (None: censored) | best/oracle at the budget (median) "
+            "| vs cold | cold/arm, 90% CI |",
+            "|---|---|---|---|---|---|",
+        ]
         for arm, row in arms.items():
-            vs = "-" if "cold_over_arm" not in row else (
-                f"{row['cold_over_arm']:.2f}x fewer" if row["cold_over_arm"] >= 1 else
-                f"{row['arm_over_cold'] - 1:.0%} more")
+            vs = (
+                "-"
+                if "cold_over_arm" not in row
+                else (
+                    f"{row['cold_over_arm']:.2f}x fewer"
+                    if row["cold_over_arm"] >= 1
+                    else f"{row['arm_over_cold'] - 1:.0%} more"
+                )
+            )
             ci = row.get("cold_over_arm_ci90")
             ci_cell = "-" if not ci else f"{row['cold_over_arm']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
-            lines.append(f"| {arm} | {_cell(row, budget)} | {row['per_seed']} | {row['ratio_at_budget_median']:.3f} "
-                         f"| {vs} | {ci_cell} |")
+            lines.append(
+                f"| {arm} | {_cell(row, budget)} | {row['per_seed']} | {row['ratio_at_budget_median']:.3f} "
+                f"| {vs} | {ci_cell} |"
+            )
         bank, unrel = arms.get("bank"), arms.get("unrelated")
         if bank and "cold_over_arm" in bank:
             lines.append("")
-            lines.append(f"Target >= 2x fewer median trials with the bank: {bank['cold_over_arm']:.2f}x -> "
-                         f"{'met' if bank['cold_over_arm'] >= 2 else 'MISSED'}{_ci_note(bank, lambda r: r >= 2)}.")
+            lines.append(
+                f"Target >= 2x fewer median trials with the bank: {bank['cold_over_arm']:.2f}x -> "
+                f"{'met' if bank['cold_over_arm'] >= 2 else 'MISSED'}{_ci_note(bank, lambda r: r >= 2)}."
+            )
         if unrel and "arm_over_cold" in unrel:
-            lines.append(f"Target: the unrelated bank costs <= 20% more trials than cold: "
-                         f"{unrel['arm_over_cold'] - 1:+.0%} -> {'met' if unrel['arm_over_cold'] <= 1.2 else 'MISSED'}"
-                         f"{_ci_note(unrel, lambda r: r >= 1 / 1.2)}.")
+            lines.append(
+                f"Target: the unrelated bank costs <= 20% more trials than cold: "
+                f"{unrel['arm_over_cold'] - 1:+.0%} -> {'met' if unrel['arm_over_cold'] <= 1.2 else 'MISSED'}"
+                f"{_ci_note(unrel, lambda r: r >= 1 / 1.2)}."
+            )
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -366,35 +490,63 @@ def _ci_note(row: dict[str, Any], meets: Any) -> str:
     if not ci or any(math.isnan(x) for x in ci):
         return ""
     lo, hi = ci
-    where = ("the whole 90% CI meets it" if meets(lo) and meets(hi) else
-             "the whole 90% CI misses it" if not meets(lo) and not meets(hi) else "the 90% CI straddles it")
+    where = (
+        "the whole 90% CI meets it"
+        if meets(lo) and meets(hi)
+        else "the whole 90% CI misses it"
+        if not meets(lo) and not meets(hi)
+        else "the 90% CI straddles it"
+    )
     return f" ({where}: cold/arm [{lo:.2f}, {hi:.2f}])"
 
 
-def _arm_runs(task: str, arm: str, seeds: int, budget: int, source_seeds: Sequence[int],
-              source_trials: int) -> list[dict[str, Any]]:
+def _arm_runs(
+    task: str, arm: str, seeds: int, budget: int, source_seeds: Sequence[int], source_trials: int
+) -> list[dict[str, Any]]:
     """Every seed of one arm of one task, with its own bank (the banks are deterministic: each arm
     that builds one builds the same), so arms can run in parallel processes."""
     with tempfile.TemporaryDirectory(prefix=f"transfer_{task}_{arm}_") as tmp:
         folder = Path(tmp)
-        bank = None if arm == "cold" else build_bank(task, folder, source_seeds, source_trials,
-                                                     scrambled=arm == "unrelated")
+        bank = (
+            None
+            if arm == "cold"
+            else build_bank(task, folder, source_seeds, source_trials, scrambled=arm == "unrelated")
+        )
         return [run_target(task, arm, s, budget, folder, bank) for s in range(seeds)]
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: one task, 2 seeds, budget 6, 1 source study")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: one task, 2 seeds, budget 6, 1 source study",
+    )
     ap.add_argument("--tasks", nargs="*", default=None, help=f"subset of {list(TASKS)}")
     ap.add_argument("--arms", nargs="*", default=list(ARMS), help=f"subset of {list(ARMS)}")
-    ap.add_argument("--seeds", type=int, default=16,
-                    help="target seeds 0..N-1 per arm (>= 8 for the report; 16 by default: with 8 the medians' "
-                         "90%% CIs spanned more than 2x)")
-    ap.add_argument("--budget", type=int, default=24, help="trials per target run (the doctor baseline included)")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=16,
+        help="target seeds 0..N-1 per arm (>= 8 for the report; 16 by default: with 8 the medians' "
+        "90%% CIs spanned more than 2x)",
+    )
+    ap.add_argument(
+        "--budget",
+        type=int,
+        default=24,
+        help="trials per target run (the doctor baseline included)",
+    )
     ap.add_argument("--source-studies", type=int, default=2, help="source studies in each bank")
     ap.add_argument("--source-trials", type=int, default=24, help="trials per source study")
-    ap.add_argument("--workers", type=int, default=1, help="parallel processes, one task's arm each")
-    ap.add_argument("--name", default=None, help="results file stem in --out (default: transfer, or transfer_quick)")
+    ap.add_argument(
+        "--workers", type=int, default=1, help="parallel processes, one task's arm each"
+    )
+    ap.add_argument(
+        "--name",
+        default=None,
+        help="results file stem in --out (default: transfer, or transfer_quick)",
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="results directory")
     args = ap.parse_args(argv)
     if args.quick:
@@ -418,26 +570,37 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "commit": "{}{}".format(*(lambda g: (g[0], " (dirty)" if g[1] else ""))(git_state())),
-        "command": "python -m benchmarks.transfer " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "budget": budget, "seeds": seeds, "source_studies": n_src, "source_trials": src_trials,
+        "command": "python -m benchmarks.transfer "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "budget": budget,
+        "seeds": seeds,
+        "source_studies": n_src,
+        "source_trials": src_trials,
         "wall_s": time.time() - started,
-        "how": (f"Surrogate backend (simulated trials: lognormal noise CV 4%, stragglers, crashes). Each bank holds "
-                f"{n_src} source studies of {src_trials} cold infrarsi trials each, written as study directories and "
-                f"ingested with `Bank.add_study`; the unrelated bank holds the same studies with their ok step times "
-                f"permuted among their trials. Each target run: the doctor baseline (trial 1), then asks of the "
-                f"optimizer `build_optimizer` returns, up to {budget} trials; after each trial `best()` is scored by "
-                f"its noiseless step time over the oracle's. Trials to within 3% = first trial count with ratio <= "
-                f"1.03; a run that never gets there is censored and counted as {budget + 1}. Seeds 0..{seeds - 1}. "
-                f"cold/arm, 90% CI: the ratio of the two arms' medians with a percentile-bootstrap CI, seeds "
-                f"resampled in pairs (`median_ratio_ci`)."),
+        "how": (
+            f"Surrogate backend (simulated trials: lognormal noise CV 4%, stragglers, crashes). Each bank holds "
+            f"{n_src} source studies of {src_trials} cold infrarsi trials each, written as study directories and "
+            f"ingested with `Bank.add_study`; the unrelated bank holds the same studies with their ok step times "
+            f"permuted among their trials. Each target run: the doctor baseline (trial 1), then asks of the "
+            f"optimizer `build_optimizer` returns, up to {budget} trials; after each trial `best()` is scored by "
+            f"its noiseless step time over the oracle's. Trials to within 3% = first trial count with ratio <= "
+            f"1.03; a run that never gets there is censored and counted as {budget + 1}. Seeds 0..{seeds - 1}. "
+            f"cold/arm, 90% CI: the ratio of the two arms' medians with a percentile-bootstrap CI, seeds "
+            f"resampled in pairs (`median_ratio_ci`)."
+        ),
     }
-    result = {"meta": meta, "summary": summary, "bank_warm_start": hoist_bank_audits(runs), "runs": runs}
+    result = {
+        "meta": meta,
+        "summary": summary,
+        "bank_warm_start": hoist_bank_audits(runs),
+        "runs": runs,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     name = args.name or ("transfer_quick" if args.quick else "transfer")
     (args.out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
     md_path = args.out / f"{name}.md"
     old = md_path.read_text() if md_path.exists() else ""
-    notes = old[old.index("\n## Notes"):] if "\n## Notes" in old else ""
+    notes = old[old.index("\n## Notes") :] if "\n## Notes" in old else ""
     md = to_markdown(summary, meta)
     md_path.write_text(md.rstrip("\n") + "\n" + notes)
     print(md)

@@ -42,8 +42,11 @@ def breakdown(res: TrialResult) -> dict[str, Any]:
     wall = float(res.extra["acquire_s"]) + float(res.extra["trial_wall_s"])
     measured = float(sum(res.step_time_samples_s))
     out: dict[str, Any] = {
-        "trial_id": res.trial_id, "status": res.status, "warm": res.extra["warm"],
-        "wall_s": round(wall, 3), "measured_s": round(measured, 3),
+        "trial_id": res.trial_id,
+        "status": res.status,
+        "warm": res.extra["warm"],
+        "wall_s": round(wall, 3),
+        "measured_s": round(measured, 3),
         "acquire_s": round(float(res.extra["acquire_s"]), 3),
         "setup_time_s": round(res.setup_time_s or 0.0, 3),
         "warmup_time_s": round(res.warmup_time_s or 0.0, 3),
@@ -51,8 +54,15 @@ def breakdown(res: TrialResult) -> dict[str, Any]:
         "end_checks_s": round(float(res.extra.get("end_checks_time_s") or 0.0), 3),
         "overhead_share": round(1.0 - measured / wall, 4) if wall > 0 else None,
     }
-    out["other_s"] = round(wall - measured - out["acquire_s"] - out["setup_time_s"] - out["warmup_time_s"]
-                           - out["end_checks_s"], 3)
+    out["other_s"] = round(
+        wall
+        - measured
+        - out["acquire_s"]
+        - out["setup_time_s"]
+        - out["warmup_time_s"]
+        - out["end_checks_s"],
+        3,
+    )
     return out
 
 
@@ -75,18 +85,28 @@ def run(workload_path: str, trials: int) -> dict[str, Any]:
     def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         ok = [r for r in rows if r["status"] == "ok"]
         return {
-            "trials": len(rows), "ok": len(ok),
-            "median_overhead_share": statistics.median(r["overhead_share"] for r in ok) if ok else None,
+            "trials": len(rows),
+            "ok": len(ok),
+            "median_overhead_share": statistics.median(r["overhead_share"] for r in ok)
+            if ok
+            else None,
             "median_wall_s": statistics.median(r["wall_s"] for r in ok) if ok else None,
             "median_measured_s": statistics.median(r["measured_s"] for r in ok) if ok else None,
         }
 
     return {
-        "workload": workload_path, "config": CONFIG,
+        "workload": workload_path,
+        "config": CONFIG,
         "steps": {"warmup": wl.steps.warmup, "measured": wl.steps.measured},
-        "cold": summary(cold), "warm": summary(warm), "cold_trials": cold, "warm_trials": warm,
-        "warm_prime_trial": prime, "target_warm_overhead_share": 0.15,
-        "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "cpu_count": os.cpu_count(),
+        "cold": summary(cold),
+        "warm": summary(warm),
+        "cold_trials": cold,
+        "warm_trials": warm,
+        "warm_prime_trial": prime,
+        "target_warm_overhead_share": 0.15,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "cpu_count": os.cpu_count(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -113,8 +133,11 @@ def write(result: dict[str, Any], out_dir: Path) -> None:
         "",
         "| mode | trials ok | median overhead share | median wall s | median measured s |",
         "|---|---|---|---|---|",
-        f"| cold | {c['ok']}/{c['trials']} | {pct(c['median_overhead_share'])} | {c['median_wall_s']} | {c['median_measured_s']} |",
-        f"| warm | {w['ok']}/{w['trials']} | {pct(w['median_overhead_share'])} | {w['median_wall_s']} | {w['median_measured_s']} |",
+        *(
+            f"| {name} | {r['ok']}/{r['trials']} | {pct(r['median_overhead_share'])} "
+            f"| {r['median_wall_s']} | {r['median_measured_s']} |"
+            for name, r in (("cold", c), ("warm", w))
+        ),
         "",
         f"Target: warm <= {pct(result['target_warm_overhead_share'])}.",
         "",
@@ -130,9 +153,11 @@ def write(result: dict[str, Any], out_dir: Path) -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in [*result["cold_trials"], result["warm_prime_trial"], *result["warm_trials"]]:
-        lines.append(f"| {r['trial_id']} | {r['warm']} | {r['wall_s']} | {r['acquire_s']} | {r['setup_time_s']} | "
-                     f"{r['warmup_time_s']} | {r['measured_s']} | {r.get('end_checks_s', '-')} | {r.get('other_s', '-')} | "
-                     f"{pct(r['overhead_share'])} |")
+        lines.append(
+            f"| {r['trial_id']} | {r['warm']} | {r['wall_s']} | {r['acquire_s']} | {r['setup_time_s']} | "
+            f"{r['warmup_time_s']} | {r['measured_s']} | {r.get('end_checks_s', '-')} | {r.get('other_s', '-')} | "
+            f"{pct(r['overhead_share'])} |"
+        )
     (out_dir / "trial_overhead.md").write_text("\n".join(lines) + "\n")
 
 

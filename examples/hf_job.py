@@ -80,14 +80,21 @@ def make_config(args: Mapping[str, Any], seq_len: int) -> Any:
     known = set(config_cls().to_dict())
     unknown = sorted(set(fields) - known)
     if unknown:
-        raise ValueError(f"model.args: {unknown} are not fields of transformers.{config_cls.__name__} "
-                         f"(nor one of {', '.join(JOB_ARGS)})")
+        raise ValueError(
+            f"model.args: {unknown} are not fields of transformers.{config_cls.__name__} "
+            f"(nor one of {', '.join(JOB_ARGS)})"
+        )
     fields.setdefault("max_position_embeddings", seq_len)
     if int(fields["max_position_embeddings"]) < seq_len:
-        raise ValueError(f"model.args.max_position_embeddings ({fields['max_position_embeddings']}) is shorter "
-                         f"than data.seq_len ({seq_len})")
-    fields.update(use_cache=False, dtype="float32",  # fp32 at build: the harness and DeepSpeed cast for bf16
-                  attn_implementation=str(args.get("attn_implementation", "sdpa")))
+        raise ValueError(
+            f"model.args.max_position_embeddings ({fields['max_position_embeddings']}) is shorter "
+            f"than data.seq_len ({seq_len})"
+        )
+    fields.update(
+        use_cache=False,
+        dtype="float32",  # fp32 at build: the harness and DeepSpeed cast for bf16
+        attn_implementation=str(args.get("attn_implementation", "sdpa")),
+    )
     config = config_cls(**fields)
     if args.get("experts_implementation") is not None:
         config._experts_implementation = str(args["experts_implementation"])
@@ -97,10 +104,15 @@ def make_config(args: Mapping[str, Any], seq_len: int) -> Any:
 def model_shape(config: Any) -> ModelShape:
     """The harness's architecture numbers of ``config`` (a Llama or Mixtral config)."""
     experts = int(getattr(config, "num_local_experts", 0) or 0)
-    return ModelShape(n_layers=int(config.num_hidden_layers), dim=int(config.hidden_size),
-                      vocab_size=int(config.vocab_size), n_heads=int(config.num_attention_heads),
-                      num_experts=experts, top_k=int(config.num_experts_per_tok) if experts else 0,
-                      expert_hidden=int(config.intermediate_size) if experts else 0)
+    return ModelShape(
+        n_layers=int(config.num_hidden_layers),
+        dim=int(config.hidden_size),
+        vocab_size=int(config.vocab_size),
+        n_heads=int(config.num_attention_heads),
+        num_experts=experts,
+        top_k=int(config.num_experts_per_tok) if experts else 0,
+        expert_hidden=int(config.intermediate_size) if experts else 0,
+    )
 
 
 def _no_init_weights() -> contextlib.AbstractContextManager[Any]:
@@ -208,7 +220,9 @@ def _checkpoint_attention(model: nn.Module) -> int:
         inner = attn.forward
 
         @functools.wraps(inner)
-        def forward(*args: Any, __inner: Any = inner, __mod: nn.Module = attn, **kwargs: Any) -> Any:
+        def forward(
+            *args: Any, __inner: Any = inner, __mod: nn.Module = attn, **kwargs: Any
+        ) -> Any:
             if __mod.training and torch.is_grad_enabled():
                 return checkpoint(__inner, *args, use_reentrant=False, **kwargs)
             return __inner(*args, **kwargs)
@@ -226,11 +240,15 @@ def apply_checkpointing(model: nn.Module, mode: str) -> None:
         if enable is not None:
             enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})  # type: ignore[operator]
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )  # type: ignore[operator]
     elif mode == "selective":
         if not _checkpoint_attention(model):
-            raise ValueError(f"activation_checkpointing 'selective': {type(model).__name__} has no "
-                             "decoder layers with a self_attn module")
+            raise ValueError(
+                f"activation_checkpointing 'selective': {type(model).__name__} has no "
+                "decoder layers with a self_attn module"
+            )
     elif mode != "none":
         raise ValueError(f"activation_checkpointing must be none, selective or full, got {mode!r}")
 
@@ -258,4 +276,6 @@ def make_job(ctx: JobContext) -> TrainingJob:
     activation checkpointing; data and loss are the harness's."""
     config = make_config(ctx.args, ctx.seq_len)
     mode = str(ctx.options.get("activation_checkpointing", "none"))
-    return TrainingJob(build_model=lambda: build(config, mode), shape=model_shape(config), forward=logits)
+    return TrainingJob(
+        build_model=lambda: build(config, mode), shape=model_shape(config), forward=logits
+    )

@@ -1,4 +1,6 @@
-"""The trial log's public reader at its documented spelling: ``infrarsi.log.read_trials(DIR)`` (code in ``infrarsi.study.trial_log``)."""
+"""The trial log's public reader, at its documented spelling ``infrarsi.log.read_trials(DIR)``.
+
+The code is in ``infrarsi.study.trial_log``."""
 
 from __future__ import annotations
 

@@ -55,13 +55,17 @@ class Patch:
     def load(cls, path: str | Path) -> Patch:
         p = Path(path)
         if not p.is_file():
-            raise PatchError(f"patch file {str(p)!r} does not exist. Pass a unified diff "
-                             f"(e.g. from `git diff > my.patch`).")
+            raise PatchError(
+                f"patch file {str(p)!r} does not exist. Pass a unified diff "
+                f"(e.g. from `git diff > my.patch`)."
+            )
         try:
             text = p.read_text()
         except (OSError, UnicodeDecodeError) as e:
-            raise PatchError(f"patch {p}: rule: a patch is a UTF-8 text diff; it cannot be read as one "
-                             f"({e}). Fix: create it with `git diff > file.patch` (without --binary).") from None
+            raise PatchError(
+                f"patch {p}: rule: a patch is a UTF-8 text diff; it cannot be read as one "
+                f"({e}). Fix: create it with `git diff > file.patch` (without --binary)."
+            ) from None
         return cls(path=str(p), text=text, paths=paths_touched(text, source=str(p)))
 
 
@@ -80,8 +84,8 @@ def _unquote(name: str) -> str:
                 out.append(_C_ESCAPES[body[i + 1]])
                 i += 2
                 continue
-            if re.match(r"[0-7]{3}", body[i + 1:i + 4]):
-                out.append(int(body[i + 1:i + 4], 8) & 0xFF)
+            if re.match(r"[0-7]{3}", body[i + 1 : i + 4]):
+                out.append(int(body[i + 1 : i + 4], 8) & 0xFF)
                 i += 4
                 continue
         out += c.encode()
@@ -96,7 +100,7 @@ def _strip(name: str) -> str | None:
         return None
     for prefix in ("a/", "b/"):
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return name
 
 
@@ -123,8 +127,10 @@ def paths_touched(text: str, *, source: str = "<patch>") -> list[str]:
         elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
             paths.add(_unquote(line.split(" ", 2)[2].strip()))
     if not paths:
-        raise PatchError(f"{source}: no file header ('--- a/...', '+++ b/...') found: not a "
-                         f"unified diff. Create it with `git diff > file.patch`.")
+        raise PatchError(
+            f"{source}: no file header ('--- a/...', '+++ b/...') found: not a "
+            f"unified diff. Create it with `git diff > file.patch`."
+        )
     for p in sorted(paths):
         _check_path(p, source)
     return sorted(paths)
@@ -134,14 +140,20 @@ def _check_path(p: str, source: str) -> None:
     """Refuse an absolute path, a ``..`` component, a path inside ``.git``, or a control character."""
     parts = p.replace("\\", "/").split("/")
     if p.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", p) or ".." in parts:
-        raise PatchError(f"patch {source}: path {p!r}: rule: patch paths are relative to the repository "
-                         f"root; this one is absolute or leaves the repository (path traversal). Fix: "
-                         f"regenerate it with `git diff` in the repository.")
+        raise PatchError(
+            f"patch {source}: path {p!r}: rule: patch paths are relative to the repository "
+            f"root; this one is absolute or leaves the repository (path traversal). Fix: "
+            f"regenerate it with `git diff` in the repository."
+        )
     if any(x.lower() == ".git" for x in parts):
-        raise PatchError(f"patch {source}: path {p!r}: rule: a patch may not touch git's own files (.git). "
-                         f"Fix: remove that file from the patch.")
+        raise PatchError(
+            f"patch {source}: path {p!r}: rule: a patch may not touch git's own files (.git). "
+            f"Fix: remove that file from the patch."
+        )
     if any(ord(c) < 32 for c in p):
-        raise PatchError(f"patch {source}: path {p!r}: rule: a path may not hold control characters.")
+        raise PatchError(
+            f"patch {source}: path {p!r}: rule: a path may not hold control characters."
+        )
 
 
 REGULAR_MODE = "100644"
@@ -165,32 +177,48 @@ def check_content(patch: Patch, globs: Sequence[str] | None = None) -> None:
             current = _strip(h.group(2)) or current
             continue
         if _BINARY_LINE.match(line):
-            raise PatchError(f"patch {patch.path}: path {current!r}: rule: binary patches are refused; a "
-                             f"patch edits text files. Fix: drop the binary file from the patch.")
+            raise PatchError(
+                f"patch {patch.path}: path {current!r}: rule: binary patches are refused; a "
+                f"patch edits text files. Fix: drop the binary file from the patch."
+            )
         mode = _MODE_LINE.match(line)
         index = _INDEX_LINE.match(line)
-        kind, value = (mode.group(1), mode.group(2)) if mode else ("index", index.group(1)) if index else ("", "")
+        kind, value = (
+            (mode.group(1), mode.group(2))
+            if mode
+            else ("index", index.group(1))
+            if index
+            else ("", "")
+        )
         if value in ("120000", "160000"):
             what = "symbolic links" if value == "120000" else "submodules (gitlinks)"
-            raise PatchError(f"patch {patch.path}: path {current!r}: rule: a patch may not create, change or "
-                             f"delete {what} (mode {value}). Fix: drop that file from the patch.")
+            raise PatchError(
+                f"patch {patch.path}: path {current!r}: rule: a patch may not create, change or "
+                f"delete {what} (mode {value}). Fix: drop that file from the patch."
+            )
         if kind in ("old mode", "new mode"):
-            raise PatchError(f"patch {patch.path}: path {current!r}: rule: a patch may not change a file's "
-                             f"mode ({line.strip()}; e.g. making it executable). Fix: drop the mode change.")
+            raise PatchError(
+                f"patch {patch.path}: path {current!r}: rule: a patch may not change a file's "
+                f"mode ({line.strip()}; e.g. making it executable). Fix: drop the mode change."
+            )
         if kind == "new file mode" and value != REGULAR_MODE:
-            raise PatchError(f"patch {patch.path}: path {current!r}: rule: a new file must be a regular "
-                             f"file, mode {REGULAR_MODE}; got mode {value}. Fix: create it non-executable.")
+            raise PatchError(
+                f"patch {patch.path}: path {current!r}: rule: a new file must be a regular "
+                f"file, mode {REGULAR_MODE}; got mode {value}. Fix: create it non-executable."
+            )
         for verb in ("rename", "copy"):
             if line.startswith(f"{verb} from "):
-                moves.append((verb, _unquote(line[len(verb) + 6:].strip())))
+                moves.append((verb, _unquote(line[len(verb) + 6 :].strip())))
     for p in git_paths(patch):
         _check_path(p, patch.path)
     if globs is not None:
         for verb, src in moves:
             if not in_scope(src, globs):
-                raise PatchError(f"patch {patch.path}: path {src!r}: rule: a {verb} must stay inside the "
-                                 f"contract's editable scope {list(globs)}, both sides; its source is "
-                                 f"outside. Fix: edit the file in place, inside the scope.")
+                raise PatchError(
+                    f"patch {patch.path}: path {src!r}: rule: a {verb} must stay inside the "
+                    f"contract's editable scope {list(globs)}, both sides; its source is "
+                    f"outside. Fix: edit the file in place, inside the scope."
+                )
 
 
 def git_paths(patch: Patch) -> list[str]:
@@ -202,8 +230,10 @@ def git_paths(patch: Patch) -> list[str]:
         try:
             out = git.Git(d).apply("--numstat", "-z", str(f), strip_newline_in_stdout=False)
         except git.GitCommandError as e:
-            raise PatchError(f"patch {patch.path}: rule: must be a diff `git apply` can read; it says: "
-                             f"{_stderr(e)}. Fix: regenerate it with `git diff`.") from None
+            raise PatchError(
+                f"patch {patch.path}: rule: must be a diff `git apply` can read; it says: "
+                f"{_stderr(e)}. Fix: regenerate it with `git diff`."
+            ) from None
     fields = out.split("\0")
     paths: list[str] = []
     i = 0
@@ -236,8 +266,9 @@ def check_tree(tree: str | Path, patch: Patch) -> None:
                     f"points to (if it is inside the editable scope) instead."
                 )
         if not (real_root / p).resolve().is_relative_to(real_root):
-            raise PatchError(f"patch {patch.path}: path {p!r}: rule: must stay inside the repository "
-                             f"{root}.")
+            raise PatchError(
+                f"patch {patch.path}: path {p!r}: rule: must stay inside the repository {root}."
+            )
 
 
 def glob_to_regex(glob: str) -> re.Pattern[str]:
@@ -287,11 +318,14 @@ def _repo(repo: str | Path | git.Repo) -> git.Repo:
     try:
         return git.Repo(str(repo), search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as e:
-        raise PatchError(f"{repo}: not a git repository; code patches need the workload's "
-                         f"code in git.") from e
+        raise PatchError(
+            f"{repo}: not a git repository; code patches need the workload's code in git."
+        ) from e
 
 
-def check_applies(repo: str | Path | git.Repo, patch: Patch | str | Path, *, cwd: str | Path | None = None) -> None:
+def check_applies(
+    repo: str | Path | git.Repo, patch: Patch | str | Path, *, cwd: str | Path | None = None
+) -> None:
     """Raise ``PatchError`` if ``patch`` does not apply to the tree at ``cwd`` (default: the repo)."""
     r = _repo(repo)
     p = patch if isinstance(patch, Patch) else Patch.load(patch)
@@ -301,8 +335,10 @@ def check_applies(repo: str | Path | git.Repo, patch: Patch | str | Path, *, cwd
     try:
         g.apply("--check", str(Path(p.path).resolve()))
     except git.GitCommandError as e:
-        raise PatchError(f"patch {p.path} does not apply to {cwd or r.working_tree_dir}: "
-                         f"{_stderr(e)}. Regenerate it against the base commit.") from None
+        raise PatchError(
+            f"patch {p.path} does not apply to {cwd or r.working_tree_dir}: "
+            f"{_stderr(e)}. Regenerate it against the base commit."
+        ) from None
 
 
 def _stderr(e: git.GitCommandError) -> str:
@@ -340,7 +376,9 @@ def check_conflicts(
             applied.append(p)
 
 
-def _pairwise_culprits(repo: str | Path | git.Repo, earlier: list[Patch], p: Patch, base: str) -> list[str]:
+def _pairwise_culprits(
+    repo: str | Path | git.Repo, earlier: list[Patch], p: Patch, base: str
+) -> list[str]:
     out = []
     for a in earlier:
         with patched_worktree(repo, [a], base=base) as tree:
@@ -392,8 +430,12 @@ def create_worktree(
     if d.exists():
         d.rmdir()
     r.git.worktree("add", "--detach", str(d), sha)
-    tree = PatchedTree(path=d, base_sha=sha, patches=[p.path for p in ps],
-                       paths_touched=sorted({x for p in ps for x in p.paths}))
+    tree = PatchedTree(
+        path=d,
+        base_sha=sha,
+        patches=[p.path for p in ps],
+        paths_touched=sorted({x for p in ps for x in p.paths}),
+    )
     g = git.Git(str(d))
     for p in ps:
         try:
@@ -406,8 +448,10 @@ def create_worktree(
             g.apply(str(Path(p.path).resolve()))
         except git.GitCommandError as e:
             remove_worktree(r, d)
-            raise PatchError(f"patch {p.path} does not apply at {sha[:12]} after "
-                             f"{tree.patches[: tree.patches.index(p.path)]}: {_stderr(e)}.") from None
+            raise PatchError(
+                f"patch {p.path} does not apply at {sha[:12]} after "
+                f"{tree.patches[: tree.patches.index(p.path)]}: {_stderr(e)}."
+            ) from None
     return tree
 
 

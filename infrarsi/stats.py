@@ -46,8 +46,14 @@ class SpeedupEstimate:
     """The paired ratios, in measurement order."""
 
     def to_dict(self) -> dict[str, object]:
-        return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high,
-                "n_pairs": self.n_pairs, "confidence": self.confidence, "ratios": self.ratios}
+        return {
+            "speedup": self.speedup,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "n_pairs": self.n_pairs,
+            "confidence": self.confidence,
+            "ratios": self.ratios,
+        }
 
 
 def paired_ratios(baseline_s: Sequence[float], candidate_s: Sequence[float]) -> np.ndarray:
@@ -55,11 +61,15 @@ def paired_ratios(baseline_s: Sequence[float], candidate_s: Sequence[float]) -> 
     b = np.asarray(baseline_s, dtype=float)
     c = np.asarray(candidate_s, dtype=float)
     if b.shape != c.shape or b.ndim != 1 or b.size == 0:
-        raise ValueError(f"paired step times must be two equal-length non-empty 1-D sequences, "
-                         f"but got shapes {b.shape} and {c.shape}.")
+        raise ValueError(
+            f"paired step times must be two equal-length non-empty 1-D sequences, "
+            f"but got shapes {b.shape} and {c.shape}."
+        )
     if not (np.all(np.isfinite(b)) and np.all(np.isfinite(c)) and np.all(b > 0) and np.all(c > 0)):
-        raise ValueError(f"step times must be finite and > 0, but got baseline={b.tolist()} "
-                         f"candidate={c.tolist()}.")
+        raise ValueError(
+            f"step times must be finite and > 0, but got baseline={b.tolist()} "
+            f"candidate={c.tolist()}."
+        )
     return b / c
 
 
@@ -125,8 +135,10 @@ class MedianInterval:
 
     def label(self) -> str:
         """How to print it: ``96.9% interval (order statistics 1 and 6 of 6 pairs)``."""
-        return (f"{self.coverage:.1%} interval (order statistics {self.k} and "
-                f"{self.n_pairs - self.k + 1} of {self.n_pairs} pairs)")
+        return (
+            f"{self.coverage:.1%} interval (order statistics {self.k} and "
+            f"{self.n_pairs - self.k + 1} of {self.n_pairs} pairs)"
+        )
 
 
 def order_statistic_coverage(n: int, k: int) -> float:
@@ -153,14 +165,23 @@ def median_interval(ratios: Sequence[float], *, confidence: float = 0.95) -> Med
         raise ValueError(f"`0 < confidence < 1` must hold, but got confidence={confidence}.")
     r = np.sort(np.asarray(ratios, dtype=float))
     if r.ndim != 1 or r.size == 0 or not np.all(np.isfinite(r)):
-        raise ValueError(f"ratios must be a non-empty 1-D sequence of finite numbers, but got {list(ratios)}.")
+        raise ValueError(
+            f"ratios must be a non-empty 1-D sequence of finite numbers, but got {list(ratios)}."
+        )
     n = int(r.size)
     k = 1
     while k + 1 <= (n + 1) // 2 and order_statistic_coverage(n, k + 1) >= confidence:
         k += 1
     cov = order_statistic_coverage(n, k) if n > 1 else 0.0
-    return MedianInterval(speedup=float(np.median(r)), ci_low=float(r[k - 1]), ci_high=float(r[n - k]),
-                          coverage=cov, confidence=confidence, k=k, n_pairs=n)
+    return MedianInterval(
+        speedup=float(np.median(r)),
+        ci_low=float(r[k - 1]),
+        ci_high=float(r[n - k]),
+        coverage=cov,
+        confidence=confidence,
+        k=k,
+        n_pairs=n,
+    )
 
 
 def coefficient_of_variation(samples: Sequence[float]) -> float:
@@ -191,5 +212,15 @@ def accept(ci_low: float, noise_margin: float) -> bool:
     return bool(math.isfinite(ci_low) and ci_low > 1.0 + noise_margin)
 
 
-__all__ = ["MedianInterval", "SpeedupEstimate", "accept", "coefficient_of_variation", "median_interval",
-           "noise_margin", "order_statistic_coverage", "paired_ratios", "pairs_for_confidence", "speedup_ci"]
+__all__ = [
+    "MedianInterval",
+    "SpeedupEstimate",
+    "accept",
+    "coefficient_of_variation",
+    "median_interval",
+    "noise_margin",
+    "order_statistic_coverage",
+    "paired_ratios",
+    "pairs_for_confidence",
+    "speedup_ci",
+]

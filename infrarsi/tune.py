@@ -26,7 +26,8 @@ it) instead of a failure it cannot tell apart from a crash::
     tuner = tune.Tuner(oom_as_result(my_trainable), tune_config=...)
 
 Trials running at once are pending in the optimizer, so each ``suggest`` is a batch pick given
-them (give your trainable its real resources with ``tune.with_resources``). The searcher pickles whole, so ``Tuner.restore(path,
+them (give your trainable its real resources with ``tune.with_resources``). The searcher pickles
+whole, so ``Tuner.restore(path,
 trainable=..., restart_errored=True)`` resumes it; ``save``/``restore`` write its state as JSON
 (never pickle: a checkpoint file is data, not code).
 """
@@ -72,14 +73,20 @@ class InfrarsiSearcher(Searcher):
         super().__init__(metric=metric, mode=mode)
         if optimizer is None:
             if space is None:
-                raise ConfigError("InfrarsiSearcher needs `space` (a SearchSpace or YAML) or `optimizer=`.")
+                raise ConfigError(
+                    "InfrarsiSearcher needs `space` (a SearchSpace or YAML) or `optimizer=`."
+                )
             if memory_capacity is None:
-                raise ConfigError("InfrarsiSearcher: `memory_capacity` (bytes per device) is required with `space`.")
+                raise ConfigError(
+                    "InfrarsiSearcher: `memory_capacity` (bytes per device) is required with `space`."
+                )
             if not isinstance(space, SearchSpace):
                 space = SearchSpace.from_yaml(space)
             optimizer = Optimizer(space, memory_capacity=memory_capacity, **optimizer_kwargs)
         elif space is not None or optimizer_kwargs or memory_capacity is not None:
-            raise ConfigError("InfrarsiSearcher: pass either `optimizer=` or `space` with its options, not both.")
+            raise ConfigError(
+                "InfrarsiSearcher: pass either `optimizer=` or `space` with its options, not both."
+            )
         self.optimizer: Optimizer = optimizer
         """The wrapped ask/tell optimizer (its state is the searcher's state)."""
         self.live: dict[str, dict[str, Any]] = {}
@@ -87,7 +94,9 @@ class InfrarsiSearcher(Searcher):
         self.told: int = 0
         """Number of outcomes told to the optimizer through this searcher."""
 
-    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict, **spec: Any
+    ) -> bool:
         """Accept Tune's metric/mode when they name a step time minimised; the Tune
         ``param_space`` is merged by Tune into each trial's config (the searcher's knobs win)."""
         if metric is not None or mode is not None:
@@ -100,7 +109,9 @@ class InfrarsiSearcher(Searcher):
         """The next config from ``Optimizer.ask()``."""
         asked = self.optimizer.ask()
         if not isinstance(asked, dict):  # ask() without n returns one config
-            raise TypeError(f"Optimizer.ask() returned {type(asked).__name__}, expected a config dict")
+            raise TypeError(
+                f"Optimizer.ask() returned {type(asked).__name__}, expected a config dict"
+            )
         config = dict(asked)
         self.live[trial_id] = config
         return dict(config)
@@ -108,7 +119,9 @@ class InfrarsiSearcher(Searcher):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """Intermediate results are ignored: a trial's outcome is its final result."""
 
-    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False
+    ) -> None:
         """Tell the optimizer the trial's outcome (``error=True`` or no result: ``failed``)."""
         config = self.live.pop(trial_id, None)
         if config is None:
@@ -120,8 +133,13 @@ class InfrarsiSearcher(Searcher):
     def get_state(self) -> dict[str, Any]:
         # The optimizer's JSON-able state_dict, not the object: fitted GPyTorch models hold
         # closures that do not pickle (Tune checkpoints the searcher with pickle).
-        return {"optimizer_state": self.optimizer.state_dict(), "live": dict(self.live),
-                "told": self.told, "metric": self._metric, "mode": self._mode}
+        return {
+            "optimizer_state": self.optimizer.state_dict(),
+            "live": dict(self.live),
+            "told": self.told,
+            "metric": self._metric,
+            "mode": self._mode,
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         if "optimizer_state" in state:
@@ -141,8 +159,10 @@ class InfrarsiSearcher(Searcher):
         try:
             state = json.loads(Path(checkpoint_path).read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ConfigError(f"{checkpoint_path}: not a searcher state written by InfrarsiSearcher.save "
-                              f"(JSON): {e}. Fix: restore from the file save() wrote.") from None
+            raise ConfigError(
+                f"{checkpoint_path}: not a searcher state written by InfrarsiSearcher.save "
+                f"(JSON): {e}. Fix: restore from the file save() wrote."
+            ) from None
         self.set_state(state)
 
 
@@ -159,9 +179,11 @@ def oom_as_result(trainable: Callable[[dict[str, Any]], Any]) -> Callable[[dict[
     trainables: a ``tune.Trainable`` class reports from its ``step()``, so catch the OOM there.
     """
     if isinstance(trainable, type) or not callable(trainable):
-        raise ConfigError(f"oom_as_result: rule: takes a Tune function trainable, `def f(config)`; got "
-                          f"{trainable!r}. Fix: for a tune.Trainable class, catch torch.OutOfMemoryError in "
-                          f"step() and return {{'status': 'oom', 'step_time_s': float('nan')}}.")
+        raise ConfigError(
+            f"oom_as_result: rule: takes a Tune function trainable, `def f(config)`; got "
+            f"{trainable!r}. Fix: for a tune.Trainable class, catch torch.OutOfMemoryError in "
+            f"step() and return {{'status': 'oom', 'step_time_s': float('nan')}}."
+        )
 
     @functools.wraps(trainable)
     def run(config: dict[str, Any]) -> Any:
@@ -174,8 +196,14 @@ def oom_as_result(trainable: Callable[[dict[str, Any]], Any]) -> Callable[[dict[
             peak: float | None = None
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 peak = float(torch.cuda.max_memory_reserved()) or None
-            tune.report({"status": "oom", "step_time_s": math.nan, "peak_memory_bytes": peak,
-                         "error": f"{type(e).__name__}: {e}"[:500]})
+            tune.report(
+                {
+                    "status": "oom",
+                    "step_time_s": math.nan,
+                    "peak_memory_bytes": peak,
+                    "error": f"{type(e).__name__}: {e}"[:500],
+                }
+            )
             return None
 
     return run
@@ -188,4 +216,6 @@ def _check_metric(metric: str | None, mode: str | None) -> None:
             f"optimizer step), but got {metric!r}. Report step_time_s from the trainable."
         )
     if mode is not None and mode != "min":
-        raise ConfigError(f"InfrarsiSearcher: mode must be 'min' (step time is minimised), but got {mode!r}.")
+        raise ConfigError(
+            f"InfrarsiSearcher: mode must be 'min' (step time is minimised), but got {mode!r}."
+        )

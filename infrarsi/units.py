@@ -8,10 +8,20 @@ import re
 from infrarsi.errors import ConfigError
 
 _SIZE_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
 }
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
@@ -46,8 +56,10 @@ def parse_size(text: str | int | float, *, what: str = "size", unit_required: bo
             )
     scaled = value * _SIZE_UNITS[unit]
     if not math.isfinite(scaled):
-        raise ConfigError(f"{what}: a size must be a finite number of bytes, but got {text!r}. "
-                          f"Fix: e.g. 512MiB or 80GB.")
+        raise ConfigError(
+            f"{what}: a size must be a finite number of bytes, but got {text!r}. "
+            f"Fix: e.g. 512MiB or 80GB."
+        )
     nbytes = int(scaled)
     if nbytes <= 0:
         raise ConfigError(f"{what}: a size must be positive, but got {text!r}.")
@@ -69,8 +81,10 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
             )
         seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2).lower()]
     if not math.isfinite(seconds):
-        raise ConfigError(f"{what}: a duration must be a finite number of seconds, but got {text!r}. "
-                          f"Fix: e.g. 90s or 10m.")
+        raise ConfigError(
+            f"{what}: a duration must be a finite number of seconds, but got {text!r}. "
+            f"Fix: e.g. 90s or 10m."
+        )
     if seconds <= 0:
         raise ConfigError(f"{what}: a duration must be positive, but got {text!r}.")
     return seconds

@@ -28,7 +28,9 @@ class _Strict(BaseModel):
 BUILTIN_ENTRY_POINT = "workloads.jobs:builtin_job"
 """The entry point of the built-in families (``model.family``), a job like any user's."""
 
-ENTRY_POINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+ENTRY_POINT_RE = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+)
 """``module.path:function``."""
 
 BUILTIN_PREFIX = "builtin:"
@@ -39,7 +41,9 @@ a link to the repository's ``search_spaces/`` folder, whose files a built wheel 
 def builtin_spaces() -> list[str]:
     """The names of the search spaces shipped with infrarsi (``builtin:NAME``), sorted."""
     folder = importlib.resources.files("infrarsi") / "search_spaces"
-    return sorted(f.name.removesuffix(".yaml") for f in folder.iterdir() if f.name.endswith(".yaml"))
+    return sorted(
+        f.name.removesuffix(".yaml") for f in folder.iterdir() if f.name.endswith(".yaml")
+    )
 
 
 def builtin_space_path(name: str) -> Path:
@@ -47,9 +51,12 @@ def builtin_space_path(name: str) -> Path:
     listing the shipped ones when there is none of that name."""
     names = builtin_spaces()
     if name not in names:
-        raise WorkloadError(f"search_space: rule: {BUILTIN_PREFIX}NAME names a search space shipped with infrarsi; "
-                            f"got {BUILTIN_PREFIX}{name}. Fix: one of "
-                            + ", ".join(BUILTIN_PREFIX + n for n in names) + ", or a YAML path")
+        raise WorkloadError(
+            f"search_space: rule: {BUILTIN_PREFIX}NAME names a search space shipped with infrarsi; "
+            f"got {BUILTIN_PREFIX}{name}. Fix: one of "
+            + ", ".join(BUILTIN_PREFIX + n for n in names)
+            + ", or a YAML path"
+        )
     return Path(str(importlib.resources.files("infrarsi") / "search_spaces" / f"{name}.yaml"))
 
 
@@ -73,24 +80,36 @@ class ModelSpec(_Strict):
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:
         if (self.family is None) == (self.entry_point is None):
-            raise ValueError("set exactly one of model.family (a built-in: dense, moe) and model.entry_point "
-                             "(your code, 'module:function')")
+            raise ValueError(
+                "set exactly one of model.family (a built-in: dense, moe) and model.entry_point "
+                "(your code, 'module:function')"
+            )
         if self.entry_point is not None:
             if not ENTRY_POINT_RE.match(self.entry_point):
-                raise ValueError(f"model.entry_point must look like 'package.module:function', got {self.entry_point!r}")
+                raise ValueError(
+                    f"model.entry_point must look like 'package.module:function', got {self.entry_point!r}"
+                )
             if self.overrides or self.size != "debug":
-                raise ValueError("model.size and model.overrides belong to the built-in families; pass your "
-                                 "job's settings in model.args")
+                raise ValueError(
+                    "model.size and model.overrides belong to the built-in families; pass your "
+                    "job's settings in model.args"
+                )
         elif self.code_dir is not None or self.args:
-            raise ValueError("model.code_dir and model.args belong to model.entry_point; a built-in family "
-                             "takes model.size and model.overrides")
+            raise ValueError(
+                "model.code_dir and model.args belong to model.entry_point; a built-in family "
+                "takes model.size and model.overrides"
+            )
         return self
 
     def entry(self) -> tuple[str, dict[str, Any]]:
         """The entry point and the ``JobContext.args`` it gets (the built-in families' too)."""
         if self.entry_point is not None:
             return self.entry_point, dict(self.args)
-        return BUILTIN_ENTRY_POINT, {"family": self.family, "size": self.size, "overrides": dict(self.overrides)}
+        return BUILTIN_ENTRY_POINT, {
+            "family": self.family,
+            "size": self.size,
+            "overrides": dict(self.overrides),
+        }
 
 
 Launcher = Literal["deepspeed", "torchrun", "python"]
@@ -113,12 +132,20 @@ class ScriptSpec(_Strict):
     @model_validator(mode="after")
     def _args_are_the_users(self) -> ScriptSpec:
         if not self.path.endswith(".py"):
-            raise ValueError(f"script.path: rule: a Python file (*.py) run as __main__; got {self.path!r}. "
-                             f"Fix: name your training script, e.g. script.path: train.py")
-        own = [a for a in self.args if a == "--local_rank" or a.startswith(("--local_rank=", "--local-rank"))]
+            raise ValueError(
+                f"script.path: rule: a Python file (*.py) run as __main__; got {self.path!r}. "
+                f"Fix: name your training script, e.g. script.path: train.py"
+            )
+        own = [
+            a
+            for a in self.args
+            if a == "--local_rank" or a.startswith(("--local_rank=", "--local-rank"))
+        ]
         if own:
-            raise ValueError(f"script.args: rule: the launcher sets the rank's --local_rank; got {own[0]!r}. "
-                             f"Fix: remove it from script.args")
+            raise ValueError(
+                f"script.args: rule: the launcher sets the rank's --local_rank; got {own[0]!r}. "
+                f"Fix: remove it from script.args"
+            )
         return self
 
 
@@ -140,9 +167,13 @@ class DataSpec(_Strict):
     @model_validator(mode="after")
     def _path_for_tokens(self) -> DataSpec:
         if self.kind == "tokens" and not self.path:
-            raise ValueError("data.kind 'tokens' needs data.path: a file of token ids (.npy or raw)")
+            raise ValueError(
+                "data.kind 'tokens' needs data.path: a file of token ids (.npy or raw)"
+            )
         if self.dtype not in ("uint16", "uint32", "int32", "int64"):
-            raise ValueError(f"data.dtype must be one of uint16, uint32, int32, int64, got {self.dtype!r}")
+            raise ValueError(
+                f"data.dtype must be one of uint16, uint32, int32, int64, got {self.dtype!r}"
+            )
         return self
 
 
@@ -238,9 +269,12 @@ class Workload(_Strict):
     @classmethod
     def _capacity_is_a_size(cls, v: Any) -> Any:
         if isinstance(v, bool) or (v is not None and not isinstance(v, (str, int))):
-            raise ValueError(f"memory_capacity: rule: a size such as 80GiB, or a byte count; got {v!r}. "
-                             f"Fix: memory_capacity: 80GiB, or leave it out (the device's own)")
+            raise ValueError(
+                f"memory_capacity: rule: a size such as 80GiB, or a byte count; got {v!r}. "
+                f"Fix: memory_capacity: 80GiB, or leave it out (the device's own)"
+            )
         return v
+
     variant: str | None = None
     """Test-only: ``module:attribute`` of an ``infrarsi.execution.seams.Seams`` the ranks train
     through instead of the honest seams (a deliberate cheat, e.g. ``tests.cheats:fake_loss``),
@@ -250,8 +284,10 @@ class Workload(_Strict):
     @classmethod
     def _variant_is_an_attribute(cls, v: str | None) -> str | None:
         if v is not None and not ENTRY_POINT_RE.match(v):
-            raise ValueError(f"variant: rule: 'module:attribute' of the test-only seams to train through; got "
-                             f"{v!r}. Fix: e.g. variant: tests.cheats:fake_loss, or remove it")
+            raise ValueError(
+                f"variant: rule: 'module:attribute' of the test-only seams to train through; got "
+                f"{v!r}. Fix: e.g. variant: tests.cheats:fake_loss, or remove it"
+            )
         return v
 
     surrogate: dict[str, Any] = Field(default_factory=dict)
@@ -263,12 +299,16 @@ class Workload(_Strict):
     @model_validator(mode="after")
     def _check_batch(self) -> Workload:
         if (self.model is None) == (self.script is None):
-            raise ValueError("rule: a workload names its job once: either model (a built-in family or an "
-                             "entry point) or script (your training script, unchanged). Fix: keep exactly one "
-                             "of model: and script:")
+            raise ValueError(
+                "rule: a workload names its job once: either model (a built-in family or an "
+                "entry point) or script (your training script, unchanged). Fix: keep exactly one "
+                "of model: and script:"
+            )
         if self.script is not None and self.backend != "deepspeed":
-            raise ValueError(f"backend: rule: a script workload trains for real; got backend {self.backend!r}. "
-                             f"Fix: backend: deepspeed (or leave it out)")
+            raise ValueError(
+                f"backend: rule: a script workload trains for real; got backend {self.backend!r}. "
+                f"Fix: backend: deepspeed (or leave it out)"
+            )
         if self.variant is not None and (self.model is None or self.model.family is None):
             raise ValueError("variant is a test-only switch of the built-in families; remove it")
         if self.tokens_per_step % self.data.seq_len:
@@ -289,7 +329,9 @@ class Workload(_Strict):
         one place it is parsed (a study resolves its capacity in ``infrarsi.study.capacity``)."""
         if self.memory_capacity is None:
             return None
-        return int(parse_size(self.memory_capacity, what=f"{self.path or self.name}: memory_capacity"))
+        return int(
+            parse_size(self.memory_capacity, what=f"{self.path or self.name}: memory_capacity")
+        )
 
     @property
     def world_size(self) -> int:
@@ -304,9 +346,11 @@ class Workload(_Strict):
     def job_model(self) -> ModelSpec:
         """``model``; a ``WorkloadError`` for a script workload (which has none)."""
         if self.model is None:
-            raise WorkloadError(f"{self.path or self.name}: field 'model': this workload runs a script "
-                                f"(script.path {self.script.path if self.script else None!r}) and has no model "
-                                f"entry point or family")
+            raise WorkloadError(
+                f"{self.path or self.name}: field 'model': this workload runs a script "
+                f"(script.path {self.script.path if self.script else None!r}) and has no model "
+                f"entry point or family"
+            )
         return self.model
 
     def job_code_dir(self) -> Path | None:
@@ -332,14 +376,20 @@ class Workload(_Strict):
         root, script = script_root(self._relative(".")), self._relative(self.script.path)
         where = f"{self.path or self.name}: field 'script.path'"
         if not script.is_file():
-            raise WorkloadError(f"{where}: rule: must name your training script, relative to the workload YAML; "
-                                f"{self.script.path!r} is {script}, which is not a file. Fix the path.")
+            raise WorkloadError(
+                f"{where}: rule: must name your training script, relative to the workload YAML; "
+                f"{self.script.path!r} is {script}, which is not a file. Fix the path."
+            )
         if not script.is_relative_to(root):
-            raise WorkloadError(f"{where}: rule: the script must lie inside the job's git repository {root} (the "
-                                f"trials run from a copy of it); {self.script.path!r} is {script}. Fix: move the "
-                                f"workload YAML into the script's repository")
+            raise WorkloadError(
+                f"{where}: rule: the script must lie inside the job's git repository {root} (the "
+                f"trials run from a copy of it); {self.script.path!r} is {script}. Fix: move the "
+                f"workload YAML into the script's repository"
+            )
         cwd = self._relative(".")
-        return str(script.relative_to(root)), str(cwd.relative_to(root)) if cwd.is_relative_to(root) else "."
+        return str(script.relative_to(root)), str(cwd.relative_to(root)) if cwd.is_relative_to(
+            root
+        ) else "."
 
     def data_path(self) -> Path | None:
         """``data.path`` resolved against the YAML's folder (None without one)."""
@@ -351,7 +401,11 @@ class Workload(_Strict):
         DeepSpeed launch knobs any dense job takes: the ``dense`` family, your entry point or script)."""
         if self.backend == "surrogate":
             return "surrogate_gpu"
-        return "deepspeed_moe" if self.model is not None and self.model.family == "moe" else "deepspeed_dense"
+        return (
+            "deepspeed_moe"
+            if self.model is not None and self.model.family == "moe"
+            else "deepspeed_dense"
+        )
 
     def search_space_path(self) -> Path:
         """The search-space file: ``search_space`` resolved against the YAML's folder, a shipped
@@ -367,7 +421,10 @@ class Workload(_Strict):
 
     def to_yaml_dict(self) -> dict[str, Any]:
         d = self.model_dump(mode="json", exclude={"path"})
-        for key in ("model", "script"):  # absent, not null: the hashes of workloads without a script stay
+        for key in (
+            "model",
+            "script",
+        ):  # absent, not null: the hashes of workloads without a script stay
             if d.get(key) is None:
                 d.pop(key, None)
         return d
@@ -381,13 +438,20 @@ class Workload(_Strict):
     def from_yaml(cls, path: str | Path) -> Workload:
         p = Path(path)
         if not p.exists():
-            raise WorkloadError(f"workload file {str(p)!r} does not exist. Pass a YAML from workloads/, e.g. workloads/dense_debug.yaml.")
+            raise WorkloadError(
+                f"workload file {str(p)!r} does not exist. Pass a YAML from workloads/, "
+                f"e.g. workloads/dense_debug.yaml."
+            )
         if not p.is_file():
-            raise WorkloadError(f"workload file {str(p)!r} is not a file. Pass a YAML from workloads/, e.g. workloads/dense_debug.yaml.")
+            raise WorkloadError(
+                f"workload file {str(p)!r} is not a file. Pass a YAML from workloads/, e.g. workloads/dense_debug.yaml."
+            )
         try:
             data = yaml.safe_load(p.read_text())
         except (OSError, UnicodeDecodeError) as e:
-            raise WorkloadError(f"{p}: cannot be read as UTF-8 text ({e}). Pass a workload YAML.") from None
+            raise WorkloadError(
+                f"{p}: cannot be read as UTF-8 text ({e}). Pass a workload YAML."
+            ) from None
         except yaml.YAMLError as e:
             raise WorkloadError(f"{p}: not valid YAML: {e}") from e
         wl = cls.from_dict(data, source=str(p))
@@ -398,11 +462,15 @@ class Workload(_Strict):
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "<workload>") -> Workload:
         if not isinstance(data, dict):
-            raise WorkloadError(f"{source}: a workload must be a mapping, but got {type(data).__name__}.")
+            raise WorkloadError(
+                f"{source}: a workload must be a mapping, but got {type(data).__name__}."
+            )
         odd = [k for k in data if not isinstance(k, str)]
         if odd:
-            raise WorkloadError(f"{source}: field {odd[0]!r}: field names must be strings, like 'name' or "
-                                f"'tokens_per_step'; got {type(odd[0]).__name__} {odd[0]!r}.")
+            raise WorkloadError(
+                f"{source}: field {odd[0]!r}: field names must be strings, like 'name' or "
+                f"'tokens_per_step'; got {type(odd[0]).__name__} {odd[0]!r}."
+            )
         try:
             wl = cls(**data)
         except ValidationError as e:

@@ -29,16 +29,26 @@ from infrarsi.workload import Workload
 log = get_logger(__name__)
 
 CPU_NOMINAL: dict[str, float] = {
-    "peak_flops": 5e10, "memory_bytes_per_s": 1e10, "intra_bytes_per_s": 2e9, "inter_bytes_per_s": 1e9,
-    "host_bytes_per_s": 1e10, "cpu_adam_params_per_s": 2e8, "fixed_memory_bytes": 8 * 2**20, "bf16_speedup": 1.0,
+    "peak_flops": 5e10,
+    "memory_bytes_per_s": 1e10,
+    "intra_bytes_per_s": 2e9,
+    "inter_bytes_per_s": 1e9,
+    "host_bytes_per_s": 1e10,
+    "cpu_adam_params_per_s": 2e8,
+    "fixed_memory_bytes": 8 * 2**20,
+    "bf16_speedup": 1.0,
 }
 """Rough per-rank figures of a CPU job (gloo over loopback, one core per rank). bf16 is assumed no
 faster than fp32 (with 2, as on GPUs, the demo's first run tried bf16 four times on an AVX2 CPU
 where it is ~70x slower and breaks the loss tolerance)."""
 CUDA_NOMINAL: dict[str, float] = {
-    "peak_flops": NOMINAL_GPU.peak_flops, "memory_bytes_per_s": NOMINAL_GPU.hbm_bytes_per_s,
-    "intra_bytes_per_s": NOMINAL_GPU.nvlink_bytes_per_s, "inter_bytes_per_s": NOMINAL_GPU.internode_bytes_per_s,
-    "host_bytes_per_s": NOMINAL_GPU.pcie_bytes_per_s, "cpu_adam_params_per_s": 1.5e9, "fixed_memory_bytes": 2e9,
+    "peak_flops": NOMINAL_GPU.peak_flops,
+    "memory_bytes_per_s": NOMINAL_GPU.hbm_bytes_per_s,
+    "intra_bytes_per_s": NOMINAL_GPU.nvlink_bytes_per_s,
+    "inter_bytes_per_s": NOMINAL_GPU.internode_bytes_per_s,
+    "host_bytes_per_s": NOMINAL_GPU.pcie_bytes_per_s,
+    "cpu_adam_params_per_s": 1.5e9,
+    "fixed_memory_bytes": 2e9,
 }
 """The catalogue's nominal GPU (``infrarsi.datasheets``) plus the host-side figures of a cuda job."""
 
@@ -82,8 +92,15 @@ def _job_shape(wl: Workload) -> Any:
     from infrarsi.job import JobContext
 
     entry, args = wl.job_model().entry()
-    ctx = JobContext(args=args, options={}, device=wl.resources.device, rank=0, world_size=wl.world_size,
-                     seq_len=wl.data.seq_len, reference=True)
+    ctx = JobContext(
+        args=args,
+        options={},
+        device=wl.resources.device,
+        rank=0,
+        world_size=wl.world_size,
+        seq_len=wl.data.seq_len,
+        reference=True,
+    )
     job = load_job(default_code_dir(wl), entry, ctx)
     with torch.device("meta"):
         n = float(sum(p.numel() for p in job.build_model().parameters()))
@@ -93,11 +110,19 @@ def _job_shape(wl: Workload) -> Any:
         expert = s.n_layers * s.num_experts * 3 * s.dim * s.expert_hidden
         active = n - expert + expert * s.top_k / s.num_experts
     hw: dict[str, Any] = dict(CUDA_NOMINAL if wl.resources.device == "cuda" else CPU_NOMINAL)
-    return transformer_shape(n_layers=s.n_layers, hidden=s.dim, n_heads=s.n_heads or max(1, s.dim // 128),
-                             vocab=s.vocab_size, seq_len=wl.data.seq_len,
-                             global_batch=max(1, wl.tokens_per_step // wl.data.seq_len), world_size=wl.world_size,
-                             num_params=n, active_params=active,
-                             devices_per_node=max(1, wl.world_size // wl.resources.nodes), **hw)
+    return transformer_shape(
+        n_layers=s.n_layers,
+        hidden=s.dim,
+        n_heads=s.n_heads or max(1, s.dim // 128),
+        vocab=s.vocab_size,
+        seq_len=wl.data.seq_len,
+        global_batch=max(1, wl.tokens_per_step // wl.data.seq_len),
+        world_size=wl.world_size,
+        num_params=n,
+        active_params=active,
+        devices_per_node=max(1, wl.world_size // wl.resources.nodes),
+        **hw,
+    )
 
 
 def _shape(wl: Workload) -> Any:
@@ -110,19 +135,36 @@ def _shape(wl: Workload) -> Any:
 
         m = MODELS[str(wl.surrogate.get("model", wl.job_model().size))]
         g = GPUS[str(wl.surrogate.get("gpu", "h100_sxm"))]
-        hw: dict[str, Any] = {**CUDA_NOMINAL, "peak_flops": g.peak_flops, "memory_bytes_per_s": g.hbm_bytes_per_s,
-              "intra_bytes_per_s": g.nvlink_bytes_per_s, "inter_bytes_per_s": g.internode_bytes_per_s,
-              "host_bytes_per_s": g.pcie_bytes_per_s}
-        return transformer_shape(n_layers=m.n_layers, hidden=m.hidden, n_heads=m.n_heads, vocab=m.vocab,
-                                 seq_len=seq, global_batch=batch, world_size=wl.world_size, num_params=m.num_params,
-                                 devices_per_node=int(wl.surrogate.get("gpus_per_node", 8)), **hw)
+        hw: dict[str, Any] = {
+            **CUDA_NOMINAL,
+            "peak_flops": g.peak_flops,
+            "memory_bytes_per_s": g.hbm_bytes_per_s,
+            "intra_bytes_per_s": g.nvlink_bytes_per_s,
+            "inter_bytes_per_s": g.internode_bytes_per_s,
+            "host_bytes_per_s": g.pcie_bytes_per_s,
+        }
+        return transformer_shape(
+            n_layers=m.n_layers,
+            hidden=m.hidden,
+            n_heads=m.n_heads,
+            vocab=m.vocab,
+            seq_len=seq,
+            global_batch=batch,
+            world_size=wl.world_size,
+            num_params=m.num_params,
+            devices_per_node=int(wl.surrogate.get("gpus_per_node", 8)),
+            **hw,
+        )
     if wl.job_model().entry_point is not None:
         return _job_shape(wl)
     a = _model_args(wl)
     kv = a.n_kv_heads or a.n_heads
     attn = 2 * a.dim * a.dim + 2 * a.dim * (a.dim * kv // a.n_heads)
     if a.num_experts:
-        ffn, active_ffn = a.num_experts * 3 * a.dim * a.expert_hidden, a.top_k * 3 * a.dim * a.expert_hidden
+        ffn, active_ffn = (
+            a.num_experts * 3 * a.dim * a.expert_hidden,
+            a.top_k * 3 * a.dim * a.expert_hidden,
+        )
     else:
         ffn = active_ffn = 3 * a.dim * a.ffn_hidden
     emb = 2 * a.vocab_size * a.dim
@@ -130,7 +172,17 @@ def _shape(wl: Workload) -> Any:
     active = a.n_layers * (attn + active_ffn + 2 * a.dim) + emb
     hw2: dict[str, Any] = dict(CUDA_NOMINAL if wl.resources.device == "cuda" else CPU_NOMINAL)
     per_node = max(1, wl.world_size // wl.resources.nodes)
-    return transformer_shape(n_layers=a.n_layers, hidden=a.dim, n_heads=a.n_heads, vocab=a.vocab_size, seq_len=seq,
-                             global_batch=batch, world_size=wl.world_size, num_params=float(n),
-                             active_params=float(active), devices_per_node=per_node,
-                             default_dtype="fp32" if wl.resources.device == "cpu" else "bf16", **hw2)
+    return transformer_shape(
+        n_layers=a.n_layers,
+        hidden=a.dim,
+        n_heads=a.n_heads,
+        vocab=a.vocab_size,
+        seq_len=seq,
+        global_batch=batch,
+        world_size=wl.world_size,
+        num_params=float(n),
+        active_params=float(active),
+        devices_per_node=per_node,
+        default_dtype="fp32" if wl.resources.device == "cpu" else "bf16",
+        **hw2,
+    )

@@ -33,8 +33,13 @@ def ray_local() -> Iterator[str]:
     started = False
     if not ray.is_initialized():
         # address="local": always a fresh local Ray, even when RAY_ADDRESS is set in the environment
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
         started = True
     try:
         yield ray.get_runtime_context().gcs_address
@@ -58,8 +63,13 @@ def study(tmp_path: Path) -> Path:
     from infrarsi.stages.init import init_stage
 
     d = tmp_path / "study"
-    init_stage(TESTS_DIR / "fixtures" / "stages" / "surrogate_small.yaml", d,
-               editable_knobs=["micro_batch_size", "zero_stage"], trials=4, bank="off")
+    init_stage(
+        TESTS_DIR / "fixtures" / "stages" / "surrogate_small.yaml",
+        d,
+        editable_knobs=["micro_batch_size", "zero_stage"],
+        trials=4,
+        bank="off",
+    )
     return d
 
 
@@ -135,8 +145,13 @@ def two_node_cluster() -> Iterator[str]:
     import subprocess
 
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen([sys.executable, "-c", _CLUSTER_SCRIPT], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CLUSTER_SCRIPT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert proc.stdout is not None
         address = proc.stdout.readline().strip()

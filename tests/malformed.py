@@ -10,25 +10,60 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**6), 10**20), st.floats(), st.text(max_size=12),
-    st.lists(st.one_of(st.integers(-3, 9), st.text(max_size=3), st.none(), st.floats()), max_size=4),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**20),
+    st.floats(),
+    st.text(max_size=12),
+    st.lists(
+        st.one_of(st.integers(-3, 9), st.text(max_size=3), st.none(), st.floats()), max_size=4
+    ),
     st.dictionaries(st.one_of(st.text(max_size=4), st.integers(0, 3)), st.integers(), max_size=2),
-    st.dates(), st.binary(max_size=3),
-    st.sampled_from(["", "1/0 > 0", "stage.real", "stage >", "__import__('os')", "stage ** 99 ** 99 > 1",
-                     "[stage] * 10**9 == []", "'%999999999d' % 1 == ''", "stage < 'x'", "nope == 1",
-                     "lambda: 1", "mbs % 0 == 0", "stage", "if", "true", "-" * 300 + "stage", "stage in 3",
-                     "-5", "1e400GiB", "../../etc/passwd", "/abs/path.yaml"]),
+    st.dates(),
+    st.binary(max_size=3),
+    st.sampled_from(
+        [
+            "",
+            "1/0 > 0",
+            "stage.real",
+            "stage >",
+            "__import__('os')",
+            "stage ** 99 ** 99 > 1",
+            "[stage] * 10**9 == []",
+            "'%999999999d' % 1 == ''",
+            "stage < 'x'",
+            "nope == 1",
+            "lambda: 1",
+            "mbs % 0 == 0",
+            "stage",
+            "if",
+            "true",
+            "-" * 300 + "stage",
+            "stage in 3",
+            "-5",
+            "1e400GiB",
+            "../../etc/passwd",
+            "/abs/path.yaml",
+        ]
+    ),
 )
 """A junk YAML value: every scalar type, lists, mappings (non-string keys too), dates, bytes,
 and strings that break the expression grammar, sizes and paths."""
 
-PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 """A few seconds per property; derandomized, so the suite is reproducible."""
 
 
 @st.composite
-def mutated(draw: st.DrawFn, base: dict[str, Any], nested: dict[str, list[str]], list_key: str | None = None) -> Any:
+def mutated(
+    draw: st.DrawFn, base: dict[str, Any], nested: dict[str, list[str]], list_key: str | None = None
+) -> Any:
     """``base`` (a parsed YAML mapping) with one part broken: a top-level field, a field of a
     nested mapping (``nested``: section -> its fields), an entry of the list ``list_key``
     replaced or duplicated, a field deleted, an unknown field added, or the whole document junk."""

@@ -17,8 +17,9 @@ SEQ_LEN = 16
 SEQUENCES = 16
 
 
-def write_tiny_workload(folder: Path, entry_point: str = "tiny_job:make_job", *, warmup: int = 1,
-                        measured: int = 2) -> Path:
+def write_tiny_workload(
+    folder: Path, entry_point: str = "tiny_job:make_job", *, warmup: int = 1, measured: int = 2
+) -> Path:
     """``folder/my_job/tiny_job.py`` and ``folder/tiny.yaml`` (2 CPU ranks, ZeRO-2, 16 sequences
     of 16 tokens per step, ``model.code_dir: my_job``); returns the YAML's path."""
     code = folder / "my_job"
@@ -31,7 +32,12 @@ def write_tiny_workload(folder: Path, entry_point: str = "tiny_job:make_job", *,
         "tokens_per_step": SEQ_LEN * SEQUENCES,
         "steps": {"warmup": warmup, "measured": measured},
         "resources": {"workers": 2, "device": "cpu"},
-        "baseline": {"zero_stage": 2, "micro_batch_size": 2, "activation_checkpointing": "none", "dtype": "fp32"},
+        "baseline": {
+            "zero_stage": 2,
+            "micro_batch_size": 2,
+            "activation_checkpointing": "none",
+            "dtype": "fp32",
+        },
         "search_space": str(ROOT / "search_spaces" / "deepspeed_dense.yaml"),
     }
     path = folder / "tiny.yaml"

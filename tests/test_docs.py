@@ -30,7 +30,9 @@ def relative_links(markdown: str) -> list[str]:
 
 def test_readme_fits_the_first_hour() -> None:
     lines = README.read_text().splitlines()
-    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines; move detail into docs/"
+    )
     text = README.read_text()
     assert "./scripts/demo.sh" in text and "./scripts/test.sh" in text
 
@@ -41,13 +43,17 @@ def test_readme_links_every_docs_page() -> None:
     assert not missing, f"README.md links no docs page named {missing}"
 
 
-@pytest.mark.parametrize("page", [README, *sorted((ROOT / "docs").glob("*.md"))], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "page", [README, *sorted((ROOT / "docs").glob("*.md"))], ids=lambda p: p.name
+)
 def test_relative_links_reach_files(page: Path) -> None:
     broken = [t for t in relative_links(page.read_text()) if not (page.parent / t).exists()]
     assert not broken, f"{page.relative_to(ROOT)}: links to missing files {broken}"
 
 
 def test_the_link_finder_sees_links_and_skips_urls_and_code() -> None:
-    md = ('see [a](docs/A.md#x), [b](https://x.org/y), [c](#top), ![img](pic.png), [d](../R.md "t")\n'
-          "`[e](code.md)`\n```\n[f](fenced.md)\n```\n")
+    md = (
+        'see [a](docs/A.md#x), [b](https://x.org/y), [c](#top), ![img](pic.png), [d](../R.md "t")\n'
+        "`[e](code.md)`\n```\n[f](fenced.md)\n```\n"
+    )
     assert relative_links(md) == ["docs/A.md", "pic.png", "../R.md"]

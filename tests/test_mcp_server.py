@@ -129,7 +129,10 @@ def test_an_agent_reads_the_state_and_proposes_through_the_tools(study: Path) ->
 def test_refusals_speak_of_the_tool_call_not_cli_flags_or_files(
     study: Path, tmp_path: Path
 ) -> None:
-    outside = "diff --git a/infrarsi/units.py b/infrarsi/units.py\n--- a/infrarsi/units.py\n+++ b/infrarsi/units.py\n@@ -1 +1,2 @@\n x\n+y\n"
+    outside = (
+        "diff --git a/infrarsi/units.py b/infrarsi/units.py\n--- a/infrarsi/units.py\n"
+        "+++ b/infrarsi/units.py\n@@ -1 +1,2 @@\n x\n+y\n"
+    )
 
     async def body(client: Any) -> list[str]:
         return [

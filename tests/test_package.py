@@ -21,8 +21,12 @@ TESTS = ROOT / "tests"
 WHOLE_PACKAGE_TESTS = {"test_package.py", "test_docs.py"}
 """Test files of the package or the repository as a whole (this file; the README and docs/ links),
 exempt from the one-to-one rule."""
-OTHER_TREES = {"workloads": ROOT / "workloads", "benchmarks": ROOT / "benchmarks", "scripts": ROOT / "scripts",
-               "examples": ROOT / "examples"}
+OTHER_TREES = {
+    "workloads": ROOT / "workloads",
+    "benchmarks": ROOT / "benchmarks",
+    "scripts": ROOT / "scripts",
+    "examples": ROOT / "examples",
+}
 """Test folders that mirror a source tree other than the package (``tests/X/...`` mirrors
 ``infrarsi/X/...`` for every other X). ``scripts/`` holds shell scripts: ``tests/scripts/test_X.py``
 tests ``scripts/X.sh``."""
@@ -112,7 +116,9 @@ def test_every_module_says_what_it_is(name: str) -> None:
     doc = ast.get_docstring(ast.parse(package_modules()[name].read_text()))
     assert doc, f"{name}: add a module docstring whose first line says what the module is"
     first = doc.splitlines()[0].strip()
-    assert first and first.endswith((".", ":", "?")), f"{name}: the docstring's first line is a sentence: {first!r}"
+    assert first and first.endswith((".", ":", "?")), (
+        f"{name}: the docstring's first line is a sentence: {first!r}"
+    )
 
 
 def test_files_cited_in_docstrings_exist() -> None:
@@ -120,7 +126,9 @@ def test_files_cited_in_docstrings_exist() -> None:
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
         for outside in ("DESIGN.md", "NOTES.md", "TEAM_BRIEF.md"):
-            assert outside not in text, f"{path.relative_to(ROOT)} cites {outside}, which is not in the repository"
+            assert outside not in text, (
+                f"{path.relative_to(ROOT)} cites {outside}, which is not in the repository"
+            )
 
 
 def test_the_search_core_never_imports_ray() -> None:
@@ -129,8 +137,11 @@ def test_the_search_core_never_imports_ray() -> None:
         if not name.startswith("infrarsi.search"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
             assert not any(n == "ray" or n.startswith("ray.") for n in names), f"{name} imports Ray"
 
 
@@ -149,19 +160,41 @@ def test_tests_mirror_the_package() -> None:
         if test_file.name in WHOLE_PACKAGE_TESTS and test_file.parent == TESTS:
             continue
         target = mirror_target(test_file)
-        if not (target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()
-                or (target.parent == ROOT / "scripts" and target.with_suffix(".sh").is_file())):
+        if not (
+            target.with_suffix(".py").is_file()
+            or (target / "__init__.py").is_file()
+            or (target.parent == ROOT / "scripts" and target.with_suffix(".sh").is_file())
+        ):
             unmatched.append(f"{test_file.relative_to(ROOT)} (no {target.relative_to(ROOT)}.py)")
-    assert unmatched == [], "each test file tests the module of the same path: " + ", ".join(unmatched)
+    assert unmatched == [], "each test file tests the module of the same path: " + ", ".join(
+        unmatched
+    )
 
 
 # ----------------------------------------------------------------------------- dependencies
 DIST_MODULES = {
-    "ray": "ray", "torch": "torch", "deepspeed": "deepspeed", "botorch": "botorch", "gpytorch": "gpytorch",
-    "scipy": "scipy", "pyarrow": "pyarrow", "nvidia-ml-py": "pynvml", "gitpython": "git", "structlog": "structlog",
-    "typer": "typer", "rich": "rich", "pydantic": "pydantic", "pyyaml": "yaml", "matplotlib": "matplotlib",
-    "numpy": "numpy", "mcp": "mcp", "transformers": "transformers", "ax-platform": "ax", "optuna": "optuna",
-    "psutil": "psutil", "fsspec": "fsspec",
+    "ray": "ray",
+    "torch": "torch",
+    "deepspeed": "deepspeed",
+    "botorch": "botorch",
+    "gpytorch": "gpytorch",
+    "scipy": "scipy",
+    "pyarrow": "pyarrow",
+    "nvidia-ml-py": "pynvml",
+    "gitpython": "git",
+    "structlog": "structlog",
+    "typer": "typer",
+    "rich": "rich",
+    "pydantic": "pydantic",
+    "pyyaml": "yaml",
+    "matplotlib": "matplotlib",
+    "numpy": "numpy",
+    "mcp": "mcp",
+    "transformers": "transformers",
+    "ax-platform": "ax",
+    "optuna": "optuna",
+    "psutil": "psutil",
+    "fsspec": "fsspec",
 }
 """Distribution name (as pyproject spells it, lower case) -> the module it installs."""
 FIRST_PARTY = {"infrarsi", "workloads"}
@@ -231,7 +264,9 @@ def _modules_of(requirements: list[str], where: str, *, strict: bool = True) -> 
     (extras may hold tools, such as ruff, that install no module infrarsi could import)."""
     dists = {_dist_name(r) for r in requirements}
     unknown = dists - set(DIST_MODULES)
-    assert not (strict and unknown), f"{where}: add the module each installs to DIST_MODULES: {sorted(unknown)}"
+    assert not (strict and unknown), (
+        f"{where}: add the module each installs to DIST_MODULES: {sorted(unknown)}"
+    )
     return {DIST_MODULES[d] for d in dists - unknown}
 
 
@@ -241,20 +276,31 @@ def test_runtime_dependencies_are_exactly_what_the_package_imports() -> None:
     project = _pyproject()["project"]
     declared = _modules_of(project["dependencies"], "pyproject.toml [project] dependencies")
     required, optional = third_party_imports(sorted(PACKAGE.rglob("*.py")))
-    assert declared - required == set(), f"declared but never imported by infrarsi/: {sorted(declared - required)}"
-    assert required - declared == set(), f"imported by infrarsi/ but not declared: {sorted(required - declared)}"
-    extras = set().union(*(_modules_of(reqs, f"extra {name}", strict=False)
-                           for name, reqs in project["optional-dependencies"].items()))
+    assert declared - required == set(), (
+        f"declared but never imported by infrarsi/: {sorted(declared - required)}"
+    )
+    assert required - declared == set(), (
+        f"imported by infrarsi/ but not declared: {sorted(required - declared)}"
+    )
+    extras = set().union(
+        *(
+            _modules_of(reqs, f"extra {name}", strict=False)
+            for name, reqs in project["optional-dependencies"].items()
+        )
+    )
     assert optional <= extras | OPTIONAL_WITHOUT_EXTRA, (
-        f"imported under try/except ImportError but in no extra: {sorted(optional - extras - OPTIONAL_WITHOUT_EXTRA)}")
+        f"imported under try/except ImportError but in no extra: {sorted(optional - extras - OPTIONAL_WITHOUT_EXTRA)}"
+    )
 
 
 def test_the_import_scan_sees_lazy_and_guarded_imports(tmp_path: Path) -> None:
     src = tmp_path / "m.py"
-    src.write_text("import os\nimport numpy as np\nfrom infrarsi import units\n"
-                   "def f():\n    from scipy.stats import binom\n"
-                   "    try:\n        import fsspec\n    except ImportError:\n        import ray\n"
-                   "try:\n    import psutil\nexcept ValueError:\n    pass\n")
+    src.write_text(
+        "import os\nimport numpy as np\nfrom infrarsi import units\n"
+        "def f():\n    from scipy.stats import binom\n"
+        "    try:\n        import fsspec\n    except ImportError:\n        import ray\n"
+        "try:\n    import psutil\nexcept ValueError:\n    pass\n"
+    )
     required, optional = third_party_imports([src])
     assert required == {"numpy", "scipy", "ray", "psutil"} and optional == {"fsspec"}
 
@@ -270,19 +316,40 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("src")
     for name in WHEEL_SOURCES:
         if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, src / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                ROOT / name,
+                src / name,
+                symlinks=True,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
         else:
             shutil.copy2(ROOT / name, src / name)
     dist = tmp_path_factory.mktemp("dist")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                            "-q", "-w", str(dist), str(src)], capture_output=True, text=True)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(dist),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     (whl,) = dist.glob("infrarsi-*.whl")
     return whl
 
 
-def test_the_wheel_ships_the_builtin_spaces_models_and_patches_and_no_test_code(wheel: Path) -> None:
+def test_the_wheel_ships_the_builtin_spaces_models_and_patches_and_no_test_code(
+    wheel: Path,
+) -> None:
     """An installed infrarsi runs a built-in workload with nothing copied from the repository:
     every search space (``builtin:NAME``, the very bytes of ``search_spaces/``), the ``workloads``
     package (models, the ``workloads.jobs:builtin_job`` entry point, code patches)."""
@@ -290,11 +357,18 @@ def test_the_wheel_ships_the_builtin_spaces_models_and_patches_and_no_test_code(
         names = set(z.namelist())
         for space in sorted((ROOT / "search_spaces").glob("*.yaml")):
             assert z.read(f"infrarsi/search_spaces/{space.name}") == space.read_bytes(), space.name
-        shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "workloads").rglob("*")
-                   if p.suffix in (".py", ".diff") and "__pycache__" not in p.parts}
+        shipped = {
+            p.relative_to(ROOT).as_posix()
+            for p in (ROOT / "workloads").rglob("*")
+            if p.suffix in (".py", ".diff") and "__pycache__" not in p.parts
+        }
         assert {"workloads/jobs.py", "workloads/models/moe/expert_parallel.py"} <= shipped <= names
         assert "infrarsi/py.typed" in names and "infrarsi/workload.py" in names
-    assert not [n for n in names if n.startswith(("tests/", "search_spaces/", "benchmarks/")) or "cheats" in n]
+    assert not [
+        n
+        for n in names
+        if n.startswith(("tests/", "search_spaces/", "benchmarks/")) or "cheats" in n
+    ]
 
 
 def _fresh_venv(folder: Path, wheel: Path) -> Path:
@@ -307,15 +381,30 @@ def _fresh_venv(folder: Path, wheel: Path) -> Path:
     (purelib,) = folder.glob("lib/python*/site-packages")
     deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
     (purelib / "_project_dependencies.pth").write_text("\n".join(deps) + "\n")
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(folder / "bin" / "python"), "install",
-                              "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True, text=True)
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(folder / "bin" / "python"),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     return folder / "bin"
 
 
 @pytest.mark.integration
 def test_the_installed_wheel_alone_runs_a_builtin_family_and_inits_a_users_job(
-        wheel: Path, tmp_path: Path) -> None:
+    wheel: Path, tmp_path: Path
+) -> None:
     """From a folder outside the repository, with no PYTHONPATH: ``infrarsi trial`` trains the
     built-in dense family with its family's default space; ``infrarsi init`` takes a user's job
     with ``search_space: builtin:deepspeed_dense``; an unknown ``builtin:`` name exits 2."""
@@ -327,19 +416,38 @@ def test_the_installed_wheel_alone_runs_a_builtin_family_and_inits_a_users_job(
     work = tmp_path / "user"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(RAY_AUTH_MODE="disabled", INFRARSI_BANK="off", PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
+    env.update(
+        RAY_AUTH_MODE="disabled",
+        INFRARSI_BANK="off",
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+    )
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(args), cwd=work, env=env, capture_output=True, text=True)
 
-    where = run(str(bin_dir / "python"), "-c", "import infrarsi, workloads; print(infrarsi.__file__, workloads.__file__)")
+    where = run(
+        str(bin_dir / "python"),
+        "-c",
+        "import infrarsi, workloads; print(infrarsi.__file__, workloads.__file__)",
+    )
     assert where.returncode == 0, where.stderr
-    assert all(Path(f).is_relative_to(tmp_path / "venv") for f in where.stdout.split()), where.stdout
+    assert all(Path(f).is_relative_to(tmp_path / "venv") for f in where.stdout.split()), (
+        where.stdout
+    )
 
-    (work / "dense.yaml").write_text(yaml.safe_dump({
-        "name": "dense_from_wheel", "model": {"family": "dense", "overrides": {"n_layers": 1}},
-        "data": {"seq_len": 32}, "tokens_per_step": 256, "steps": {"warmup": 0, "measured": 2},
-        "resources": {"workers": 1}, "baseline": {"zero_stage": 0, "micro_batch_size": 8}}))
+    (work / "dense.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "dense_from_wheel",
+                "model": {"family": "dense", "overrides": {"n_layers": 1}},
+                "data": {"seq_len": 32},
+                "tokens_per_step": 256,
+                "steps": {"warmup": 0, "measured": 2},
+                "resources": {"workers": 1},
+                "baseline": {"zero_stage": 0, "micro_batch_size": 8},
+            }
+        )
+    )
     trial = run(str(bin_dir / "infrarsi"), "trial", "dense.yaml")
     assert trial.returncode == 0, trial.stdout[-3000:] + trial.stderr[-3000:]
     assert re.search(r"status\s*│\s*ok", trial.stdout), trial.stdout[-3000:]
@@ -355,4 +463,7 @@ def test_the_installed_wheel_alone_runs_a_builtin_family_and_inits_a_users_job(
     job.write_text(yaml.safe_dump({**data, "search_space": "builtin:no_such_space"}))
     bad = run(str(bin_dir / "infrarsi"), "init", str(job), "--study", "bad")
     assert bad.returncode == 2, bad.stdout + bad.stderr
-    assert "builtin:no_such_space" in bad.stdout + bad.stderr and "builtin:deepspeed_moe" in bad.stdout + bad.stderr
+    assert (
+        "builtin:no_such_space" in bad.stdout + bad.stderr
+        and "builtin:deepspeed_moe" in bad.stdout + bad.stderr
+    )

@@ -30,7 +30,9 @@ def make_repo(root: Path) -> git.Repo:
         cw.set_value("user", "email", "test@example.com")
     (root / "workloads").mkdir()
     filler = "".join(f"# line {i}\n" for i in range(12))
-    (root / "workloads/model.py").write_text(f"def act(x):\n    return x\n\n{filler}\nSCALE = 1.0\n")
+    (root / "workloads/model.py").write_text(
+        f"def act(x):\n    return x\n\n{filler}\nSCALE = 1.0\n"
+    )
     (root / "setup.cfg").write_text("[x]\n")
     repo.index.add(["workloads/model.py", "setup.cfg"])
     repo.index.commit("base")
@@ -89,8 +91,12 @@ def test_worktree_applies_patch_without_touching_checkout(repo: git.Repo, tmp_pa
     assert not wt_path.exists()
     assert "return x * 2" not in (Path(repo.working_tree_dir) / "workloads/model.py").read_text()
     assert not repo.is_dirty()
-    listed = subprocess.run(["git", "-C", repo.working_tree_dir, "worktree", "list"],
-                            capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "-C", repo.working_tree_dir, "worktree", "list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert str(wt_path) not in listed
 
 
@@ -123,8 +129,9 @@ def test_patch_that_does_not_apply(repo: git.Repo, tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- scope and security
 def _git(repo: git.Repo, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo.working_tree_dir), *args], capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo.working_tree_dir), *args], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def _staged_patch(repo: git.Repo, out: Path, *diff_args: str) -> Path:
@@ -134,7 +141,9 @@ def _staged_patch(repo: git.Repo, out: Path, *diff_args: str) -> Path:
     return out
 
 
-def _refused(repo: git.Repo, patch: Path, rule: str, path: str, globs: list[str] | None = None) -> None:
+def _refused(
+    repo: git.Repo, patch: Path, rule: str, path: str, globs: list[str] | None = None
+) -> None:
     """``check_scope`` (init, apply) and ``create_worktree`` (every trial) refuse the patch with a
     message naming the patch file, the path and the rule, even with the widest scope; the
     checkout is untouched and no worktree is left behind."""
@@ -153,12 +162,21 @@ def _refused(repo: git.Repo, patch: Path, rule: str, path: str, globs: list[str]
     assert not repo.is_dirty(untracked_files=True)
 
 
-@pytest.mark.parametrize(("header", "path"), [
-    ("--- a/../evil.py\n+++ b/../evil.py\n", "../evil.py"),
-    ("diff --git a/x b/x\nnew file mode 100644\n--- /dev/null\n+++ /tmp/evil.py\n", "/tmp/evil.py"),
-    ('diff --git "a/workloads/\\056\\056/setup.cfg" "b/workloads/\\056\\056/setup.cfg"\n'
-     '--- "a/workloads/\\056\\056/setup.cfg"\n+++ "b/workloads/\\056\\056/setup.cfg"\n', "workloads/../setup.cfg"),
-])
+@pytest.mark.parametrize(
+    ("header", "path"),
+    [
+        ("--- a/../evil.py\n+++ b/../evil.py\n", "../evil.py"),
+        (
+            "diff --git a/x b/x\nnew file mode 100644\n--- /dev/null\n+++ /tmp/evil.py\n",
+            "/tmp/evil.py",
+        ),
+        (
+            'diff --git "a/workloads/\\056\\056/setup.cfg" "b/workloads/\\056\\056/setup.cfg"\n'
+            '--- "a/workloads/\\056\\056/setup.cfg"\n+++ "b/workloads/\\056\\056/setup.cfg"\n',
+            "workloads/../setup.cfg",
+        ),
+    ],
+)
 def test_path_traversal_is_refused(repo: git.Repo, tmp_path: Path, header: str, path: str) -> None:
     """A path that is absolute or climbs out with '..' (also spelled as C-quoted octal escapes,
     which ``git apply`` decodes) is refused, whatever the editable globs."""
@@ -170,8 +188,10 @@ def test_path_traversal_is_refused(repo: git.Repo, tmp_path: Path, header: str, 
 
 def test_a_patch_to_gits_own_files_is_refused(repo: git.Repo, tmp_path: Path) -> None:
     patch = tmp_path / "hook.patch"
-    patch.write_text("diff --git a/.git/hooks/pre-commit b/.git/hooks/pre-commit\nnew file mode 100644\n"
-                     "--- /dev/null\n+++ b/.git/hooks/pre-commit\n@@ -0,0 +1 @@\n+rm -rf ~\n")
+    patch.write_text(
+        "diff --git a/.git/hooks/pre-commit b/.git/hooks/pre-commit\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/.git/hooks/pre-commit\n@@ -0,0 +1 @@\n+rm -rf ~\n"
+    )
     _refused(repo, patch, "git's own files", ".git/hooks/pre-commit")
 
 
@@ -181,11 +201,15 @@ def test_a_patch_creating_a_symlink_is_refused(repo: git.Repo, tmp_path: Path) -
     (root / "workloads" / "passwd").symlink_to("/etc/passwd")
     _git(repo, "add", "workloads/passwd")
     patch = _staged_patch(repo, tmp_path / "link.patch")
-    subprocess.run(["git", "-C", str(root), "apply", "--check", str(patch)], check=True)  # git would apply it
+    subprocess.run(
+        ["git", "-C", str(root), "apply", "--check", str(patch)], check=True
+    )  # git would apply it
     _refused(repo, patch, "symbolic links", "workloads/passwd", globs=["workloads/**"])
 
 
-def test_a_patch_writing_through_an_existing_symlink_is_refused(repo: git.Repo, tmp_path: Path) -> None:
+def test_a_patch_writing_through_an_existing_symlink_is_refused(
+    repo: git.Repo, tmp_path: Path
+) -> None:
     """A committed link inside the scope, to a file outside it: a patch that edits the link (as
     a text file through it, or retargets it) or writes below a linked folder is refused."""
     root = Path(repo.working_tree_dir)
@@ -194,11 +218,15 @@ def test_a_patch_writing_through_an_existing_symlink_is_refused(repo: git.Repo, 
     _git(repo, "add", "workloads/cfg", "workloads/outside")
     _git(repo, "commit", "-qm", "links")
     through = tmp_path / "through.patch"  # edits setup.cfg's content under the link's name
-    through.write_text("diff --git a/workloads/cfg b/workloads/cfg\nindex 1111111..2222222 100644\n"
-                       "--- a/workloads/cfg\n+++ b/workloads/cfg\n@@ -1 +1 @@\n-[x]\n+[y]\n")
+    through.write_text(
+        "diff --git a/workloads/cfg b/workloads/cfg\nindex 1111111..2222222 100644\n"
+        "--- a/workloads/cfg\n+++ b/workloads/cfg\n@@ -1 +1 @@\n-[x]\n+[y]\n"
+    )
     below = tmp_path / "below.patch"
-    below.write_text("diff --git a/workloads/outside/pwned.py b/workloads/outside/pwned.py\nnew file mode 100644\n"
-                     "--- /dev/null\n+++ b/workloads/outside/pwned.py\n@@ -0,0 +1 @@\n+x = 1\n")
+    below.write_text(
+        "diff --git a/workloads/outside/pwned.py b/workloads/outside/pwned.py\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/workloads/outside/pwned.py\n@@ -0,0 +1 @@\n+x = 1\n"
+    )
     for patch, link in ((through, "workloads/cfg"), (below, "workloads/outside")):
         assert check_scope(patch, ["workloads/**"])  # regular text edits inside the scope...
         with pytest.raises(PatchError) as e:  # ...but the tree has a link on the way
@@ -239,23 +267,38 @@ def test_renames_and_copies_out_of_scope_are_refused(repo: git.Repo, tmp_path: P
     _git(repo, "mv", "setup.cfg", "workloads/setup.cfg")
     inward = _staged_patch(repo, tmp_path / "inward.patch", "-M")
     assert "rename from setup.cfg" in inward.read_text()
-    _refused(repo, inward, "a rename must stay inside the contract's editable scope", "setup.cfg",
-             globs=["workloads/**"])
+    _refused(
+        repo,
+        inward,
+        "a rename must stay inside the contract's editable scope",
+        "setup.cfg",
+        globs=["workloads/**"],
+    )
     _git(repo, "mv", "workloads/model.py", "model.py")
     outward = _staged_patch(repo, tmp_path / "outward.patch", "-M")
     with pytest.raises(PatchError, match=r"outside the contract's editable scope") as e:
         check_scope(outward, ["workloads/**"])
     assert "'model.py'" in str(e.value) or "['model.py']" in str(e.value)
-    shutil.copy(Path(repo.working_tree_dir) / "setup.cfg", Path(repo.working_tree_dir) / "workloads" / "copied.cfg")
+    shutil.copy(
+        Path(repo.working_tree_dir) / "setup.cfg",
+        Path(repo.working_tree_dir) / "workloads" / "copied.cfg",
+    )
     _git(repo, "add", "workloads/copied.cfg")
     copy = _staged_patch(repo, tmp_path / "copy.patch", "-C", "--find-copies-harder")
     assert "copy from setup.cfg" in copy.read_text()
-    _refused(repo, copy, "a copy must stay inside the contract's editable scope", "setup.cfg",
-             globs=["workloads/**"])
+    _refused(
+        repo,
+        copy,
+        "a copy must stay inside the contract's editable scope",
+        "setup.cfg",
+        globs=["workloads/**"],
+    )
     _git(repo, "mv", "workloads/model.py", "workloads/model2.py")
     inside = _staged_patch(repo, tmp_path / "inside.patch", "-M")
     with patched_worktree(repo.working_tree_dir, [inside], globs=["workloads/**"]) as tree:
-        assert (tree.path / "workloads/model2.py").is_file() and not (tree.path / "workloads/model.py").exists()
+        assert (tree.path / "workloads/model2.py").is_file() and not (
+            tree.path / "workloads/model.py"
+        ).exists()
 
 
 def test_mode_changes_are_refused(repo: git.Repo, tmp_path: Path) -> None:
@@ -265,7 +308,9 @@ def test_mode_changes_are_refused(repo: git.Repo, tmp_path: Path) -> None:
     _git(repo, "add", "workloads/model.py")
     chmod = _staged_patch(repo, tmp_path / "chmod.patch")
     assert "new mode 100755" in chmod.read_text()
-    subprocess.run(["git", "-C", str(root), "apply", "--check", str(chmod)], check=True)  # git would apply it
+    subprocess.run(
+        ["git", "-C", str(root), "apply", "--check", str(chmod)], check=True
+    )  # git would apply it
     _refused(repo, chmod, "may not change a file's mode", "workloads/model.py")
     (root / "workloads" / "run.sh").write_text("#!/bin/sh\necho hi\n")
     (root / "workloads" / "run.sh").chmod(0o755)
@@ -277,11 +322,16 @@ def test_mode_changes_are_refused(repo: git.Repo, tmp_path: Path) -> None:
 def test_a_plain_in_scope_patch_still_applies(repo: git.Repo, tmp_path: Path) -> None:
     """The checks refuse nothing a plain `git diff` of text files in scope holds (new file too)."""
     root = Path(repo.working_tree_dir)
-    (root / "workloads" / "model.py").write_text((root / "workloads" / "model.py").read_text() + "X = 2\n")
+    (root / "workloads" / "model.py").write_text(
+        (root / "workloads" / "model.py").read_text() + "X = 2\n"
+    )
     (root / "workloads" / "new.py").write_text("Y = 3\n")
     _git(repo, "add", "-A")
     patch = _staged_patch(repo, tmp_path / "ok.patch")
-    assert sorted(check_scope(patch, ["workloads/**"])) == ["workloads/model.py", "workloads/new.py"]
+    assert sorted(check_scope(patch, ["workloads/**"])) == [
+        "workloads/model.py",
+        "workloads/new.py",
+    ]
     with patched_worktree(root, [patch], globs=["workloads/**"]) as tree:
         assert (tree.path / "workloads/new.py").read_text() == "Y = 3\n"
     assert not repo.is_dirty(untracked_files=True)

@@ -71,7 +71,10 @@ def test_margin_and_cv() -> None:
 def test_the_median_interval_says_what_it_covers() -> None:
     from infrarsi.stats import median_interval, order_statistic_coverage, pairs_for_confidence
 
-    assert order_statistic_coverage(3, 1) == 0.75 and abs(order_statistic_coverage(6, 1) - 0.96875) < 1e-12
+    assert (
+        order_statistic_coverage(3, 1) == 0.75
+        and abs(order_statistic_coverage(6, 1) - 0.96875) < 1e-12
+    )
     assert pairs_for_confidence(0.95) == 6
     three = median_interval([1.3, 1.1, 1.2])
     assert (three.ci_low, three.ci_high, three.k) == (1.1, 1.3, 1) and not three.reaches_confidence

@@ -57,7 +57,9 @@ def make_trainable(capacity: float):  # type: ignore[no-untyped-def]
 
 
 def _searcher() -> InfrarsiSearcher:
-    return InfrarsiSearcher(SearchSpace.from_yaml(SPACE), memory_capacity=CAPACITY, seed=0, baseline=BASELINE)
+    return InfrarsiSearcher(
+        SearchSpace.from_yaml(SPACE), memory_capacity=CAPACITY, seed=0, baseline=BASELINE
+    )
 
 
 def test_metric_and_mode_are_checked() -> None:
@@ -71,22 +73,30 @@ def test_metric_and_mode_are_checked() -> None:
 
 def test_trial_results_are_told_through_outcome_from_row() -> None:
     s = _searcher()
-    results = [None, {"status": "oom", "step_time_s": math.nan, "peak_memory_bytes": 2 * CAPACITY},
-               {"step_time_s": 1.5, "peak_memory_bytes": 400.0}, {"status": "ok", "step_time_s": math.nan}]
+    results = [
+        None,
+        {"status": "oom", "step_time_s": math.nan, "peak_memory_bytes": 2 * CAPACITY},
+        {"step_time_s": 1.5, "peak_memory_bytes": 400.0},
+        {"status": "ok", "step_time_s": math.nan},
+    ]
     for i, result in enumerate(results):
         s.suggest(f"t{i}")
         s.on_trial_complete(f"t{i}", result, error=result is None)
     told = [o.outcome for o in s.optimizer.observations]
     assert [o.status for o in told] == ["failed", "oom", "ok", "failed"]
     assert told[1].peak_memory == 2 * CAPACITY and told[2].step_time == 1.5
-    assert told == [Outcome(status="failed")] + [Outcome.from_row(r) for r in results[1:] if r is not None]
+    assert told == [Outcome(status="failed")] + [
+        Outcome.from_row(r) for r in results[1:] if r is not None
+    ]
 
 
 def test_save_restore_round_trip(tmp_path: Path) -> None:
     s = _searcher()
     for i in range(4):
         cfg = s.suggest(f"t{i}")
-        s.on_trial_complete(f"t{i}", {"status": "ok", "step_time_s": 1.0 + i, "peak_memory_bytes": 500.0})
+        s.on_trial_complete(
+            f"t{i}", {"status": "ok", "step_time_s": 1.0 + i, "peak_memory_bytes": 500.0}
+        )
         assert cfg is not None
     s.suggest("pending")
     s.save(str(tmp_path / "s.json"))
@@ -108,10 +118,18 @@ def test_tuner_run_sees_oom_as_censored_and_raise_as_failed(ray_local: str, tmp_
     trainable = oom_as_result(make_trainable(CAPACITY))
     tuner = tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=1), num_samples=7,
-                                    metric="step_time_s", mode="min"),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name="toy", verbose=0,
-                                  failure_config=tune.FailureConfig(max_failures=0)),
+        tune_config=tune.TuneConfig(
+            search_alg=ConcurrencyLimiter(searcher, max_concurrent=1),
+            num_samples=7,
+            metric="step_time_s",
+            mode="min",
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path),
+            name="toy",
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
     )
     grid = tuner.fit()
     assert len(grid) == 7 and grid.errors  # the raising trial errored in Tune
@@ -124,10 +142,14 @@ def test_tuner_run_sees_oom_as_censored_and_raise_as_failed(ray_local: str, tmp_
     oom = [o for o in opt.observations if o.outcome.status == "oom"]
     # the baseline raised torch.OutOfMemoryError: told oom (no CUDA here, so no peak: the capacity is its bound)
     assert oom and oom[0].config == BASELINE and oom[0].outcome.peak_memory is None
-    assert all(o.outcome.peak_memory in (None, CAPACITY) for o in oom)  # a reported oom: censored at capacity
+    assert all(
+        o.outcome.peak_memory in (None, CAPACITY) for o in oom
+    )  # a reported oom: censored at capacity
     assert all(o.outcome.extra["memory_censored"] for o in oom)
     failed = [o for o in opt.observations if o.outcome.status == "failed"]
-    assert failed and all(o.config["zero_stage"] == 1 and o.config["micro_batch_size"] <= 2 for o in failed)
+    assert failed and all(
+        o.config["zero_stage"] == 1 and o.config["micro_batch_size"] <= 2 for o in failed
+    )
     assert statuses.count("ok") == 7 - len(oom) - len(failed)
     best = opt.best()
     assert best is not None and best not in [o.config for o in oom + failed]
@@ -141,7 +163,8 @@ def test_tuner_run_sees_oom_as_censored_and_raise_as_failed(ray_local: str, tmp_
 
 
 def test_oom_as_result_reports_an_out_of_memory_error_and_raises_anything_else(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The wrapper's logic without a Tune session: ``tune.report`` is captured (the real Tuner run
     above checks what the searcher makes of it)."""
     import torch
@@ -165,7 +188,10 @@ def test_oom_as_result_reports_an_out_of_memory_error_and_raises_anything_else(
     assert [r["status"] for r in reported] == ["oom", "oom"]
     assert all(math.isnan(r["step_time_s"]) and r["peak_memory_bytes"] is None for r in reported)
     assert "OutOfMemoryError" in reported[0]["error"]
-    assert Outcome.from_row(reported[0]).status == "oom" and Outcome.from_row(reported[0]).extra["memory_censored"]
+    assert (
+        Outcome.from_row(reported[0]).status == "oom"
+        and Outcome.from_row(reported[0]).extra["memory_censored"]
+    )
     with pytest.raises(RuntimeError, match="crash"):
         wrapped({"fail": "crash"})
     assert len(reported) == 2

@@ -13,7 +13,10 @@ from infrarsi.workload_prior import prior_for_workload
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["dense_debug", "moe_debug", "surrogate_dense_1node", "surrogate_dense_2node", "dense_1gpu"])
+@pytest.mark.parametrize(
+    "name",
+    ["dense_debug", "moe_debug", "surrogate_dense_1node", "surrogate_dense_2node", "dense_1gpu"],
+)
 def test_bundled_workloads_have_a_prior(name: str) -> None:
     wl = Workload.from_yaml(ROOT / "workloads" / f"{name}.yaml")
     p = prior_for_workload(wl)
@@ -48,13 +51,21 @@ def test_prior_found_from_outside_the_repository(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    code = ("import sys; sys.path = [p for p in sys.path if p not in ('', '.')]\n"
-            "from infrarsi.workload import Workload\n"
-            "from infrarsi.workload_prior import prior_for_workload\n"
-            f"p = prior_for_workload(Workload.from_yaml({str(ROOT / 'workloads' / 'dense_debug.yaml')!r}))\n"
-            "print(p is not None and p.shape.num_params > 0)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"})
+    code = (
+        "import sys; sys.path = [p for p in sys.path if p not in ('', '.')]\n"
+        "from infrarsi.workload import Workload\n"
+        "from infrarsi.workload_prior import prior_for_workload\n"
+        f"p = prior_for_workload(Workload.from_yaml({str(ROOT / 'workloads' / 'dense_debug.yaml')!r}))\n"
+        "print(p is not None and p.shape.num_params > 0)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"},
+    )
     assert out.stdout.strip().splitlines()[-1] == "True", out.stderr
 
 

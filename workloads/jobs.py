@@ -25,9 +25,14 @@ def builtin_job(ctx: JobContext) -> TrainingJob:
     fam = models.MODEL_FAMILIES[family]
     return TrainingJob(
         build_model=lambda: models.build_model(family, size, overrides, options),
-        shape=ModelShape(n_layers=args.n_layers, dim=args.dim, vocab_size=args.vocab_size, n_heads=args.n_heads,
-                         num_experts=args.num_experts if fam.is_moe else 0,
-                         top_k=args.top_k if fam.is_moe else 0,
-                         expert_hidden=args.expert_hidden if fam.is_moe else 0),
+        shape=ModelShape(
+            n_layers=args.n_layers,
+            dim=args.dim,
+            vocab_size=args.vocab_size,
+            n_heads=args.n_heads,
+            num_experts=args.num_experts if fam.is_moe else 0,
+            top_k=args.top_k if fam.is_moe else 0,
+            expert_hidden=args.expert_hidden if fam.is_moe else 0,
+        ),
         expert_parallel=expert_parallel if fam.is_moe else None,  # type: ignore[arg-type]
     )

@@ -32,16 +32,27 @@ def _param(knob: Any) -> Any:
     if all(isinstance(v, bool) for v in values):
         return ChoiceParameterConfig(name=knob.name, values=values, parameter_type="bool")
     if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        return ChoiceParameterConfig(name=knob.name, values=values, parameter_type="int", is_ordered=True)
+        return ChoiceParameterConfig(
+            name=knob.name, values=values, parameter_type="int", is_ordered=True
+        )
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return ChoiceParameterConfig(name=knob.name, values=[float(v) for v in values], parameter_type="float", is_ordered=True)
-    return ChoiceParameterConfig(name=knob.name, values=[str(v) for v in values], parameter_type="str", is_ordered=False)
+        return ChoiceParameterConfig(
+            name=knob.name,
+            values=[float(v) for v in values],
+            parameter_type="float",
+            is_ordered=True,
+        )
+    return ChoiceParameterConfig(
+        name=knob.name, values=[str(v) for v in values], parameter_type="str", is_ordered=False
+    )
 
 
 class AxPeer(BestObserved):
     """Ax Client, Sobol then BoTorch Modular (``method="fast"``), OOM marked failed."""
 
-    def __init__(self, space: SearchSpace, memory_capacity: float, seed: int, baseline: dict[str, Any]) -> None:
+    def __init__(
+        self, space: SearchSpace, memory_capacity: float, seed: int, baseline: dict[str, Any]
+    ) -> None:
         from ax.api import Client
 
         super().__init__()
@@ -49,11 +60,19 @@ class AxPeer(BestObserved):
             logging.getLogger(name).setLevel(logging.ERROR)
         self.space = space
         self.rng = np.random.default_rng(seed)
-        self.client = Client(random_seed=seed) if "random_seed" in Client.__init__.__code__.co_varnames else Client()
-        self.client.configure_experiment(parameters=[_param(k) for k in space.knobs if len(k.values) > 1],
-                                         name=f"infrarsi_bench_{seed}")
+        self.client = (
+            Client(random_seed=seed)
+            if "random_seed" in Client.__init__.__code__.co_varnames
+            else Client()
+        )
+        self.client.configure_experiment(
+            parameters=[_param(k) for k in space.knobs if len(k.values) > 1],
+            name=f"infrarsi_bench_{seed}",
+        )
         self.cap_gb = memory_capacity / 1e9
-        self.client.configure_optimization(objective="-step_time", outcome_constraints=[f"peak_mem_gb <= {self.cap_gb}"])
+        self.client.configure_optimization(
+            objective="-step_time", outcome_constraints=[f"peak_mem_gb <= {self.cap_gb}"]
+        )
         self.client.configure_generation_strategy(method="fast", initialization_random_seed=seed)
         self._pending: dict[str, int] = {}
         self.retries = 0
@@ -64,12 +83,16 @@ class AxPeer(BestObserved):
         for k in self.space.knobs:
             if k.name in params:
                 v = params[k.name]
-                cfg[k.name] = k.canonical(v if not isinstance(v, float) or not float(v).is_integer() or k.type == "float" else int(v))
+                cfg[k.name] = k.canonical(
+                    v
+                    if not isinstance(v, float) or not float(v).is_integer() or k.type == "float"
+                    else int(v)
+                )
         return self.space.resolve(cfg)
 
     def ask(self) -> dict[str, Any]:
         for _ in range(MAX_RETRIES):
-            (index, params), = self.client.get_next_trials(max_trials=1).items()
+            ((index, params),) = self.client.get_next_trials(max_trials=1).items()
             cfg = self._to_config(dict(params))
             if not self.space.violated(cfg):
                 self._pending[self.space.key(cfg)] = index
@@ -87,7 +110,12 @@ class AxPeer(BestObserved):
         self._record(config, obs)
         index = self._pending.pop(self.space.key(config))
         if obs.status == "ok" and obs.step_time_s is not None:
-            self.client.complete_trial(index, raw_data={"step_time": float(obs.step_time_s),
-                                                        "peak_mem_gb": float(obs.peak_memory_bytes or 0) / 1e9})
+            self.client.complete_trial(
+                index,
+                raw_data={
+                    "step_time": float(obs.step_time_s),
+                    "peak_mem_gb": float(obs.peak_memory_bytes or 0) / 1e9,
+                },
+            )
         else:
             self.client.mark_trial_failed(index, failed_reason=obs.status)

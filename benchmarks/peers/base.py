@@ -41,8 +41,10 @@ class BestObserved:
         self._best: tuple[float, dict[str, Any]] | None = None
 
     def _record(self, config: dict[str, Any], obs: Observation) -> None:
-        if obs.status == "ok" and obs.step_time_s is not None and (
-            self._best is None or obs.step_time_s < self._best[0]
+        if (
+            obs.status == "ok"
+            and obs.step_time_s is not None
+            and (self._best is None or obs.step_time_s < self._best[0])
         ):
             self._best = (obs.step_time_s, dict(config))
 

@@ -28,14 +28,18 @@ def _bit_reversed(n: int) -> list[int]:
 class GridPeer(BestObserved):
     """Visits ``STRIDE_POINTS`` evenly strided configs of the grid, spread-first."""
 
-    def __init__(self, space: SearchSpace, memory_capacity: float, seed: int, baseline: dict[str, Any]) -> None:
+    def __init__(
+        self, space: SearchSpace, memory_capacity: float, seed: int, baseline: dict[str, Any]
+    ) -> None:
         super().__init__()
         rows = space.enumerate()
         if rows is None:
             raise ValueError(f"grid peer needs an enumerable space; {space.file} is too large")
         stride = max(1, len(rows) // STRIDE_POINTS)
         offset = int(np.random.default_rng(seed).integers(stride))
-        points = [rows[(offset + i * stride) % len(rows)] for i in range(min(STRIDE_POINTS, len(rows)))]
+        points = [
+            rows[(offset + i * stride) % len(rows)] for i in range(min(STRIDE_POINTS, len(rows)))
+        ]
         self._order = [points[i] for i in _bit_reversed(len(points))]
         self._next = 0
 

@@ -24,7 +24,9 @@ MAX_RETRIES = 20
 class OptunaPeer(BestObserved):
     """Optuna TPE (multivariate, constraints on), seeded."""
 
-    def __init__(self, space: SearchSpace, memory_capacity: float, seed: int, baseline: dict[str, Any]) -> None:
+    def __init__(
+        self, space: SearchSpace, memory_capacity: float, seed: int, baseline: dict[str, Any]
+    ) -> None:
         import optuna
 
         super().__init__()
@@ -33,7 +35,10 @@ class OptunaPeer(BestObserved):
         self.space = space
         self.cap = float(memory_capacity)
         sampler = optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=8,
+            seed=seed,
+            multivariate=True,
+            group=True,
+            n_startup_trials=8,
             constraints_func=lambda t: t.user_attrs.get("constraint", (1.0,)),
         )
         self.study = optuna.create_study(direction="minimize", sampler=sampler)

@@ -20,7 +20,9 @@ from infrarsi.search.space import SearchSpace
 class RampPeer(BestObserved):
     """Stage-by-stage micro-batch ramp; OOM ends the ramp of that stage."""
 
-    def __init__(self, space: SearchSpace, memory_capacity: float, seed: int, baseline: dict[str, Any]) -> None:
+    def __init__(
+        self, space: SearchSpace, memory_capacity: float, seed: int, baseline: dict[str, Any]
+    ) -> None:
         super().__init__()
         self.space = space
         self.base = {**space.default_config(), **baseline}
@@ -36,10 +38,16 @@ class RampPeer(BestObserved):
             return [{}]
         values = list(self.space.knob("activation_checkpointing").values)
         first = self.base.get("activation_checkpointing", values[0])
-        return [{"activation_checkpointing": v} for v in [first] + [v for v in values if v != first]]
+        return [
+            {"activation_checkpointing": v} for v in [first] + [v for v in values if v != first]
+        ]
 
     def _plan(self) -> Iterator[dict[str, Any]]:
-        stages = list(self.space.knob("zero_stage").values) if "zero_stage" in self.space.names else [None]
+        stages = (
+            list(self.space.knob("zero_stage").values)
+            if "zero_stage" in self.space.names
+            else [None]
+        )
         mbs_values = sorted(self.space.knob("micro_batch_size").values)
         for outer in self._outer():
             for stage in stages:

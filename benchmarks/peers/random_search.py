@@ -13,7 +13,9 @@ from infrarsi.search.space import SearchSpace
 class RandomPeer(BestObserved):
     """Draws valid configs uniformly from the enumerated grid, never the same one twice."""
 
-    def __init__(self, space: SearchSpace, memory_capacity: float, seed: int, baseline: dict[str, Any]) -> None:
+    def __init__(
+        self, space: SearchSpace, memory_capacity: float, seed: int, baseline: dict[str, Any]
+    ) -> None:
         super().__init__()
         self.space = space
         rows = space.enumerate()

@@ -40,7 +40,11 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = (
+            self.qkv(self.norm1(x))
+            .view(b, s, 3, self.heads, d // self.heads)
+            .permute(2, 0, 3, 1, 4)
+        )
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
         return x + self.mlp(self.norm2(x))
@@ -64,7 +68,9 @@ class TinyLM(nn.Module):
         return self.head(self.norm(x))
 
 
-def global_batch(step: int, rows: int, seq_len: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def global_batch(
+    step: int, rows: int, seq_len: int, vocab: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The step's whole batch, ``[rows, seq_len]`` inputs and next-token targets: a noisy affine
     chain (learnable), fixed by (seed, step) whatever the micro-batch split."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
@@ -87,9 +93,13 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2, help="Transformer blocks.")
     parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate.")
     parser.add_argument("--seed", type=int, default=1234, help="Seed of the weights and the data.")
-    parser.add_argument("--report_engine", default=None, help="Write the engine's settings to PATH.<rank>.json.")
+    parser.add_argument(
+        "--report_engine", default=None, help="Write the engine's settings to PATH.<rank>.json."
+    )
     parser.add_argument("--crash_at_step", type=int, default=-1, help="Raise at this step (tests).")
-    parser.add_argument("--exit_at_step", type=int, default=-1, help="sys.exit(3) at this step (tests).")
+    parser.add_argument(
+        "--exit_at_step", type=int, default=-1, help="sys.exit(3) at this step (tests)."
+    )
     parser = deepspeed.add_config_arguments(parser)
     args = parser.parse_args()
 
@@ -103,8 +113,15 @@ def main() -> None:
     micro, accum = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
     if args.report_engine:
         with open(f"{args.report_engine}.{rank}.json", "w") as f:
-            json.dump({"zero_stage": engine.zero_optimization_stage(), "micro_batch_size": micro,
-                       "gradient_accumulation_steps": accum, "train_batch_size": engine.train_batch_size()}, f)
+            json.dump(
+                {
+                    "zero_stage": engine.zero_optimization_stage(),
+                    "micro_batch_size": micro,
+                    "gradient_accumulation_steps": accum,
+                    "train_batch_size": engine.train_batch_size(),
+                },
+                f,
+            )
     per_rank = micro * accum
     for step in range(args.steps):
         if step == args.crash_at_step:
@@ -117,7 +134,9 @@ def main() -> None:
         for i in range(accum):
             rows = slice(i * micro, (i + 1) * micro)
             logits = engine(inputs[rows])
-            loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), targets[rows].reshape(-1))
+            loss = F.cross_entropy(
+                logits.float().reshape(-1, args.vocab), targets[rows].reshape(-1)
+            )
             engine.backward(loss)
             engine.step()
         if rank == 0 and step % 50 == 0:

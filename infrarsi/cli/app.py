@@ -59,11 +59,13 @@ enough that nothing is folded."""
 
 app = typer.Typer(
     name="infrarsi",
-    help=("Tune the launch knobs of distributed LLM training jobs, and prove the speed-up.\n\n"
-          "Quiet by default: progress bars and results on the terminal, the full structured log in "
-          "DIR/logs/infrarsi.jsonl; -v shows every event. --json on a command prints one JSON object.\n\n"
-          "Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + ".\n\n"
-          "Environment: " + "; ".join(f"{k}: {v}" for k, v in ENV_VARS.items()) + "."),
+    help=(
+        "Tune the launch knobs of distributed LLM training jobs, and prove the speed-up.\n\n"
+        "Quiet by default: progress bars and results on the terminal, the full structured log in "
+        "DIR/logs/infrarsi.jsonl; -v shows every event. --json on a command prints one JSON object.\n\n"
+        "Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + ".\n\n"
+        "Environment: " + "; ".join(f"{k}: {v}" for k, v in ENV_VARS.items()) + "."
+    ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -119,7 +121,9 @@ def env_help(text: str, var: str) -> str:
 
 def json_option() -> Any:
     """The ``--json`` option every stage command takes: one JSON object on stdout instead of tables."""
-    return typer.Option(False, "--json", help="Print the result as one JSON object on stdout instead of tables.")
+    return typer.Option(
+        False, "--json", help="Print the result as one JSON object on stdout instead of tables."
+    )
 
 
 def print_json(obj: Any) -> None:
@@ -149,8 +153,10 @@ def _takes_a_study(fn: Callable[..., Any]) -> bool:
 def _interrupted(study: Any) -> str:
     """What Ctrl-C leaves: the study, when there is one, and how to resume it."""
     if study is not None and (Path(study) / "contract.yaml").is_file():
-        return (f"interrupted; the study {study} keeps every trial logged so far: resume it with "
-                f"`infrarsi run {study} --resume` (then verify and report as usual).")
+        return (
+            f"interrupted; the study {study} keeps every trial logged so far: resume it with "
+            f"`infrarsi run {study} --resume` (then verify and report as usual)."
+        )
     return "interrupted."
 
 
@@ -205,7 +211,9 @@ def link_ray_logs(study: Path) -> None:
     if ray is None or not ray.is_initialized() or not (study / "contract.yaml").is_file():
         return
     try:
-        node = ray._private.worker._global_node  # the session of a Ray this driver started or joined
+        node = (
+            ray._private.worker._global_node
+        )  # the session of a Ray this driver started or joined
         logs = Path(node.get_logs_dir_path())
         link = study / "logs" / "ray"
         if logs.is_dir() and not link.exists():
@@ -233,13 +241,28 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
-                                 help="Print the installed infrarsi version and exit."),
-    log_format: str = typer.Option("text", "--log-format", help=f"Log lines on stderr: {' | '.join(LOG_FORMATS)} (JSON lines)."),
-    log_level: str = typer.Option("info", "--log-level", help="debug | info | warning | error (the study's log and, with -v, the terminal)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v",
-                                 help="Show every log event on the terminal too (default: warnings and errors; the study's "
-                                      "DIR/logs/infrarsi.jsonl holds them all)."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the installed infrarsi version and exit.",
+    ),
+    log_format: str = typer.Option(
+        "text", "--log-format", help=f"Log lines on stderr: {' | '.join(LOG_FORMATS)} (JSON lines)."
+    ),
+    log_level: str = typer.Option(
+        "info",
+        "--log-level",
+        help="debug | info | warning | error (the study's log and, with -v, the terminal).",
+    ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Show every log event on the terminal too (default: warnings and errors; the study's "
+        "DIR/logs/infrarsi.jsonl holds them all).",
+    ),
 ) -> None:
     """infrarsi: censored-memory Bayesian search over DeepSpeed launch knobs, verified."""
     try:

@@ -37,7 +37,9 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
             with contextlib.suppress(ValueError):  # YAML 1.1 reads 1e-3 as a string
                 value = float(value) if any(c in value for c in ".eE") else int(value)
         if isinstance(value, (dict, list)):
-            raise ConfigError(f"--set {item!r}: the value must be a single number, bool or word, got {value!r}.")
+            raise ConfigError(
+                f"--set {item!r}: the value must be a single number, bool or word, got {value!r}."
+            )
         out[name] = value
     return out
 
@@ -59,14 +61,20 @@ def result_table(res: TrialResult, title: str | None = None) -> Table:
         ("step_time_samples_s", ", ".join(f"{x:.3f}" for x in res.step_time_samples_s) or "-"),
         ("warmup_time_s", fmt(res.warmup_time_s, " s")),
         ("setup_time_s", fmt(res.setup_time_s, " s")),
-        ("peak_memory_bytes", f"{format_bytes(res.peak_memory_bytes)}"
-         + (" (censored: true peak is higher)" if res.memory_censored else "")
-         + (f" [{res.memory_measure}]" if res.memory_measure else "")),
+        (
+            "peak_memory_bytes",
+            f"{format_bytes(res.peak_memory_bytes)}"
+            + (" (censored: true peak is higher)" if res.memory_censored else "")
+            + (f" [{res.memory_measure}]" if res.memory_measure else ""),
+        ),
         ("tokens_per_step", str(res.tokens_per_step) if res.tokens_per_step is not None else "-"),
         ("optimizer_steps", str(res.optimizer_steps) if res.optimizer_steps is not None else "-"),
         ("tokens_per_s", fmt(res.tokens_per_s)),
         ("mfu", fmt(res.mfu)),
-        ("loss (first -> last)", f"{res.loss[0]:.5f} -> {res.loss[-1]:.5f} ({len(res.loss)} steps)" if res.loss else "-"),
+        (
+            "loss (first -> last)",
+            f"{res.loss[0]:.5f} -> {res.loss[-1]:.5f} ({len(res.loss)} steps)" if res.loss else "-",
+        ),
         ("phase_times_s", ", ".join(f"{k}={v:.3f}" for k, v in res.phase_times_s.items()) or "-"),
         ("world_size / nodes", f"{res.world_size} / {res.nodes}"),
         ("device_seconds", fmt(res.device_seconds)),
@@ -81,14 +89,32 @@ def result_table(res: TrialResult, title: str | None = None) -> Table:
 @command("trial")
 def trial(
     workload: Path = typer.Argument(..., help="Workload YAML, e.g. workloads/dense_debug.yaml."),
-    set_: list[str] = typer.Option([], "--set", help="knob=value, repeatable; overrides the workload's baseline."),
-    memory_capacity: str | None = typer.Option(None, "--memory-capacity", help="Per-device memory capacity with units, e.g. 2GiB (default: the workload's, else the device's)."),
-    log: Path | None = typer.Option(None, "--log", help="Study directory: the row is appended to DIR/trials/ (Arrow)."),
-    timeout: str | None = typer.Option(None, "--timeout", help="Trial deadline with units, e.g. 90s or 5m (default: 120 s + 30 s per step)."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="knob=value, repeatable; overrides the workload's baseline."
+    ),
+    memory_capacity: str | None = typer.Option(
+        None,
+        "--memory-capacity",
+        help="Per-device memory capacity with units, e.g. 2GiB (default: the workload's, else the device's).",
+    ),
+    log: Path | None = typer.Option(
+        None, "--log", help="Study directory: the row is appended to DIR/trials/ (Arrow)."
+    ),
+    timeout: str | None = typer.Option(
+        None,
+        "--timeout",
+        help="Trial deadline with units, e.g. 90s or 5m (default: 120 s + 30 s per step).",
+    ),
     address: str | None = shared("address"),
-    trial_id: str | None = typer.Option(None, "--trial-id", help="Trial id (default: a fresh one)."),
-    log_format: str | None = typer.Option(None, "--log-format", help="Log lines on stderr: text | json."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result row as JSON instead of a table."),
+    trial_id: str | None = typer.Option(
+        None, "--trial-id", help="Trial id (default: a fresh one)."
+    ),
+    log_format: str | None = typer.Option(
+        None, "--log-format", help="Log lines on stderr: text | json."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the result row as JSON instead of a table."
+    ),
 ) -> None:
     """Run ONE trial of WORKLOAD (baseline knobs + --set overrides) and print its result.
 
@@ -105,10 +131,16 @@ def trial(
         configure_logging(log_format)
     wl = Workload.from_yaml(workload)
     workload_space_path(wl, workload)
-    capacity = parse_size(memory_capacity, what="--memory-capacity", unit_required=True) if memory_capacity else None
+    capacity = (
+        parse_size(memory_capacity, what="--memory-capacity", unit_required=True)
+        if memory_capacity
+        else None
+    )
     timeout_s = parse_duration(timeout, what="--timeout") if timeout else None
     overrides = parse_sets(set_)
-    tid = trial_id or f"trial-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+    tid = (
+        trial_id or f"trial-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+    )
     with TrialRunner(wl, memory_capacity_bytes=capacity, address=address) as runner:
         # bad input fails here, before Ray starts: the workload's own baseline first (named by its
         # file and field), then the baseline with the --set overrides
@@ -116,8 +148,14 @@ def trial(
         full = runner.validate({**wl.baseline, **overrides}, where="--set")
         # a code patch runs in a temporary worktree with it applied, as in a study
         with patched_code(runner.code_dir, config_patch(full)) as code:
-            res = runner.run(full, trial_id=tid, stage="trial", timeout_s=timeout_s,
-                             code_dir=code.code_dir, patches=code.patches)
+            res = runner.run(
+                full,
+                trial_id=tid,
+                stage="trial",
+                timeout_s=timeout_s,
+                code_dir=code.code_dir,
+                patches=code.patches,
+            )
             res.extra.update(code.extra)
     if log is not None:
         with TrialLogWriter(log) as writer:

@@ -45,7 +45,10 @@ def classify(rank_results: Sequence[dict[str, Any] | None], timed_out: bool) -> 
         return "failed", f"ranks returned unknown statuses {unknown}; expected ok|oom|failed|nan"
     if timed_out or "missing" in statuses:
         missing = [i for i, s in enumerate(statuses) if s == "missing"]
-        return "timeout", f"ranks {missing} did not finish before the trial deadline; the group was killed"
+        return (
+            "timeout",
+            f"ranks {missing} did not finish before the trial deadline; the group was killed",
+        )
     return "ok", ""
 
 
@@ -54,7 +57,7 @@ def _median(xs: Sequence[float]) -> float | None:
 
 
 def _measured(r: dict[str, Any]) -> list[float]:
-    return [float(x) for x in (r.get("step_times_s") or [])[int(r.get("warmup_steps") or 0):]]
+    return [float(x) for x in (r.get("step_times_s") or [])[int(r.get("warmup_steps") or 0) :]]
 
 
 def _phase_medians(r: dict[str, Any]) -> dict[str, float]:
@@ -91,46 +94,87 @@ def aggregate(
     """Combine the ranks' results of one trial into the log row."""
     status, error = classify(rank_results, timed_out)
     answered = [r for r in rank_results if r is not None]
-    rank0 = rank_results[0] if rank_results and rank_results[0] is not None else (answered[0] if answered else {})
+    rank0 = (
+        rank_results[0]
+        if rank_results and rank_results[0] is not None
+        else (answered[0] if answered else {})
+    )
     peak_flops_per_s = peak_flops_per_s or rank0.get("peak_flops_per_s")
 
     res = TrialResult(
-        trial_id=trial_id, stage=stage, config=dict(config), status=status, error=error,
-        patches=list(patches), world_size=world_size, nodes=nodes,
-        started_at=started_at, ended_at=ended_at,
+        trial_id=trial_id,
+        stage=stage,
+        config=dict(config),
+        status=status,
+        error=error,
+        patches=list(patches),
+        world_size=world_size,
+        nodes=nodes,
+        started_at=started_at,
+        ended_at=ended_at,
         device_seconds=float(devices) * max(0.0, ended_at - started_at),
-        hardware=dict(hardware or {}), extra=dict(extra or {}),
+        hardware=dict(hardware or {}),
+        extra=dict(extra or {}),
     )
 
     mems = [int(r["device_memory_bytes"]) for r in answered if r.get("device_memory_bytes")]
     if mems:  # what the ranks' own devices report: the doctor's default capacity, on any cluster
         res.hardware["memory_per_device_bytes"] = min(mems)
-    for key, field in (("device_name", "device_name"), ("cuda", "cuda_version"), ("driver", "driver_version")):
+    for key, field in (
+        ("device_name", "device_name"),
+        ("cuda", "cuda_version"),
+        ("driver", "driver_version"),
+    ):
         values = sorted({str(r[field]) for r in answered if r.get(field)})
         if values:  # one value, or every distinct one (a mixed cluster says so)
             res.hardware[key] = values[0] if len(values) == 1 else ", ".join(values)
-    peaks = [int(r["peak_memory_bytes"]) for r in answered if r.get("peak_memory_bytes") is not None]
+    peaks = [
+        int(r["peak_memory_bytes"]) for r in answered if r.get("peak_memory_bytes") is not None
+    ]
     res.peak_memory_bytes = max(peaks) if peaks else None
-    res.memory_censored = status == "oom" or any(bool(r.get("memory_censored")) for r in answered if r.get("status") == "oom")
+    res.memory_censored = status == "oom" or any(
+        bool(r.get("memory_censored")) for r in answered if r.get("status") == "oom"
+    )
     res.memory_measure = str(rank0.get("memory_measure") or "")
     res.loss = [float(x) for x in (rank0.get("loss") or [])]
     if rank0.get("eval_loss") is not None:
         res.eval_loss = float(rank0["eval_loss"])
-    res.optimizer_steps = int(rank0["optimizer_steps"]) if rank0.get("optimizer_steps") is not None else None
+    res.optimizer_steps = (
+        int(rank0["optimizer_steps"]) if rank0.get("optimizer_steps") is not None else None
+    )
     setups = [float(r["setup_time_s"]) for r in answered if r.get("setup_time_s") is not None]
     res.setup_time_s = max(setups) if setups else None
-    res.telemetry = {str(r.get("rank", i)): r["telemetry"] for i, r in enumerate(answered) if r.get("telemetry")}
-    for key in ("num_params", "flops_per_token", "micro_batch_size", "grad_accum_steps", "ds_config",
-                "workload_loss", "sequences_seen"):
+    res.telemetry = {
+        str(r.get("rank", i)): r["telemetry"] for i, r in enumerate(answered) if r.get("telemetry")
+    }
+    for key in (
+        "num_params",
+        "flops_per_token",
+        "micro_batch_size",
+        "grad_accum_steps",
+        "ds_config",
+        "workload_loss",
+        "sequences_seen",
+    ):
         if rank0.get(key) not in (None, [], {}):
             res.extra[key] = rank0[key]
-    used = [int(r["device_used_peak_bytes"]) for r in answered if r.get("device_used_peak_bytes") is not None]
+    used = [
+        int(r["device_used_peak_bytes"])
+        for r in answered
+        if r.get("device_used_peak_bytes") is not None
+    ]
     if used:
         res.extra["device_used_peak_bytes"] = max(used)
-    leftover = [int(r["leftover_device_bytes"]) for r in answered if r.get("leftover_device_bytes") is not None]
+    leftover = [
+        int(r["leftover_device_bytes"])
+        for r in answered
+        if r.get("leftover_device_bytes") is not None
+    ]
     if leftover:
         res.extra["leftover_device_bytes"] = max(leftover)
-    checks = [float(r["end_checks_time_s"]) for r in answered if r.get("end_checks_time_s") is not None]
+    checks = [
+        float(r["end_checks_time_s"]) for r in answered if r.get("end_checks_time_s") is not None
+    ]
     if checks:
         res.extra["end_checks_time_s"] = max(checks)
     if rank0.get("stopped_early"):
@@ -163,7 +207,8 @@ def aggregate(
     res.step_time_s = _median(res.step_time_samples_s)
     res.rank_step_time_s = [m for m in (_median(x) for x in per_rank) if m is not None]
     warm_times = [
-        [float(x) for x in (r.get("step_times_s") or [])[: int(r.get("warmup_steps") or 0)]] for r in answered
+        [float(x) for x in (r.get("step_times_s") or [])[: int(r.get("warmup_steps") or 0)]]
+        for r in answered
     ]
     nw = min((len(x) for x in warm_times), default=0)
     res.warmup_time_s = sum(max(x[i] for x in warm_times) for i in range(nw)) if nw else 0.0

@@ -96,7 +96,9 @@ def _dir_bytes(directory: str) -> int:
     return total
 
 
-_KEYS = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: (.*?)(?:\.\s*$|\.\s*\n|$)", re.M | re.S)
+_KEYS = re.compile(
+    r"(Missing|Unexpected) key\(s\) in state_dict: (.*?)(?:\.\s*$|\.\s*\n|$)", re.M | re.S
+)
 
 
 def describe_load_error(exc: BaseException) -> str:
@@ -115,16 +117,24 @@ def describe_load_error(exc: BaseException) -> str:
         return f"checkpoint load failed: {type(exc).__name__}: {text.strip()[:600]}"
     parts = []
     if missing:
-        parts.append(f"{len(missing)} parameter(s) of the rebuilt model are not in the checkpoint "
-                     f"(missing: {_first(missing)})")
+        parts.append(
+            f"{len(missing)} parameter(s) of the rebuilt model are not in the checkpoint "
+            f"(missing: {_first(missing)})"
+        )
     if unexpected:
-        parts.append(f"{len(unexpected)} parameter(s) in the checkpoint are not in the rebuilt model "
-                     f"(unexpected: {_first(unexpected)})")
+        parts.append(
+            f"{len(unexpected)} parameter(s) in the checkpoint are not in the rebuilt model "
+            f"(unexpected: {_first(unexpected)})"
+        )
     if shapes:
-        parts.append(f"{len(shapes)} shape mismatch(es) ({'; '.join(f'{n}: {w}' for n, w in shapes[:KEYS_SHOWN])})")
-    return ("checkpoint load failed: " + "; ".join(parts) + ". The parameter names (or shapes) the "
-            "model code registers changed between the save and the rebuild, so a run restarted from "
-            "this checkpoint cannot resume.")
+        parts.append(
+            f"{len(shapes)} shape mismatch(es) ({'; '.join(f'{n}: {w}' for n, w in shapes[:KEYS_SHOWN])})"
+        )
+    return (
+        "checkpoint load failed: " + "; ".join(parts) + ". The parameter names (or shapes) the "
+        "model code registers changed between the save and the rebuild, so a run restarted from "
+        "this checkpoint cannot resume."
+    )
 
 
 def _first(keys: list[str]) -> str:
@@ -144,7 +154,9 @@ def load(engine: Any, directory: str, step: int, trip: RoundTrip) -> bool:
     loaded it (a rank's failure is described in ``trip.error``; the others say a peer failed)."""
     error = ""
     try:
-        path, _client = engine.load_checkpoint(directory, tag=tag_for(step), load_module_strict=True)
+        path, _client = engine.load_checkpoint(
+            directory, tag=tag_for(step), load_module_strict=True
+        )
         if path is None:
             error = f"checkpoint load failed: DeepSpeed found no checkpoint {tag_for(step)!r} in {directory}"
     except Exception as e:  # a model that no longer matches its checkpoint, a corrupt file...
@@ -157,9 +169,17 @@ def load(engine: Any, directory: str, step: int, trip: RoundTrip) -> bool:
     return not failed_somewhere
 
 
-def continue_training(engine: Any, base_optimizer: Any, job: Any, seams: Any, planned: list[list[Any]],
-                      start: int, vocab_size: int, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                      trip: RoundTrip) -> None:
+def continue_training(
+    engine: Any,
+    base_optimizer: Any,
+    job: Any,
+    seams: Any,
+    planned: list[list[Any]],
+    start: int,
+    vocab_size: int,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    trip: RoundTrip,
+) -> None:
     """Train steps ``start`` .. ``len(planned) - 1`` on the restored ``engine`` and record each
     step's global mean harness loss in ``trip.loss`` (the same computation as the uninterrupted
     run: harness cross-entropy from the logits, the job's own loss back-propagated, the
@@ -180,7 +200,9 @@ def continue_training(engine: Any, base_optimizer: Any, job: Any, seams: Any, pl
             engine.backward(loss)
             seams.optimizer_step(engine, base_optimizer, step, i == len(batches) - 1)
             del logits, loss
-        totals = torch.stack([loss_sum, torch.tensor(float(n_tok), dtype=torch.float64, device=dev)])
+        totals = torch.stack(
+            [loss_sum, torch.tensor(float(n_tok), dtype=torch.float64, device=dev)]
+        )
         dist.all_reduce(totals)
         tot = totals.tolist()
         trip.loss.append(tot[0] / max(tot[1], 1.0))
@@ -189,7 +211,9 @@ def continue_training(engine: Any, base_optimizer: Any, job: Any, seams: Any, pl
     trip.continue_s = time.perf_counter() - t0
 
 
-def harness_loss(vocab_size: int, loss_chunk: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def harness_loss(
+    vocab_size: int, loss_chunk: int
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The harness's mean cross-entropy of logits against targets (chunked when ``loss_chunk``)."""
     from infrarsi.execution.knobs.loss_chunk import chunked_cross_entropy
 
@@ -206,5 +230,15 @@ def remove(directory: str) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-__all__ = ["RoundTrip", "any_rank", "continue_training", "describe_load_error", "harness_loss", "load",
-           "remove", "save", "shared_temp_dir", "tag_for"]
+__all__ = [
+    "RoundTrip",
+    "any_rank",
+    "continue_training",
+    "describe_load_error",
+    "harness_loss",
+    "load",
+    "remove",
+    "save",
+    "shared_temp_dir",
+    "tag_for",
+]

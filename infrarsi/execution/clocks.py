@@ -40,8 +40,14 @@ class PhaseClock:
     def micro_batch_phases(self) -> list[tuple[float, float, float]]:
         """(forward, backward, optimizer) seconds of each micro-batch marked since ``reset``."""
         m = self._marks
-        return [(self._seconds(m[i], m[i + 1]), self._seconds(m[i + 1], m[i + 2]), self._seconds(m[i + 2], m[i + 3]))
-                for i in range(0, len(m) - 3, 4)]
+        return [
+            (
+                self._seconds(m[i], m[i + 1]),
+                self._seconds(m[i + 1], m[i + 2]),
+                self._seconds(m[i + 2], m[i + 3]),
+            )
+            for i in range(0, len(m) - 3, 4)
+        ]
 
 
 class CommTimer:
@@ -51,9 +57,21 @@ class CommTimer:
 
     _total = [0.0]
     _installed = False
-    OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "reduce_scatter",
-           "broadcast", "all_to_all_single", "reduce", "allgather_fn", "all_reduce_coalesced",
-           "all_gather_coalesced", "reduce_scatter_fn", "inference_all_reduce")
+    OPS = (
+        "all_reduce",
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce_scatter_tensor",
+        "reduce_scatter",
+        "broadcast",
+        "all_to_all_single",
+        "reduce",
+        "allgather_fn",
+        "all_reduce_coalesced",
+        "all_gather_coalesced",
+        "reduce_scatter_fn",
+        "inference_all_reduce",
+    )
 
     @classmethod
     def install(cls, device: str) -> type[CommTimer]:

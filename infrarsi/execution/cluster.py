@@ -31,7 +31,9 @@ class NodeResources:
 
     def fits(self, bundle: dict[str, float]) -> int:
         """How many copies of ``bundle`` the node holds."""
-        counts = [math.floor(self.resources.get(k, 0.0) / v + 1e-9) for k, v in bundle.items() if v > 0]
+        counts = [
+            math.floor(self.resources.get(k, 0.0) / v + 1e-9) for k, v in bundle.items() if v > 0
+        ]
         return min(counts) if counts else 0
 
 
@@ -39,8 +41,14 @@ def alive_nodes() -> list[NodeResources]:
     """The alive nodes of the connected Ray cluster."""
     import ray
 
-    return [NodeResources(node_id=str(n["NodeID"]), resources={k: float(v) for k, v in n.get("Resources", {}).items()})
-            for n in ray.nodes() if n.get("Alive")]
+    return [
+        NodeResources(
+            node_id=str(n["NodeID"]),
+            resources={k: float(v) for k, v in n.get("Resources", {}).items()},
+        )
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
 
 
 def trial_slots(spec: GroupSpec, nodes: list[NodeResources]) -> int:
@@ -61,9 +69,14 @@ def require_slots(spec: GroupSpec, nodes: list[NodeResources], *, source: str) -
     slots = trial_slots(spec, nodes)
     if slots > 0:
         return slots
-    need = (f"{spec.workers} rank(s) on one node, {spec.rank_resources()} each" if spec.nodes <= 1 else
-            f"{spec.nodes} distinct nodes with {spec.bundles()[0]} each ({spec.workers_per_node} rank(s) per node)")
-    have = "; ".join(f"node {n.node_id[:8]}: {_brief(n.resources)}" for n in nodes) or "no alive node"
+    need = (
+        f"{spec.workers} rank(s) on one node, {spec.rank_resources()} each"
+        if spec.nodes <= 1
+        else f"{spec.nodes} distinct nodes with {spec.bundles()[0]} each ({spec.workers_per_node} rank(s) per node)"
+    )
+    have = (
+        "; ".join(f"node {n.node_id[:8]}: {_brief(n.resources)}" for n in nodes) or "no alive node"
+    )
     raise ClusterError(
         f"{source}: field `resources`: rule: the Ray cluster must hold one trial: {need}. The cluster "
         f"has {have}. Fix: connect to a cluster that has them (--address, or `ray start` with "
@@ -82,6 +95,14 @@ def trial_resources(spec: GroupSpec) -> Any:
 
 
 def _brief(resources: dict[str, float]) -> str:
-    keep = {k: v for k, v in resources.items() if k in ("CPU", "GPU") or not (k.startswith("node:") or k in (
-        "memory", "object_store_memory") or k.startswith("accelerator_type"))}
+    keep = {
+        k: v
+        for k, v in resources.items()
+        if k in ("CPU", "GPU")
+        or not (
+            k.startswith("node:")
+            or k in ("memory", "object_store_memory")
+            or k.startswith("accelerator_type")
+        )
+    }
     return ", ".join(f"{v:g} {k}" for k, v in sorted(keep.items())) or "nothing"

@@ -53,8 +53,13 @@ def list_files(folder: Path, include: Sequence[str] = ()) -> list[str]:
     ``SKIP_DIRS``. ``include``: only these relative sub-folders (e.g. ``("workloads",)``)."""
     folder = folder.resolve()
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
-                             cwd=folder, capture_output=True, timeout=60, check=True).stdout
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
+            cwd=folder,
+            capture_output=True,
+            timeout=60,
+            check=True,
+        ).stdout
         names = sorted({n for n in out.decode("utf-8", "surrogateescape").split("\0") if n})
     except (OSError, subprocess.SubprocessError):
         names = []
@@ -78,11 +83,15 @@ def fingerprint(folder: Path, names: Sequence[str]) -> tuple[tuple[str, int, int
     return tuple(out)
 
 
-def pack(folder: str | Path, include: Sequence[str] = (), *, max_bytes: int = MAX_BYTES) -> CodePackage:
+def pack(
+    folder: str | Path, include: Sequence[str] = (), *, max_bytes: int = MAX_BYTES
+) -> CodePackage:
     """Zip the code of ``folder`` (see ``list_files``); a ``JobError`` when it is larger than ``max_bytes``."""
     root = Path(folder).resolve()
     if not root.is_dir():
-        raise JobError(f"code folder {root}: not a folder, so it cannot be shipped to the ranks' nodes.")
+        raise JobError(
+            f"code folder {root}: not a folder, so it cannot be shipped to the ranks' nodes."
+        )
     names = list_files(root, include)
     total = sum((root / n).stat().st_size for n in names)
     if total > max_bytes:
@@ -96,11 +105,18 @@ def pack(folder: str | Path, include: Sequence[str] = (), *, max_bytes: int = MA
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
         for n in names:
             data = (root / n).read_bytes()
-            h.update(n.encode("utf-8", "surrogateescape") + b"\0" + len(data).to_bytes(8, "little") + data)
+            h.update(
+                n.encode("utf-8", "surrogateescape")
+                + b"\0"
+                + len(data).to_bytes(8, "little")
+                + data
+            )
             info = zipfile.ZipInfo(n, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
-    return CodePackage(digest=h.hexdigest(), data=buf.getvalue(), source=str(root), files=len(names))
+    return CodePackage(
+        digest=h.hexdigest(), data=buf.getvalue(), source=str(root), files=len(names)
+    )
 
 
 def cache_root() -> Path:
@@ -121,7 +137,9 @@ def materialize(digest: str, data: bytes, root: Path | None = None) -> Path:
         for name in z.namelist():
             target = (tmp / name).resolve()
             if not target.is_relative_to(tmp.resolve()):
-                raise JobError(f"shipped code {digest[:12]}: entry {name!r} leaves its folder; refusing to unpack it.")
+                raise JobError(
+                    f"shipped code {digest[:12]}: entry {name!r} leaves its folder; refusing to unpack it."
+                )
         z.extractall(tmp)
     try:
         os.rename(tmp, dest)

@@ -6,7 +6,8 @@ step times. A rank therefore takes a lease on ``n`` of the cores its process may
 file per core in a node-local directory (``lease_dir``: ``/tmp/infrarsi-cores-<uid>``, or
 ``$INFRARSI_CORE_LEASE_DIR``), each held with a non-blocking exclusive ``fcntl.flock``. With all
 ``n`` held it pins every thread of the process to them (``os.sched_setaffinity``); the rank's torch
-thread count stays the ``threads_per_worker`` knob's. The lock dies with its file descriptor, so a rank that crashes or is
+thread count stays the ``threads_per_worker`` knob's. The lock dies with its file descriptor, so a
+rank that crashes or is
 killed frees its cores without any cleanup; ``release`` frees them earlier.
 
 Acquisition never blocks: when fewer than ``n`` cores are free (more Ray CPUs declared than the
@@ -106,8 +107,10 @@ def acquire(n: int, *, directory: Path | None = None, pin: bool = True) -> CoreL
     lease._fds = [fd for _, fd in held]
     if len(held) < n:
         lease.release()
-        lease.note = (f"only {len(held)} of the {n} cores wanted are free of {len(allowed)} "
-                      f"({_ranges(allowed)}; the others are held by other ranks on this node)")
+        lease.note = (
+            f"only {len(held)} of the {n} cores wanted are free of {len(allowed)} "
+            f"({_ranges(allowed)}; the others are held by other ranks on this node)"
+        )
         return lease
     lease.cores = tuple(core for core, _ in held)
     if pin:

@@ -26,6 +26,7 @@ class HarnessCounters:
     def attach(self, model: nn.Module) -> HarnessCounters:
         """Count the token ids the model is called with: its first positional argument, or
         ``input_ids=`` (a Hugging Face model called by keyword)."""
+
         def pre(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             ids = args[0] if args else kwargs.get("input_ids")
             if torch.is_grad_enabled() and isinstance(ids, torch.Tensor):
@@ -55,4 +56,3 @@ class HarnessCounters:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-

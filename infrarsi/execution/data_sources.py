@@ -45,7 +45,9 @@ def stream_seed(seed: int, stream: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def split_rows(b: Batch, global_batch_size: int, rank: int, world_size: int, micro_batch_size: int) -> list[Batch]:
+def split_rows(
+    b: Batch, global_batch_size: int, rank: int, world_size: int, micro_batch_size: int
+) -> list[Batch]:
     """Rank ``rank``'s rows of global batch ``b`` (contiguous block of ``global_batch_size /
     world_size`` rows), split into micro-batches in order."""
     per_rank = global_batch_size // world_size
@@ -74,7 +76,13 @@ class _Source:
         self, step: int, global_batch_size: int, rank: int, world_size: int, micro_batch_size: int
     ) -> list[Batch]:
         """Rank ``rank``'s rows of global batch ``step`` (``split_rows``)."""
-        return split_rows(self.global_batch(step, global_batch_size), global_batch_size, rank, world_size, micro_batch_size)
+        return split_rows(
+            self.global_batch(step, global_batch_size),
+            global_batch_size,
+            rank,
+            world_size,
+            micro_batch_size,
+        )
 
 
 class MarkovSource(_Source):
@@ -109,8 +117,12 @@ class MarkovSource(_Source):
         return Batch(toks[:, :-1], toks[:, 1:])
 
 
-TOKEN_DTYPES: dict[str, np.dtype] = {"uint16": np.dtype(np.uint16), "uint32": np.dtype(np.uint32),
-                                     "int32": np.dtype(np.int32), "int64": np.dtype(np.int64)}
+TOKEN_DTYPES: dict[str, np.dtype] = {
+    "uint16": np.dtype(np.uint16),
+    "uint32": np.dtype(np.uint32),
+    "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+}
 """``data.dtype`` of a raw token file -> its numpy dtype (``.npy`` files carry their own)."""
 
 
@@ -120,35 +132,56 @@ class TokenFileSource(_Source):
     ``seq_len + 1`` tokens from offset ``step x rows x seq_len`` (wrapping around); the eval batch
     comes from the last ``eval_rows x (seq_len + 1)`` tokens, which training never reads."""
 
-    def __init__(self, path: str | Path, seq_len: int, vocab_size: int, *, dtype: str = "uint16",
-                 eval_rows: int = EVAL_ROWS, source: str = "data.path") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        seq_len: int,
+        vocab_size: int,
+        *,
+        dtype: str = "uint16",
+        eval_rows: int = EVAL_ROWS,
+        source: str = "data.path",
+    ) -> None:
         p = Path(path)
         if not p.exists():
-            raise WorkloadError(f"{source}: token file {str(p)!r} does not exist; give a .npy or raw "
-                                f"token-id file (path relative to the workload YAML).")
+            raise WorkloadError(
+                f"{source}: token file {str(p)!r} does not exist; give a .npy or raw "
+                f"token-id file (path relative to the workload YAML)."
+            )
         if p.suffix == ".npy":
             arr = np.load(p, mmap_mode="r")
         else:
             if dtype not in TOKEN_DTYPES:
-                raise WorkloadError(f"{source}: data.dtype {dtype!r} is unknown; valid: {sorted(TOKEN_DTYPES)}.")
+                raise WorkloadError(
+                    f"{source}: data.dtype {dtype!r} is unknown; valid: {sorted(TOKEN_DTYPES)}."
+                )
             arr = np.memmap(p, dtype=TOKEN_DTYPES[dtype], mode="r")
         if arr.ndim != 1:
-            raise WorkloadError(f"{source}: token file {p} must be 1-D token ids, got shape {arr.shape}.")
+            raise WorkloadError(
+                f"{source}: token file {p} must be 1-D token ids, got shape {arr.shape}."
+            )
         self.tokens, self.seq_len, self.vocab_size = arr, seq_len, vocab_size
         self.eval_rows = eval_rows
         self._eval_len = eval_rows * (seq_len + 1)
         self._train_len = len(arr) - self._eval_len
         if self._train_len < seq_len + 1:
-            raise WorkloadError(f"{source}: token file {p} holds {len(arr)} tokens; it needs at least "
-                                f"{(eval_rows + 1) * (seq_len + 1)} (one training window of seq_len + 1 "
-                                f"plus {eval_rows} held-out eval windows).")
+            raise WorkloadError(
+                f"{source}: token file {p} holds {len(arr)} tokens; it needs at least "
+                f"{(eval_rows + 1) * (seq_len + 1)} (one training window of seq_len + 1 "
+                f"plus {eval_rows} held-out eval windows)."
+            )
 
     def _windows(self, starts: list[int], base: int) -> Batch:
-        rows = [np.asarray(self.tokens[base + s: base + s + self.seq_len + 1], dtype=np.int64) for s in starts]
+        rows = [
+            np.asarray(self.tokens[base + s : base + s + self.seq_len + 1], dtype=np.int64)
+            for s in starts
+        ]
         toks = torch.from_numpy(np.stack(rows))
         hi = int(toks.max()) if toks.numel() else 0
         if hi >= self.vocab_size or int(toks.min()) < 0:
-            raise WorkloadError(f"token file holds id {hi} outside the model's vocabulary [0, {self.vocab_size}).")
+            raise WorkloadError(
+                f"token file holds id {hi} outside the model's vocabulary [0, {self.vocab_size})."
+            )
         return Batch(toks[:, :-1], toks[:, 1:])
 
     def global_batch(self, step: int, global_batch_size: int) -> Batch:
@@ -156,7 +189,10 @@ class TokenFileSource(_Source):
         if step < 0:
             raise ValueError(f"training step must be >= 0, got {step}")
         span = self._train_len - self.seq_len - 1
-        starts = [((step * global_batch_size + r) * self.seq_len) % (span + 1) for r in range(global_batch_size)]
+        starts = [
+            ((step * global_batch_size + r) * self.seq_len) % (span + 1)
+            for r in range(global_batch_size)
+        ]
         return self._windows(starts, 0)
 
     def eval_batch(self, rows: int = EVAL_ROWS) -> Batch:
@@ -169,13 +205,20 @@ class JobSource(_Source):
     """The job's own loader (``TrainingJob.global_batch`` / ``eval_batch``), with the harness's
     synthetic source as the eval fallback."""
 
-    def __init__(self, global_batch: Callable[[int, int], Batch], eval_batch: Callable[[], Batch] | None,
-                 fallback: _Source) -> None:
+    def __init__(
+        self,
+        global_batch: Callable[[int, int], Batch],
+        eval_batch: Callable[[], Batch] | None,
+        fallback: _Source,
+    ) -> None:
         self._global, self._eval, self._fallback = global_batch, eval_batch, fallback
 
     def global_batch(self, step: int, global_batch_size: int) -> Batch:
         b = self._global(step, global_batch_size)
-        return Batch(torch.as_tensor(b.inputs, dtype=torch.long), torch.as_tensor(b.targets, dtype=torch.long))
+        return Batch(
+            torch.as_tensor(b.inputs, dtype=torch.long),
+            torch.as_tensor(b.targets, dtype=torch.long),
+        )
 
     def eval_batch(self, rows: int = EVAL_ROWS) -> Batch:
         if self._eval is None:
@@ -183,8 +226,9 @@ class JobSource(_Source):
         return self._eval()
 
 
-def make_source(data: DataSpec, vocab_size: int, *, job: TrainingJob | None = None,
-                data_path: str | None = None) -> _Source:
+def make_source(
+    data: DataSpec, vocab_size: int, *, job: TrainingJob | None = None, data_path: str | None = None
+) -> _Source:
     """The data source a trial trains on: the job's own loader when it has one, else the
     workload's ``data`` (``synthetic``, or ``tokens`` from ``data_path``: ``data.path`` resolved
     against the workload YAML's folder by the driver)."""

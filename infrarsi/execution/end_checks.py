@@ -119,7 +119,7 @@ def add_sum_and_squares(acc: torch.Tensor, t: torch.Tensor) -> None:
     elements at a time (only a chunk is ever held in float64)."""
     flat = t.reshape(-1)
     for lo in range(0, flat.numel(), CHECKSUM_CHUNK_ELEMENTS):
-        c = flat[lo: lo + CHECKSUM_CHUNK_ELEMENTS].to(torch.float64)
+        c = flat[lo : lo + CHECKSUM_CHUNK_ELEMENTS].to(torch.float64)
         acc += c.sum()
         acc += (c * c).sum()
         del c
@@ -135,7 +135,9 @@ def _parameters_on_meta() -> Iterator[None]:
     def register(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
         orig(self, name, param)
         if param is not None and not param.is_meta:
-            self._parameters[name] = nn.Parameter(torch.empty_like(param, device="meta"), requires_grad=param.requires_grad)
+            self._parameters[name] = nn.Parameter(
+                torch.empty_like(param, device="meta"), requires_grad=param.requires_grad
+            )
 
     nn.Module.register_parameter = register  # type: ignore[method-assign]
     try:
@@ -149,7 +151,11 @@ def build_reference(build: Callable[[], nn.Module], device: torch.device | str) 
     parameters left on the meta device (``checksum_and_load`` fills them) and its buffers
     computed by the reference code on ``device``. The RNG state is left as it was."""
     dev = torch.device(device)
-    forked = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
+    forked = (
+        [dev.index if dev.index is not None else torch.cuda.current_device()]
+        if dev.type == "cuda"
+        else []
+    )
     with torch.random.fork_rng(devices=forked), torch.device(dev), _parameters_on_meta():
         model = build()
     return model.eval()
@@ -166,8 +172,12 @@ def _meta_slots(reference: nn.Module) -> dict[str, list[tuple[nn.Module, str]]]:
     return {name: holders[id(p)] for name, p in reference.named_parameters() if id(p) in holders}
 
 
-def checksum_and_load(model: nn.Module, ep_mod: Any | None = None, reference: nn.Module | None = None,
-                      device: torch.device | str | None = None) -> float:
+def checksum_and_load(
+    model: nn.Module,
+    ep_mod: Any | None = None,
+    reference: nn.Module | None = None,
+    device: torch.device | str | None = None,
+) -> float:
     """One pass over ``trained_parameters``: returns the parameter checksum (sum(p) + sum(p^2) in
     float64, computed on the rank's device, over the replicated parameters in model order; the
     same on every data-parallel replica unless they diverged) and, when ``reference`` (from
@@ -195,7 +205,9 @@ def checksum_and_load(model: nn.Module, ep_mod: Any | None = None, reference: nn
         meta = where[0][0]._parameters[where[0][1]]
         assert meta is not None
         if tuple(meta.shape) != tuple(t.shape):
-            mismatched.append(f"{item.name}: trained {tuple(t.shape)} vs reference {tuple(meta.shape)}")
+            mismatched.append(
+                f"{item.name}: trained {tuple(t.shape)} vs reference {tuple(meta.shape)}"
+            )
             continue
         target = dev or t.device
         if item.stable and type(t) is torch.Tensor and t.dtype == meta.dtype and t.device == target:
@@ -206,8 +218,10 @@ def checksum_and_load(model: nn.Module, ep_mod: Any | None = None, reference: nn
         for mod, leaf in where:
             mod._parameters[leaf] = param
     if reference is not None and (slots or unexpected or mismatched):
-        raise WorkloadError(f"eval check: trained parameters do not match the reference model (missing "
-                            f"{sorted(slots)[:5]}, unexpected {unexpected[:5]}, shape {mismatched[:5]})")
+        raise WorkloadError(
+            f"eval check: trained parameters do not match the reference model (missing "
+            f"{sorted(slots)[:5]}, unexpected {unexpected[:5]}, shape {mismatched[:5]})"
+        )
     return float(acc.item()) if acc is not None else 0.0
 
 
@@ -222,8 +236,13 @@ def _fp32_matmuls() -> Iterator[None]:
         torch.set_float32_matmul_precision(prev)
 
 
-def eval_loss(reference: nn.Module, batch: Any, device: torch.device | str, vocab_size: int,
-              forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None) -> float:
+def eval_loss(
+    reference: nn.Module,
+    batch: Any,
+    device: torch.device | str,
+    vocab_size: int,
+    forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+) -> float:
     """Mean cross-entropy of the fixed held-out ``batch`` (``inputs``/``targets`` ``[rows, seq]``)
     under ``reference`` (filled by ``checksum_and_load``; called through the job's ``forward``
     when given) on ``device``, in fp32, without
@@ -235,8 +254,8 @@ def eval_loss(reference: nn.Module, batch: Any, device: torch.device | str, voca
     n = 0
     with torch.no_grad(), _fp32_matmuls():
         for lo in range(0, rows, chunk):
-            inp = batch.inputs[lo: lo + chunk].to(device)
-            tgt = batch.targets[lo: lo + chunk].to(device)
+            inp = batch.inputs[lo : lo + chunk].to(device)
+            tgt = batch.targets[lo : lo + chunk].to(device)
             logits = forward(reference, inp) if forward is not None else reference(inp)
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt.reshape(-1))
             total += loss.double() * tgt.numel()

@@ -82,8 +82,14 @@ def _token_ids(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | 
 class EngineTap:
     """Counts, times and stops one script engine (see the module docstring)."""
 
-    def __init__(self, total_steps: int, device: str, monitor: Any = None, loss_guard: Any = None,
-                 loss_reduction: LossReduction = "token_mean") -> None:
+    def __init__(
+        self,
+        total_steps: int,
+        device: str,
+        monitor: Any = None,
+        loss_guard: Any = None,
+        loss_reduction: LossReduction = "token_mean",
+    ) -> None:
         self.total_steps = int(total_steps)
         """Optimizer steps to measure before ``TrialComplete`` (warm-up included)."""
         self.device = device
@@ -105,7 +111,9 @@ class EngineTap:
 
     def _reset_step(self) -> None:
         self._tokens = self._rows = self._mb_tokens = 0
-        self._loss_sum: torch.Tensor | None = None  # on the loss's device: no host sync inside a step
+        self._loss_sum: torch.Tensor | None = (
+            None  # on the loss's device: no host sync inside a step
+        )
         self._loss_tokens = 0
         self._stepped = False
 
@@ -131,6 +139,7 @@ class EngineTap:
         self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         base = getattr(engine, "basic_optimizer", None)
         if isinstance(base, torch.optim.Optimizer):
+
             def post(*_: Any) -> None:
                 self._stepped = True
 
@@ -143,7 +152,9 @@ class EngineTap:
                 n = 1 if summed else (self._mb_tokens or 1)
                 weighted = loss.detach().double().reshape(()) * n
                 self._loss_sum = weighted if self._loss_sum is None else self._loss_sum + weighted
-                self._loss_tokens = 1 if summed else self._loss_tokens + n  # step_sum: one weight per rank
+                self._loss_tokens = (
+                    1 if summed else self._loss_tokens + n
+                )  # step_sum: one weight per rank
             self._mb_tokens = 0
             out = real_backward(loss, *a, **k)
             if self.monitor is not None:
@@ -176,10 +187,16 @@ class EngineTap:
     # ------------------------------------------------------------------ a step
     def _close_step(self, dev: Any) -> None:
         rec = self.record
-        counts = torch.tensor([float(self._loss_tokens), float(self._tokens), float(self._rows)],
-                              dtype=torch.float64, device=dev)
-        loss_sum = (self._loss_sum.to(dev) if self._loss_sum is not None
-                    else torch.zeros((), dtype=torch.float64, device=dev))
+        counts = torch.tensor(
+            [float(self._loss_tokens), float(self._tokens), float(self._rows)],
+            dtype=torch.float64,
+            device=dev,
+        )
+        loss_sum = (
+            self._loss_sum.to(dev)
+            if self._loss_sum is not None
+            else torch.zeros((), dtype=torch.float64, device=dev)
+        )
         totals = torch.cat([loss_sum.reshape(1), counts])
         dist.all_reduce(totals)
         if self.device == "cuda":
@@ -193,18 +210,30 @@ class EngineTap:
         rec.sequences_seen.append(int(tot[3]))
         rec.optimizer_steps += int(self._stepped)
         self._reset_step()
-        self._t0 = time.perf_counter()  # the next step starts now: the script's loop between steps is inside it
+        self._t0 = (
+            time.perf_counter()
+        )  # the next step starts now: the script's loop between steps is inside it
         step = len(rec.loss) - 1
         if not tot[1]:
-            rec.stop_kind, rec.stop_reason = "no_loss", (
-                f"optimizer step {step} ended without a loss passed to engine.backward(loss): the harness "
-                f"takes the training loss there (call engine.backward, not loss.backward)")
+            rec.stop_kind, rec.stop_reason = (
+                "no_loss",
+                (
+                    f"optimizer step {step} ended without a loss passed to engine.backward(loss): the harness "
+                    f"takes the training loss there (call engine.backward, not loss.backward)"
+                ),
+            )
         elif not math.isfinite(rec.loss[-1]):
-            rec.stop_kind, rec.stop_reason = "nan", f"loss is {rec.loss[-1]} at optimizer step {step}"
+            rec.stop_kind, rec.stop_reason = (
+                "nan",
+                f"loss is {rec.loss[-1]} at optimizer step {step}",
+            )
         elif self.loss_guard is not None and (why := self.loss_guard(step, rec.loss[-1])):
             rec.stop_kind, rec.stop_reason = "guard", str(why)
         elif len(rec.loss) >= self.total_steps:
-            rec.stop_kind, rec.stop_reason = "done", f"the contract's {self.total_steps} optimizer steps ran"
+            rec.stop_kind, rec.stop_reason = (
+                "done",
+                f"the contract's {self.total_steps} optimizer steps ran",
+            )
         if rec.stop_kind:
             raise TrialComplete(rec.stop_reason)
 

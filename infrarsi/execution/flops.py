@@ -81,7 +81,9 @@ def peak_flops_per_s(device: str, threads: int | None = None) -> float:
     return gpu_peak_flops() if device == "cuda" else cpu_matmul_peak_flops(threads)
 
 
-def mfu(flops_per_token_: float, tokens_per_s: float, world_size: int, peak_per_device: float) -> float:
+def mfu(
+    flops_per_token_: float, tokens_per_s: float, world_size: int, peak_per_device: float
+) -> float:
     """Model FLOPs utilisation in [0, 1] (can exceed 1 only if the peak was under-measured)."""
     if peak_per_device <= 0 or world_size <= 0:
         raise ValueError(f"peak ({peak_per_device}) and world_size ({world_size}) must be > 0")

@@ -64,7 +64,9 @@ class GroupSpec:
     (``core_lease``; unpinned, with the reason in ``TrialGroup.infos``, when they are not free)."""
 
     @classmethod
-    def from_resources(cls, res: ResourcesSpec, env: dict[str, str] | None = None, threads: int = 1) -> GroupSpec:
+    def from_resources(
+        cls, res: ResourcesSpec, env: dict[str, str] | None = None, threads: int = 1
+    ) -> GroupSpec:
         return cls(
             workers=res.workers,
             nodes=res.nodes,
@@ -102,7 +104,9 @@ class GroupSpec:
         per_rank = self.rank_resources()
         if self.nodes <= 1:
             return [dict(per_rank) for _ in range(self.workers)]
-        return [{k: v * self.workers_per_node for k, v in per_rank.items()} for _ in range(self.nodes)]
+        return [
+            {k: v * self.workers_per_node for k, v in per_rank.items()} for _ in range(self.nodes)
+        ]
 
     @property
     def strategy(self) -> str:
@@ -130,7 +134,9 @@ class GroupRun:
 class TrialGroup:
     """A started set of rank actors; create with ``TrialGroup(spec).start()``."""
 
-    def __init__(self, spec: GroupSpec, *, start_timeout_s: float = 180.0, placement_group: Any = None) -> None:
+    def __init__(
+        self, spec: GroupSpec, *, start_timeout_s: float = 180.0, placement_group: Any = None
+    ) -> None:
         self.spec = spec
         """The group's shape."""
         self.external_pg = placement_group
@@ -163,8 +169,12 @@ class TrialGroup:
             raise
         self.start_time_s = time.perf_counter() - t0
         self.alive = True
-        log.debug("group started", workers=self.spec.workers, start_time_s=round(self.start_time_s, 2),
-                  pids=self.pids)
+        log.debug(
+            "group started",
+            workers=self.spec.workers,
+            start_time_s=round(self.start_time_s, 2),
+            pids=self.pids,
+        )
         return self
 
     def _start(self) -> None:
@@ -193,8 +203,14 @@ class TrialGroup:
                         placement_group=pg, placement_group_bundle_index=spec.bundle_of(rank)
                     ),
                     max_restarts=0,
-                ).remote(rank, spec.workers, spec.device, spec.env, spec.threads,
-                         math.ceil(spec.cpus_per_worker) if spec.pin_cores else 0)
+                ).remote(
+                    rank,
+                    spec.workers,
+                    spec.device,
+                    spec.env,
+                    spec.threads,
+                    math.ceil(spec.cpus_per_worker) if spec.pin_cores else 0,
+                )
             )
         self.infos = self._get([a.info.remote() for a in self.actors], "start the worker actors")
         port = self._get([self.actors[0].free_port.remote()], "find a free port on rank 0")[0]
@@ -206,7 +222,9 @@ class TrialGroup:
         for rank, actor in enumerate(self.actors):
             peers = by_node[self.infos[rank]["node_id"]]
             refs.append(
-                actor.init_process_group.remote(addr, port, peers.index(rank), len(peers), PROCESS_GROUP_TIMEOUT_S)
+                actor.init_process_group.remote(
+                    addr, port, peers.index(rank), len(peers), PROCESS_GROUP_TIMEOUT_S
+                )
             )
         self._get(refs, f"rendezvous at {addr}:{port}")
 
@@ -214,7 +232,9 @@ class TrialGroup:
         try:
             return list(ray.get(refs, timeout=self.start_timeout_s))
         except ray.exceptions.GetTimeoutError:
-            raise TrialError(f"trial group: could not {what} within {self.start_timeout_s:.0f}s.") from None
+            raise TrialError(
+                f"trial group: could not {what} within {self.start_timeout_s:.0f}s."
+            ) from None
         except ray.exceptions.RayError as e:
             raise TrialError(f"trial group: could not {what}: {e}") from e
 
@@ -264,8 +284,11 @@ class TrialGroup:
     @property
     def cpu_pin_note(self) -> str:
         """Why ranks run unpinned (``rank N: reason``, one per unpinned rank; empty when all are pinned)."""
-        return "; ".join(f"rank {i['rank']}: {i.get('cpu_pin_note') or 'unpinned'}"
-                         for i in self.infos if not i.get("cpu_pinned"))
+        return "; ".join(
+            f"rank {i['rank']}: {i.get('cpu_pin_note') or 'unpinned'}"
+            for i in self.infos
+            if not i.get("cpu_pinned")
+        )
 
     @property
     def placement_group_id(self) -> str | None:
@@ -279,7 +302,9 @@ class TrialGroup:
         value = ray.get(self.actors[0].probe_peak_flops.remote(), timeout=timeout_s)
         return float(value) if value else None
 
-    def run(self, spec: dict[str, Any], *, timeout_s: float, entry: str = DEFAULT_ENTRY) -> GroupRun:
+    def run(
+        self, spec: dict[str, Any], *, timeout_s: float, entry: str = DEFAULT_ENTRY
+    ) -> GroupRun:
         """Run one trial on every rank. Kills the group if the deadline passes."""
         if not self.alive:
             raise TrialError("trial group: run on a group that is not started (or was killed).")
@@ -304,7 +329,10 @@ class TrialGroup:
                     deadline = min(deadline, time.monotonic() + FAILURE_GRACE_S)
         timed_out = bool(pending)
         if timed_out:
-            log.warning("trial deadline passed; killing the group", pending_ranks=sorted(refs[r] for r in pending),
-                        timeout_s=timeout_s)
+            log.warning(
+                "trial deadline passed; killing the group",
+                pending_ranks=sorted(refs[r] for r in pending),
+                timeout_s=timeout_s,
+            )
             self.kill()
         return GroupRun(rank_results=results, timed_out=timed_out, wall_s=time.monotonic() - t0)

@@ -38,7 +38,9 @@ def _folder_key(folder: str, entry_point: str) -> tuple[Any, ...]:
     return (folder, entry_point, tuple((str(p), p.stat().st_mtime_ns) for p in paths if p.exists()))
 
 
-def import_entry(code_dir: str | Path, entry_point: str, *, where: str = "model.entry_point") -> Callable[[JobContext], Any]:
+def import_entry(
+    code_dir: str | Path, entry_point: str, *, where: str = "model.entry_point"
+) -> Callable[[JobContext], Any]:
     """The function ``entry_point`` (``module:function``) imported afresh from ``code_dir`` (or
     the previous import, when it came from the same folder and its files are unchanged)."""
     folder = str(Path(code_dir).resolve())
@@ -53,10 +55,14 @@ def import_entry(code_dir: str | Path, entry_point: str, *, where: str = "model.
 def _import_entry(folder: str, entry_point: str, *, where: str) -> Callable[[JobContext], Any]:
     module_name, _, func_name = entry_point.partition(":")
     if not module_name or not func_name:
-        raise JobError(f"{where}: {entry_point!r} is not 'module:function'; e.g. 'my_job:make_job'.")
+        raise JobError(
+            f"{where}: {entry_point!r} is not 'module:function'; e.g. 'my_job:make_job'."
+        )
     if not Path(folder).is_dir():
-        raise JobError(f"{where}: code_dir {folder!r} is not a folder; set model.code_dir to the folder "
-                       f"holding {module_name.split('.')[0]!r} (relative to the workload YAML).")
+        raise JobError(
+            f"{where}: code_dir {folder!r} is not a folder; set model.code_dir to the folder "
+            f"holding {module_name.split('.')[0]!r} (relative to the workload YAML)."
+        )
     _drop_modules(module_name.split(".")[0])
     if folder in sys.path:
         sys.path.remove(folder)
@@ -66,16 +72,22 @@ def _import_entry(folder: str, entry_point: str, *, where: str) -> Callable[[Job
         module = importlib.import_module(module_name)
     except Exception as e:
         tb = traceback.format_exc(limit=-3)
-        raise JobError(f"{where}: cannot import module {module_name!r} from {folder}: {type(e).__name__}: {e}. "
-                       f"Check model.code_dir and that the module imports on its own.\n{tb}") from None
+        raise JobError(
+            f"{where}: cannot import module {module_name!r} from {folder}: {type(e).__name__}: {e}. "
+            f"Check model.code_dir and that the module imports on its own.\n{tb}"
+        ) from None
     fn = getattr(module, func_name, None)
     if not callable(fn):
-        raise JobError(f"{where}: module {module_name!r} ({getattr(module, '__file__', folder)}) has no function "
-                       f"{func_name!r}; define `def {func_name}(ctx: infrarsi.job.JobContext) -> TrainingJob`.")
+        raise JobError(
+            f"{where}: module {module_name!r} ({getattr(module, '__file__', folder)}) has no function "
+            f"{func_name!r}; define `def {func_name}(ctx: infrarsi.job.JobContext) -> TrainingJob`."
+        )
     return fn  # type: ignore[no-any-return]
 
 
-def load_job(code_dir: str | Path, entry_point: str, ctx: JobContext, *, where: str = "model.entry_point") -> TrainingJob:
+def load_job(
+    code_dir: str | Path, entry_point: str, ctx: JobContext, *, where: str = "model.entry_point"
+) -> TrainingJob:
     """Call the entry point with ``ctx``; a ``JobError`` unless it returns a well-formed ``TrainingJob``."""
     fn = import_entry(code_dir, entry_point, where=where)
     try:
@@ -84,15 +96,19 @@ def load_job(code_dir: str | Path, entry_point: str, ctx: JobContext, *, where: 
         raise
     except Exception as e:
         tb = traceback.format_exc(limit=-3)
-        raise JobError(f"{where}: {entry_point}(ctx) raised {type(e).__name__}: {e}\n{tb}") from None
+        raise JobError(
+            f"{where}: {entry_point}(ctx) raised {type(e).__name__}: {e}\n{tb}"
+        ) from None
     return check_job(job, entry_point, where=where)
 
 
 def check_job(job: Any, entry_point: str, *, where: str = "model.entry_point") -> TrainingJob:
     """``job`` if it is a well-formed ``TrainingJob``, else a ``JobError`` naming the field."""
     if not isinstance(job, TrainingJob):
-        raise JobError(f"{where}: {entry_point}(ctx) returned {type(job).__name__}, not infrarsi.job.TrainingJob; "
-                       f"return TrainingJob(build_model=..., shape=ModelShape(...)).")
+        raise JobError(
+            f"{where}: {entry_point}(ctx) returned {type(job).__name__}, not infrarsi.job.TrainingJob; "
+            f"return TrainingJob(build_model=..., shape=ModelShape(...))."
+        )
     problems = []
     if not callable(job.build_model):
         problems.append("build_model must be a callable returning the model (not the model itself)")
@@ -108,10 +124,10 @@ def check_job(job: Any, entry_point: str, *, where: str = "model.entry_point") -
         if v is not None and not callable(v):
             problems.append(f"{f} must be callable or None, got {type(v).__name__}")
     if problems:
-        raise JobError(f"{where}: {entry_point}(ctx) returned a TrainingJob with " + "; ".join(problems) + ".")
+        raise JobError(
+            f"{where}: {entry_point}(ctx) returned a TrainingJob with " + "; ".join(problems) + "."
+        )
     return job
-
-
 
 
 def preflight(workload: Workload, *, code_dir: str | Path | None = None) -> TrainingJob:
@@ -128,37 +144,58 @@ def preflight(workload: Workload, *, code_dir: str | Path | None = None) -> Trai
     where = f"{workload.path or workload.name}: model.entry_point"
     entry, args = workload.job_model().entry()
     folder = code_dir if code_dir is not None else default_code_dir(workload)
-    ctx = JobContext(args=args, options={}, device=workload.resources.device, rank=0,
-                     world_size=workload.world_size, seq_len=workload.data.seq_len, reference=True)
+    ctx = JobContext(
+        args=args,
+        options={},
+        device=workload.resources.device,
+        rank=0,
+        world_size=workload.world_size,
+        seq_len=workload.data.seq_len,
+        reference=True,
+    )
     job = load_job(folder, entry, ctx, where=where)
     try:
         with torch.device("meta"):
             model = job.build_model()
     except Exception as e:
-        raise JobError(f"{where}: {entry}: build_model() raised {type(e).__name__}: {e} (it is called on the meta "
-                       f"device here: build the model in place, do not move it or read weight values)") from None
+        raise JobError(
+            f"{where}: {entry}: build_model() raised {type(e).__name__}: {e} (it is called on the meta "
+            f"device here: build the model in place, do not move it or read weight values)"
+        ) from None
     if not isinstance(model, torch.nn.Module):
-        raise JobError(f"{where}: {entry}: build_model() returned {type(model).__name__}, not a torch.nn.Module.")
+        raise JobError(
+            f"{where}: {entry}: build_model() returned {type(model).__name__}, not a torch.nn.Module."
+        )
     gbs = workload.global_batch_size
     data_path = workload.data_path()
     try:
-        source = make_source(workload.data, job.shape.vocab_size, job=job,
-                             data_path=str(data_path) if data_path else None)
+        source = make_source(
+            workload.data,
+            job.shape.vocab_size,
+            job=job,
+            data_path=str(data_path) if data_path else None,
+        )
         b = source.global_batch(0, gbs)
     except JobError:
         raise
     except Exception as e:
-        raise JobError(f"{where}: the job's data (global_batch(0, {gbs})) failed: {type(e).__name__}: {e}") from None
+        raise JobError(
+            f"{where}: the job's data (global_batch(0, {gbs})) failed: {type(e).__name__}: {e}"
+        ) from None
     want = (gbs, workload.data.seq_len)
     for name in ("inputs", "targets"):
         t = getattr(b, name, None)
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise JobError(f"{where}: global_batch(0, {gbs}).{name} must be a [{gbs}, {workload.data.seq_len}] "
-                           f"tensor of token ids (tokens_per_step / seq_len rows of data.seq_len), got {got}.")
+            raise JobError(
+                f"{where}: global_batch(0, {gbs}).{name} must be a [{gbs}, {workload.data.seq_len}] "
+                f"tensor of token ids (tokens_per_step / seq_len rows of data.seq_len), got {got}."
+            )
         if t.numel() and (int(t.min()) < 0 or int(t.max()) >= job.shape.vocab_size):
-            raise JobError(f"{where}: global_batch(0, {gbs}).{name} holds token ids outside [0, "
-                           f"shape.vocab_size={job.shape.vocab_size}).")
+            raise JobError(
+                f"{where}: global_batch(0, {gbs}).{name} holds token ids outside [0, "
+                f"shape.vocab_size={job.shape.vocab_size})."
+            )
     return job
 
 

@@ -39,13 +39,28 @@ class MemoryCapacityExceeded(RuntimeError):
     """The rank's memory measure crossed its capacity (a CPU-emulated out-of-memory)."""
 
     def __init__(self, peak_bytes: int = 0, capacity_bytes: int = 0, where: str = "") -> None:
-        super().__init__(f"memory {peak_bytes} B exceeded capacity {capacity_bytes} B at {where or 'watchdog'}")
+        super().__init__(
+            f"memory {peak_bytes} B exceeded capacity {capacity_bytes} B at {where or 'watchdog'}"
+        )
         self.peak_bytes, self.capacity_bytes, self.where = peak_bytes, capacity_bytes, where
 
 
 class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (n, ctypes.c_size_t)
+        for n in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 _LIBC: Any = None
@@ -85,8 +100,13 @@ class MemoryMonitor:
     measure_gpu = "cuda_max_allocated"
     measure_device_used = "device_used"
 
-    def __init__(self, device: str = "cpu", capacity_bytes: int | None = None, poll_s: float = 0.01,
-                 device_used_reader: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        device: str = "cpu",
+        capacity_bytes: int | None = None,
+        poll_s: float = 0.01,
+        device_used_reader: Callable[[], int] | None = None,
+    ) -> None:
         self.device = device
         self.capacity_bytes = int(capacity_bytes) if capacity_bytes else None
         self.poll_s = poll_s
@@ -126,7 +146,9 @@ class MemoryMonitor:
             self.baseline_bytes = malloc_in_use_bytes()
             if self.capacity_bytes:
                 self._stop.clear()
-                self._watchdog = threading.Thread(target=self._watch, name="infrarsi-mem-watchdog", daemon=True)
+                self._watchdog = threading.Thread(
+                    target=self._watch, name="infrarsi-mem-watchdog", daemon=True
+                )
                 self._watchdog.start()
         self._armed = True
 
@@ -158,7 +180,9 @@ class MemoryMonitor:
             return
         self.device_used_peak_bytes = 0
         self._stop.clear()
-        self._watchdog = threading.Thread(target=self._watch_device, name="infrarsi-device-watchdog", daemon=True)
+        self._watchdog = threading.Thread(
+            target=self._watch_device, name="infrarsi-device-watchdog", daemon=True
+        )
         self._watchdog.start()
 
     def _watch_device(self) -> None:
@@ -176,7 +200,8 @@ class MemoryMonitor:
                 self._record_crossing(cur, f"{self.measure_device_used} watchdog")
                 if self._thread_id is not None:
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                        ctypes.c_ulong(self._thread_id), ctypes.py_object(MemoryCapacityExceeded))
+                        ctypes.c_ulong(self._thread_id), ctypes.py_object(MemoryCapacityExceeded)
+                    )
                 return
 
     def peak(self) -> int:
@@ -213,11 +238,13 @@ class MemoryMonitor:
                 self._record_crossing(cur, "watchdog")
                 if self._thread_id is not None:
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                        ctypes.c_ulong(self._thread_id), ctypes.py_object(MemoryCapacityExceeded))
+                        ctypes.c_ulong(self._thread_id), ctypes.py_object(MemoryCapacityExceeded)
+                    )
                 return
 
     def attach(self, model: nn.Module) -> None:
         """Check at every module's forward and at the gradient of its output in backward."""
+
         def post(mod: nn.Module, args: Any, out: Any) -> None:
             self.check("forward")
             if isinstance(out, torch.Tensor) and out.requires_grad:
@@ -249,8 +276,10 @@ class MemoryMonitor:
         if self.crossed_bytes is None:
             return f"out of memory: {type(exc).__name__}: {exc}"
         measure = self.measure_device_used if self.device == "cuda" else self.measure
-        return (f"out of memory: {measure} reached {self.crossed_bytes} B over the pre-build baseline, "
-                f"above the capacity of {self.capacity_bytes} B (at {self.crossed_where})")
+        return (
+            f"out of memory: {measure} reached {self.crossed_bytes} B over the pre-build baseline, "
+            f"above the capacity of {self.capacity_bytes} B (at {self.crossed_where})"
+        )
 
     def oom_lower_bound(self) -> int:
         """For an OOM: the known lower bound of the need (the crossing value, or the peak)."""
@@ -267,4 +296,3 @@ def is_oom(exc: BaseException) -> bool:
     if oom_t is not None and isinstance(exc, oom_t):
         return True
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
-

@@ -53,8 +53,14 @@ class PoolStats:
 class WorkerPool:
     """Hands out a started ``TrialGroup`` for each trial, reusing the last one when it is healthy."""
 
-    def __init__(self, base: GroupSpec, *, start_timeout_s: float = 180.0, warm: bool = True,
-                 placement_group: Any = None) -> None:
+    def __init__(
+        self,
+        base: GroupSpec,
+        *,
+        start_timeout_s: float = 180.0,
+        warm: bool = True,
+        placement_group: Any = None,
+    ) -> None:
         self.base = base
         """Shape of the groups (workers, bundles, device); env/threads come per acquire."""
         self.placement_group = placement_group
@@ -74,7 +80,9 @@ class WorkerPool:
         """The live group, if any."""
         return self._group if self._group is not None and self._group.alive else None
 
-    def acquire(self, env: dict[str, str] | None = None, code_dir: str | None = None, threads: int = 1) -> tuple[TrialGroup, bool]:
+    def acquire(
+        self, env: dict[str, str] | None = None, code_dir: str | None = None, threads: int = 1
+    ) -> tuple[TrialGroup, bool]:
         """A started group for the next trial, and whether it was warm (reused).
 
         ``code_dir`` is accepted for the record; it does not force a new group (see module doc).
@@ -89,7 +97,9 @@ class WorkerPool:
             self.stats.recycles += 1
             self._retire()
         spec = GroupSpec(**{**self.base.__dict__, "env": env, "threads": int(threads)})
-        group = TrialGroup(spec, start_timeout_s=self.start_timeout_s, placement_group=self.placement_group).start()
+        group = TrialGroup(
+            spec, start_timeout_s=self.start_timeout_s, placement_group=self.placement_group
+        ).start()
         self.stats.groups_started += 1
         self.stats.start_times_s.append(group.start_time_s or 0.0)
         self._group, self._key = group, key
@@ -105,8 +115,10 @@ class WorkerPool:
         leaked = leftover_bytes is not None and leftover_bytes > LEFTOVER_RECYCLE_BYTES
         if status in RECYCLE_STATUSES or leaked or not group.alive:
             if group.alive and leaked and status not in RECYCLE_STATUSES:
-                log.info("recycling worker group: the trial left device memory allocated",
-                         leftover_bytes=leftover_bytes)
+                log.info(
+                    "recycling worker group: the trial left device memory allocated",
+                    leftover_bytes=leftover_bytes,
+                )
             elif group.alive:
                 log.info("recycling worker group after trial status", status=status)
             self.stats.recycles += 1

@@ -74,7 +74,11 @@ PHASES = ("data", "forward", "backward", "optimizer", "communication")
 def start_rank(spec: dict[str, Any]) -> tuple[RankResult, Workload, MemoryMonitor]:
     """What every rank entry (an entry-point job, a script) starts a trial with: its empty
     ``RankResult``, the workload, and the memory monitor under the trial's capacity."""
-    res = RankResult(rank=dist.get_rank(), world_size=dist.get_world_size(), trial_id=str(spec.get("trial_id", "")))
+    res = RankResult(
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        trial_id=str(spec.get("trial_id", "")),
+    )
     wl = Workload.from_dict(spec["workload"])
     monitor = MemoryMonitor(wl.resources.device, spec.get("memory_capacity_bytes"))
     res.memory_measure = monitor.measure
@@ -116,8 +120,15 @@ def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
     return asdict(res)
 
 
-def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMonitor,
-         telemetry: TelemetrySampler, state: dict[str, Any], t_start: float) -> None:
+def _run(
+    spec: dict[str, Any],
+    wl: Workload,
+    res: RankResult,
+    monitor: MemoryMonitor,
+    telemetry: TelemetrySampler,
+    state: dict[str, Any],
+    t_start: float,
+) -> None:
     import deepspeed
 
     rank, world = res.rank, res.world_size
@@ -126,19 +137,32 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     make_job = import_entry(spec["code_dir"], entry_point)
     seams = _seams(wl)
 
-    def job_for(options: dict[str, Any], *, reference: bool = False, fn: Any = make_job) -> TrainingJob:
-        ctx = JobContext(args=job_args, options=options, device=device, rank=rank, world_size=world,
-                         seq_len=wl.data.seq_len, reference=reference)
+    def job_for(
+        options: dict[str, Any], *, reference: bool = False, fn: Any = make_job
+    ) -> TrainingJob:
+        ctx = JobContext(
+            args=job_args,
+            options=options,
+            device=device,
+            rank=rank,
+            world_size=world,
+            seq_len=wl.data.seq_len,
+            reference=reference,
+        )
         try:
             return check_job(fn(ctx), entry_point)
         except JobError:
             raise
         except Exception as e:
-            raise JobError(f"model.entry_point: {entry_point}(ctx) raised {type(e).__name__}: {e}") from e
+            raise JobError(
+                f"model.entry_point: {entry_point}(ctx) raised {type(e).__name__}: {e}"
+            ) from e
 
     with torch.device("meta"):
         num_params = sum(p.numel() for p in job_for({}).build_model().parameters())
-    build = build_trial(wl, dict(spec.get("config") or {}), world, num_params, job_for({}).shape.dim)
+    build = build_trial(
+        wl, dict(spec.get("config") or {}), world, num_params, job_for({}).shape.dim
+    )
     job = job_for(dict(build.model_options))
     shape = job.shape
     res.num_params = num_params
@@ -149,8 +173,11 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     ep = bool(build.model_options.get("expert_parallel"))
     if ep and job.expert_parallel is None:
         from infrarsi.errors import KnobError
-        raise KnobError(f"knob 'expert_parallel'=true needs a job with expert parallelism (the built-in moe "
-                        f"family), but {entry_point} has none")
+
+        raise KnobError(
+            f"knob 'expert_parallel'=true needs a job with expert parallelism (the built-in moe "
+            f"family), but {entry_point} has none"
+        )
 
     os.environ.update(build.env)
     os.environ.setdefault("LOCAL_RANK", "0" if device == "cuda" else str(rank))
@@ -162,7 +189,9 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
     comm = clocks.CommTimer.install(device)
-    res.peak_flops_per_s = spec.get("peak_flops_per_s") or peak_flops_per_s(device, build.runtime["threads_per_worker"])
+    res.peak_flops_per_s = spec.get("peak_flops_per_s") or peak_flops_per_s(
+        device, build.runtime["threads_per_worker"]
+    )
 
     # ---- build (memory baseline first) ----
     seed = int(spec.get("seed", wl.data.seed))
@@ -171,7 +200,9 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     with rank_setup.build_context(device, build.ds_config, partitioned=not ep):
         model = job.build_model()
     if not isinstance(model, torch.nn.Module):
-        raise JobError(f"model.entry_point: {entry_point}: build_model() returned {type(model).__name__}, not a torch.nn.Module")
+        raise JobError(
+            f"model.entry_point: {entry_point}: build_model() returned {type(model).__name__}, not a torch.nn.Module"
+        )
     ep_params: list[torch.nn.Parameter] = []
     if ep:
         ep_mod = job.expert_parallel
@@ -182,9 +213,15 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     counters = HarnessCounters().attach(model)
     monitor.attach(model)
     monitor.check("model_build")
-    opt = rank_setup.make_optimizer(build.runtime["optimizer_impl"], list(model.parameters()), wl.optimizer)
+    opt = rank_setup.make_optimizer(
+        build.runtime["optimizer_impl"], list(model.parameters()), wl.optimizer
+    )
     counters.watch_optimizer(opt)
-    ep_opt = rank_setup.make_optimizer(build.runtime["optimizer_impl"], ep_params, wl.optimizer) if ep_params else None
+    ep_opt = (
+        rank_setup.make_optimizer(build.runtime["optimizer_impl"], ep_params, wl.optimizer)
+        if ep_params
+        else None
+    )
     engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=build.ds_config)
     state.update(engine=engine, model=model, counters=counters)
     seams.configure_engine(engine)
@@ -198,7 +235,9 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
         state["ckpt_dir"] = ckpt.shared_temp_dir()
     # Every step's rows are generated before the clock starts (a data loader that keeps up):
     # the timed steps measure training, not the harness's synthetic source.
-    planned = rank_setup.plan_batches(source, total_steps, wl.global_batch_size, rank, world, res.micro_batch_size, dev)
+    planned = rank_setup.plan_batches(
+        source, total_steps, wl.global_batch_size, rank, world, res.micro_batch_size, dev
+    )
     res.warmup_steps = wl.steps.warmup
     res.setup_time_s = time.perf_counter() - t_start
     telemetry.start()
@@ -215,8 +254,10 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
         t0 = time.perf_counter()
         comm0 = comm.total_s() + (state["ep_mod"].COMM_TIME_S[0] if ep else 0.0)
         acc = dict.fromkeys(PHASES, 0.0)
-        batches = [(b.inputs.to(dev, non_blocking=True), b.targets.to(dev, non_blocking=True))
-                   for b in seams.fetch(planned[step])]
+        batches = [
+            (b.inputs.to(dev, non_blocking=True), b.targets.to(dev, non_blocking=True))
+            for b in seams.fetch(planned[step])
+        ]
         counters.begin_step()
         loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
         reported_sum = torch.zeros((), dtype=torch.float64, device=dev)
@@ -235,7 +276,9 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
             loss_sum += loss.detach().double() * ntok
             if job_loss is not None:  # the job's own training loss is back-propagated
                 loss = job_loss(logits, tgt)
-            reported_sum += torch.as_tensor(seams.report_loss(loss.detach()), device=dev).double() * ntok
+            reported_sum += (
+                torch.as_tensor(seams.report_loss(loss.detach()), device=dev).double() * ntok
+            )
             n_tok += ntok
             clock.mark()
             engine.backward(loss)
@@ -250,9 +293,15 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
             monitor.check("after_step")
             clock.mark()
             del logits, loss
-        totals = torch.stack([loss_sum, reported_sum, torch.tensor(float(n_tok), dtype=torch.float64, device=dev),
-                              torch.tensor(float(counters.step_tokens), dtype=torch.float64, device=dev),
-                              torch.tensor(float(counters.step_rows), dtype=torch.float64, device=dev)])
+        totals = torch.stack(
+            [
+                loss_sum,
+                reported_sum,
+                torch.tensor(float(n_tok), dtype=torch.float64, device=dev),
+                torch.tensor(float(counters.step_tokens), dtype=torch.float64, device=dev),
+                torch.tensor(float(counters.step_rows), dtype=torch.float64, device=dev),
+            ]
+        )
         dist.all_reduce(totals)
         sync()
         step_time = time.perf_counter() - t0
@@ -260,7 +309,9 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
             acc["forward"] += fwd
             acc["backward"] += bwd
             acc["optimizer"] += opt_s
-        acc["communication"] = comm.total_s() + (state["ep_mod"].COMM_TIME_S[0] if ep else 0.0) - comm0
+        acc["communication"] = (
+            comm.total_s() + (state["ep_mod"].COMM_TIME_S[0] if ep else 0.0) - comm0
+        )
         tot = totals.tolist()
         res.step_times_s.append(step_time)
         res.loss.append(tot[0] / max(tot[2], 1.0))
@@ -277,16 +328,20 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
         res.stopped_early = loss_guard_trip(spec.get("loss_guard"), step, res.loss[-1])
         if res.stopped_early:
             break
-        if trip is not None and not trip.skipped and step + 1 == trip.step:  # outside the timed step
+        if (
+            trip is not None and not trip.skipped and step + 1 == trip.step
+        ):  # outside the timed step
             ckpt.save(engine, state["ckpt_dir"], trip.step, trip)
     res.peak_memory_bytes = monitor.peak()
     monitor.stop()
-    measured = {p: v[wl.steps.warmup:] or v for p, v in phases.items()}
+    measured = {p: v[wl.steps.warmup :] or v for p, v in phases.items()}
     res.phase_times_s = {p: statistics.median(v) for p, v in measured.items() if v}
     if trip is not None and not trip.skipped and len(res.loss) < total_steps:
-        trip.skipped = (f"training stopped after {len(res.loss)} of {total_steps} steps "
-                        f"({res.status if res.status == 'nan' else 'loss guard'}), so the checkpoint "
-                        f"round trip was not tried")
+        trip.skipped = (
+            f"training stopped after {len(res.loss)} of {total_steps} steps "
+            f"({res.status if res.status == 'nan' else 'loss guard'}), so the checkpoint "
+            f"round trip was not tried"
+        )
     if trip is not None:
         res.checkpoint = trip.to_dict()
     if res.status == "nan":
@@ -295,32 +350,49 @@ def _run(spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMon
     # ---- checksum and eval with the untouched reference model, on this rank's device ----
     t_checks = time.perf_counter()
     reference = None
-    if not res.stopped_early:  # the loss invariant already failed: no eval (replicas still compared)
+    if (
+        not res.stopped_early
+    ):  # the loss invariant already failed: no eval (replicas still compared)
         # the untouched code (a patched trial's reference is the unpatched code dir), imported afresh
         ref_fn = import_entry(spec.get("reference_code_dir") or spec["code_dir"], entry_point)
         ref_job = job_for({}, reference=True, fn=ref_fn)
         reference = end_checks.build_reference(ref_job.build_model, dev)
     res.param_checksum = end_checks.checksum_and_load(model, state.get("ep_mod"), reference, dev)
     if reference is not None:
-        res.eval_loss = end_checks.eval_loss(reference, source.eval_batch(), dev, vocab, forward=ref_job.forward)
+        res.eval_loss = end_checks.eval_loss(
+            reference, source.eval_batch(), dev, vocab, forward=ref_job.forward
+        )
         del reference
     res.end_checks_time_s = time.perf_counter() - t_checks
     res.status = "ok"
     if trip is not None and not trip.skipped:
+
         def rebuild() -> tuple[Any, Any, TrainingJob]:
             # the trial's own code imported afresh (the eval check imported the reference since), as
             # a restarted process would: module-level state starts over
-            fresh_job = job_for(dict(build.model_options), fn=import_entry(spec["code_dir"], entry_point))
+            fresh_job = job_for(
+                dict(build.model_options), fn=import_entry(spec["code_dir"], entry_point)
+            )
             torch.manual_seed(seed)
             with rank_setup.build_context(device, build.ds_config, partitioned=True):
                 fresh = fresh_job.build_model()
-            fresh_opt = rank_setup.make_optimizer(build.runtime["optimizer_impl"], list(fresh.parameters()), wl.optimizer)
-            fresh_engine, *_ = deepspeed.initialize(model=fresh, optimizer=fresh_opt, config=build.ds_config)
+            fresh_opt = rank_setup.make_optimizer(
+                build.runtime["optimizer_impl"], list(fresh.parameters()), wl.optimizer
+            )
+            fresh_engine, *_ = deepspeed.initialize(
+                model=fresh, optimizer=fresh_opt, config=build.ds_config
+            )
             seams.configure_engine(fresh_engine)
             torch.set_num_threads(build.runtime["threads_per_worker"])
             return fresh_engine, fresh_opt, fresh_job
 
-        del engine, model, opt, counters, job  # nothing here may keep the trained engine alive past the restart
+        del (
+            engine,
+            model,
+            opt,
+            counters,
+            job,
+        )  # nothing here may keep the trained engine alive past the restart
         _round_trip(trip, state, rebuild, seams, planned, vocab, loss_chunk, dev)
         res.checkpoint = trip.to_dict()
 
@@ -332,28 +404,44 @@ def trial_steps(spec: dict[str, Any], wl: Workload) -> int:
     if steps is None:
         return wl.steps.warmup + wl.steps.measured
     if int(steps) <= wl.steps.warmup:
-        raise ValueError(f"spec steps={steps}: must exceed the workload's {wl.steps.warmup} warm-up steps")
+        raise ValueError(
+            f"spec steps={steps}: must exceed the workload's {wl.steps.warmup} warm-up steps"
+        )
     return int(steps)
 
 
-def _plan_round_trip(spec: dict[str, Any], total_steps: int, expert_parallel: bool) -> ckpt.RoundTrip | None:
+def _plan_round_trip(
+    spec: dict[str, Any], total_steps: int, expert_parallel: bool
+) -> ckpt.RoundTrip | None:
     """The checkpoint round trip the spec asks for (None: none), skipped with the reason where it
     cannot be tried."""
     step = spec.get("checkpoint_step")
     if step is None:
         return None
     if not 0 < int(step) < total_steps:
-        raise ValueError(f"spec checkpoint_step={step}: must be between 1 and {total_steps - 1} (the steps "
-                         f"trained are {total_steps})")
+        raise ValueError(
+            f"spec checkpoint_step={step}: must be between 1 and {total_steps - 1} (the steps "
+            f"trained are {total_steps})"
+        )
     trip = ckpt.RoundTrip(step=int(step))
     if expert_parallel:
-        trip.skipped = ("expert parallelism: the experts' optimizer lives outside the DeepSpeed engine, so "
-                        "DeepSpeed's checkpoint does not hold its state")
+        trip.skipped = (
+            "expert parallelism: the experts' optimizer lives outside the DeepSpeed engine, so "
+            "DeepSpeed's checkpoint does not hold its state"
+        )
     return trip
 
 
-def _round_trip(trip: ckpt.RoundTrip, state: dict[str, Any], rebuild: Any, seams: Seams,
-                planned: list[list[Any]], vocab: int, loss_chunk: int, dev: torch.device) -> None:
+def _round_trip(
+    trip: ckpt.RoundTrip,
+    state: dict[str, Any],
+    rebuild: Any,
+    seams: Seams,
+    planned: list[list[Any]],
+    vocab: int,
+    loss_chunk: int,
+    dev: torch.device,
+) -> None:
     """The restart half of the checkpoint round trip (``checkpoint_trip``): destroy the trained
     engine, rebuild it from scratch (``rebuild() -> (engine, base optimizer, job)``), load the
     checkpoint, continue to the last step. A failure is recorded in ``trip.error``; the trial
@@ -385,8 +473,17 @@ def _round_trip(trip: ckpt.RoundTrip, state: dict[str, Any], rebuild: Any, seams
     if not loaded:
         return
     try:
-        ckpt.continue_training(engine, opt, job, seams, planned, trip.step, vocab,
-                               ckpt.harness_loss(vocab, loss_chunk), trip)
+        ckpt.continue_training(
+            engine,
+            opt,
+            job,
+            seams,
+            planned,
+            trip.step,
+            vocab,
+            ckpt.harness_loss(vocab, loss_chunk),
+            trip,
+        )
     except Exception as e:  # the uninterrupted run's measurements stand; the restart is what failed
         trip.error = f"training on after the restart failed: {type(e).__name__}: {e}"[:800]
 
@@ -401,8 +498,10 @@ def _seams(wl: Workload) -> Seams:
     module, _, attribute = wl.variant.partition(":")
     seams = getattr(importlib.import_module(module), attribute, None)
     if not isinstance(seams, Seams):
-        raise JobError(f"variant: rule: 'module:attribute' names an infrarsi.execution.seams.Seams; "
-                       f"{wl.variant!r} is {type(seams).__name__}. Fix the attribute, or remove variant")
+        raise JobError(
+            f"variant: rule: 'module:attribute' names an infrarsi.execution.seams.Seams; "
+            f"{wl.variant!r} is {type(seams).__name__}. Fix the attribute, or remove variant"
+        )
     return seams
 
 
@@ -417,9 +516,11 @@ def loss_guard_trip(guard: dict[str, Any] | None, step: int, loss: float) -> str
     tol = float(guard.get("atol", 0.0)) + float(guard.get("rtol", 0.0)) * abs(base)
     if abs(loss - base) <= tol:
         return ""
-    return (f"loss guard: step {step} loss {loss:.6g} vs baseline {base:.6g} (|diff| "
-            f"{abs(loss - base):.3g} > tolerance {tol:.3g}); training stopped there, the trial "
-            f"cannot pass the loss invariant")
+    return (
+        f"loss guard: step {step} loss {loss:.6g} vs baseline {base:.6g} (|diff| "
+        f"{abs(loss - base):.3g} > tolerance {tol:.3g}); training stopped there, the trial "
+        f"cannot pass the loss invariant"
+    )
 
 
 def _cleanup(state: dict[str, Any], device: str) -> None:

@@ -15,7 +15,11 @@ from torch import nn
 
 def make_optimizer(impl: str, params: list[nn.Parameter], optim: Any) -> torch.optim.Optimizer:
     """The harness's torch AdamW (``adamw`` loop, ``adamw_foreach``, ``adamw_fused``)."""
-    kw: dict[str, Any] = {"lr": optim.lr, "betas": tuple(optim.betas), "weight_decay": optim.weight_decay}
+    kw: dict[str, Any] = {
+        "lr": optim.lr,
+        "betas": tuple(optim.betas),
+        "weight_decay": optim.weight_decay,
+    }
     if impl == "adamw":
         kw["foreach"] = False
     elif impl == "adamw_foreach":
@@ -25,7 +29,9 @@ def make_optimizer(impl: str, params: list[nn.Parameter], optim: Any) -> torch.o
     return torch.optim.AdamW(params, **kw)
 
 
-def build_context(device: str, ds_config: dict[str, Any], *, partitioned: bool = True) -> contextlib.AbstractContextManager[Any]:
+def build_context(
+    device: str, ds_config: dict[str, Any], *, partitioned: bool = True
+) -> contextlib.AbstractContextManager[Any]:
     """Where the trial's model is built: on the rank's own device (``torch.device``: the GPU on
     ``cuda``, so initialisation runs there and nothing passes through host memory), or, under
     ZeRO-3 when ``partitioned``, inside ``deepspeed.zero.Init`` with the trial's DeepSpeed config
@@ -43,8 +49,15 @@ def build_context(device: str, ds_config: dict[str, Any], *, partitioned: bool =
     return torch.device("cpu")
 
 
-def plan_batches(source: Any, steps: int, global_batch_size: int, rank: int, world: int,
-                 micro_batch_size: int, device: torch.device | str) -> list[list[Any]]:
+def plan_batches(
+    source: Any,
+    steps: int,
+    global_batch_size: int,
+    rank: int,
+    world: int,
+    micro_batch_size: int,
+    device: torch.device | str,
+) -> list[list[Any]]:
     """This rank's micro-batches of every training step, generated now (before the timed steps),
     in pinned host memory on ``cuda`` so the per-step copy to the device is asynchronous."""
     pin = torch.device(device).type == "cuda"

@@ -8,7 +8,8 @@
         res = runner.run({"zero_stage": 2, "micro_batch_size": 4}, trial_id="t0")
 
 Before any trial it loads the workload's search space and checks that every knob has a handler
-(``infrarsi.execution.knobs.registry.check_space``: a handler for every knob, accepting its values); every config is validated against the space (unknown knob,
+(``infrarsi.execution.knobs.registry.check_space``: a handler for every knob, accepting its
+values); every config is validated against the space (unknown knob,
 bad value, broken constraint -> ``SearchSpaceError``, exit code 2 in the CLI). Trials run on a
 warm ``WorkerPool``; the peak FLOP/s of a device is probed once per runner. A ``backend:
 surrogate`` workload is answered by ``infrarsi.execution.surrogate.backend`` without Ray.
@@ -55,14 +56,18 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> bool
     if address:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
         return False
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(
+        num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False
+    )
     return True
 
 
 def default_timeout_s(workload: Workload, steps: int | None = None) -> float:
     """Trial deadline when none is given: 120 s of set-up plus 30 s per optimizer step (``steps``
     when the trial overrides the workload's ``warmup + measured``)."""
-    return 120.0 + 30.0 * (steps if steps is not None else workload.steps.warmup + workload.steps.measured)
+    return 120.0 + 30.0 * (
+        steps if steps is not None else workload.steps.warmup + workload.steps.measured
+    )
 
 
 def default_code_dir(workload: Workload) -> str:
@@ -124,7 +129,9 @@ class TrialRunner:
         """Ray address (else ``RAY_ADDRESS``, else a local Ray)."""
         self.code_dir = code_dir or default_code_dir(workload)
         """Directory with the ``workloads`` package (a patched worktree for patch trials)."""
-        self.entry = SCRIPT_ENTRY if workload.script is not None and entry == DEFAULT_ENTRY else entry
+        self.entry = (
+            SCRIPT_ENTRY if workload.script is not None and entry == DEFAULT_ENTRY else entry
+        )
         """Function each rank calls (``module:function``; a script workload's: ``script_job``)."""
         self.warm = warm
         """Keep the worker group alive across trials."""
@@ -149,11 +156,15 @@ class TrialRunner:
         self._lock = threading.Lock()
         """Guards ``_pools`` and the peak probe: trials in different placement groups may run at
         once from several threads (the study executor's concurrent Tune trials)."""
-        self.space: SearchSpace = space if space is not None else SearchSpace.from_yaml(workload.search_space_path())
+        self.space: SearchSpace = (
+            space if space is not None else SearchSpace.from_yaml(workload.search_space_path())
+        )
         """The ``SearchSpace`` configs are validated against: ``space`` if given (a study's frozen
         copy), else the workload's."""
         if workload.backend == "surrogate":
-            importlib.import_module("infrarsi.execution.surrogate.backend")  # registers surrogate knobs
+            importlib.import_module(
+                "infrarsi.execution.surrogate.backend"
+            )  # registers surrogate knobs
         if check_knobs:
             check_space(self.space, source=str(workload.search_space_path()))
 
@@ -188,12 +199,20 @@ class TrialRunner:
                 self._owns_ray = init_ray(self.address) or self._owns_ray
                 self._close_removed()
                 base = GroupSpec.from_resources(self.workload.resources)
-                if placement_group is None:  # before the first trial: can the cluster hold one at all?
-                    require_slots(base, alive_nodes(), source=self.workload.path or self.workload.name)
+                if (
+                    placement_group is None
+                ):  # before the first trial: can the cluster hold one at all?
+                    require_slots(
+                        base, alive_nodes(), source=self.workload.path or self.workload.name
+                    )
                     if self.pin:
                         placement_group = self._reservation = self._reserve(base)
-                self._pools[key] = WorkerPool(base, start_timeout_s=self.start_timeout_s, warm=self.warm,
-                                              placement_group=placement_group)
+                self._pools[key] = WorkerPool(
+                    base,
+                    start_timeout_s=self.start_timeout_s,
+                    warm=self.warm,
+                    placement_group=placement_group,
+                )
             return self._pools[key]
 
     def _reserve(self, base: Any) -> Any:
@@ -260,29 +279,61 @@ class TrialRunner:
         full = self.validate(config, where=f"trial {trial_id} config")
         if self.workload.script is not None:
             self.workload.script_layout()  # bad input raises: the script is a file inside the repository
-        total = steps if steps is not None else self.workload.steps.warmup + self.workload.steps.measured
+        total = (
+            steps
+            if steps is not None
+            else self.workload.steps.warmup + self.workload.steps.measured
+        )
         if steps is not None and steps <= self.workload.steps.warmup:
-            raise ValueError(f"trial {trial_id}: steps={steps} must exceed the workload's "
-                             f"{self.workload.steps.warmup} warm-up steps")
+            raise ValueError(
+                f"trial {trial_id}: steps={steps} must exceed the workload's "
+                f"{self.workload.steps.warmup} warm-up steps"
+            )
         if checkpoint_step is not None and not 0 < checkpoint_step < total:
-            raise ValueError(f"trial {trial_id}: checkpoint_step={checkpoint_step} must be between 1 and "
-                             f"{total - 1} (the trial trains {total} steps)")
+            raise ValueError(
+                f"trial {trial_id}: checkpoint_step={checkpoint_step} must be between 1 and "
+                f"{total - 1} (the trial trains {total} steps)"
+            )
         if self.workload.backend == "surrogate":
             from infrarsi.execution.surrogate.backend import run_surrogate
 
-            res = run_surrogate(self.workload, full, trial_id=trial_id, stage=stage,
-                                memory_capacity_bytes=self.memory_capacity_bytes, seed=self.seed or 0)
+            res = run_surrogate(
+                self.workload,
+                full,
+                trial_id=trial_id,
+                stage=stage,
+                memory_capacity_bytes=self.memory_capacity_bytes,
+                seed=self.seed or 0,
+            )
             res.patches = list(patches)
             return res
-        return self._run_real(full, trial_id=trial_id, stage=stage, patches=list(patches),
-                              timeout_s=timeout_s or default_timeout_s(self.workload, steps),
-                              code_dir=code_dir or self.code_dir, loss_guard=loss_guard,
-                              placement_group=placement_group, steps=steps, checkpoint_step=checkpoint_step)
+        return self._run_real(
+            full,
+            trial_id=trial_id,
+            stage=stage,
+            patches=list(patches),
+            timeout_s=timeout_s or default_timeout_s(self.workload, steps),
+            code_dir=code_dir or self.code_dir,
+            loss_guard=loss_guard,
+            placement_group=placement_group,
+            steps=steps,
+            checkpoint_step=checkpoint_step,
+        )
 
-    def _run_real(self, config: dict[str, Any], *, trial_id: str, stage: str, patches: list[str],
-                  timeout_s: float, code_dir: str, loss_guard: dict[str, Any] | None = None,
-                  placement_group: Any = None, steps: int | None = None,
-                  checkpoint_step: int | None = None) -> TrialResult:
+    def _run_real(
+        self,
+        config: dict[str, Any],
+        *,
+        trial_id: str,
+        stage: str,
+        patches: list[str],
+        timeout_s: float,
+        code_dir: str,
+        loss_guard: dict[str, Any] | None = None,
+        placement_group: Any = None,
+        steps: int | None = None,
+        checkpoint_step: int | None = None,
+    ) -> TrialResult:
         pool = self.pool_for(placement_group)
         started = time.time()
         t0 = time.perf_counter()
@@ -290,9 +341,17 @@ class TrialRunner:
             group, warm = pool.acquire(env=knob_env(config, self.workload), code_dir=code_dir)
         except (TrialError, KnobError) as e:
             ended = time.time()
-            return TrialResult(trial_id=trial_id, stage=stage, config=config, status="failed",
-                               error=str(e), patches=patches, world_size=self.workload.world_size,
-                               started_at=started, ended_at=ended)
+            return TrialResult(
+                trial_id=trial_id,
+                stage=stage,
+                config=config,
+                status="failed",
+                error=str(e),
+                patches=patches,
+                world_size=self.workload.world_size,
+                started_at=started,
+                ended_at=ended,
+            )
         acquire_s = time.perf_counter() - t0
         with self._lock:  # one probe per runner, even when the first trials start together
             if not self._peak_probed:
@@ -304,11 +363,17 @@ class TrialRunner:
                     log.warning("peak FLOP/s probe failed; mfu will be empty", error=str(e))
                 started += time.time() - t_probe  # the one-off probe is not the trial's cost
         spec = {
-            "workload": self.workload.to_yaml_dict(), "config": config, "trial_id": trial_id,
-            "memory_capacity_bytes": self.memory_capacity_bytes, "code_dir": code_dir,
-            "peak_flops_per_s": self._peak_flops, "reference_code_dir": self.code_dir,
+            "workload": self.workload.to_yaml_dict(),
+            "config": config,
+            "trial_id": trial_id,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "code_dir": code_dir,
+            "peak_flops_per_s": self._peak_flops,
+            "reference_code_dir": self.code_dir,
         }
-        if self.workload.script is not None:  # the script and its working directory inside the trial's code
+        if (
+            self.workload.script is not None
+        ):  # the script and its working directory inside the trial's code
             spec["script"], spec["script_cwd"] = self.workload.script_layout()
         data_path = self.workload.data_path()
         if data_path is not None:
@@ -323,50 +388,108 @@ class TrialRunner:
             spec["checkpoint_step"] = int(checkpoint_step)
         try:
             self._ship_code(group, spec)
-            res = self._run_on(group, spec, config, trial_id=trial_id, stage=stage, patches=patches,
-                               timeout_s=timeout_s, started=started, warm=warm, acquire_s=acquire_s)
+            res = self._run_on(
+                group,
+                spec,
+                config,
+                trial_id=trial_id,
+                stage=stage,
+                patches=patches,
+                timeout_s=timeout_s,
+                started=started,
+                warm=warm,
+                acquire_s=acquire_s,
+            )
         except Exception as e:  # a harness bug or a Ray error: the trial failed, the group goes
             log.exception("trial harness error", trial_id=trial_id)
             pool.release(group, "failed")
             ended = time.time()
-            return TrialResult(trial_id=trial_id, stage=stage, config=config, status="failed",
-                               error=f"trial harness error: {type(e).__name__}: {e}", patches=patches,
-                               world_size=group.spec.world_size, started_at=started, ended_at=ended,
-                               device_seconds=group.spec.devices * (ended - started))
+            return TrialResult(
+                trial_id=trial_id,
+                stage=stage,
+                config=config,
+                status="failed",
+                error=f"trial harness error: {type(e).__name__}: {e}",
+                patches=patches,
+                world_size=group.spec.world_size,
+                started_at=started,
+                ended_at=ended,
+                device_seconds=group.spec.devices * (ended - started),
+            )
         except BaseException:  # KeyboardInterrupt: release everything, then stop
             pool.release(group, "failed")
             raise
         pool.release(group, res.status, leftover_bytes=res.extra.get("leftover_device_bytes"))
-        log.info("trial done", trial_id=trial_id, status=res.status, step_time_s=res.step_time_s,
-                 peak_memory_bytes=res.peak_memory_bytes, warm=warm)
+        log.info(
+            "trial done",
+            trial_id=trial_id,
+            status=res.status,
+            step_time_s=res.step_time_s,
+            peak_memory_bytes=res.peak_memory_bytes,
+            warm=warm,
+        )
         return res
 
-    def _run_on(self, group: Any, spec: dict[str, Any], config: dict[str, Any], *, trial_id: str,
-                stage: str, patches: list[str], timeout_s: float, started: float, warm: bool,
-                acquire_s: float) -> TrialResult:
+    def _run_on(
+        self,
+        group: Any,
+        spec: dict[str, Any],
+        config: dict[str, Any],
+        *,
+        trial_id: str,
+        stage: str,
+        patches: list[str],
+        timeout_s: float,
+        started: float,
+        warm: bool,
+        acquire_s: float,
+    ) -> TrialResult:
         run = group.run(spec, timeout_s=timeout_s, entry=self.entry)
         ended = time.time()
         hardware = {
-            "device": group.spec.device, "world_size": group.spec.world_size,
-            "devices": group.spec.devices, "cpus_per_worker": group.spec.cpus_per_worker,
-            "hosts": sorted({i["hostname"] for i in group.infos}), "peak_flops_per_s": self._peak_flops,
-            "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-            "torch": _version("torch"), "deepspeed": _version("deepspeed"), "ray": _version("ray"),
+            "device": group.spec.device,
+            "world_size": group.spec.world_size,
+            "devices": group.spec.devices,
+            "cpus_per_worker": group.spec.cpus_per_worker,
+            "hosts": sorted({i["hostname"] for i in group.infos}),
+            "peak_flops_per_s": self._peak_flops,
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "torch": _version("torch"),
+            "deepspeed": _version("deepspeed"),
+            "ray": _version("ray"),
         }
         extra = {
-            "warm": warm, "acquire_s": acquire_s, "group_start_s": group.start_time_s if not warm else 0.0,
-            "trial_wall_s": run.wall_s, "pids": group.pids, "actor_ids": group.actor_ids,
-            "placement_group_id": group.placement_group_id, "node_ids": group.node_ids,
-            "cpu_pinned": group.cpu_pinned, "cpu_pin_note": group.cpu_pin_note,
-            "group_trials_run": group.trials_run, "memory_capacity_bytes": self.memory_capacity_bytes,
+            "warm": warm,
+            "acquire_s": acquire_s,
+            "group_start_s": group.start_time_s if not warm else 0.0,
+            "trial_wall_s": run.wall_s,
+            "pids": group.pids,
+            "actor_ids": group.actor_ids,
+            "placement_group_id": group.placement_group_id,
+            "node_ids": group.node_ids,
+            "cpu_pinned": group.cpu_pinned,
+            "cpu_pin_note": group.cpu_pin_note,
+            "group_trials_run": group.trials_run,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
             "code_shipped": "code_package" in spec,
             "code_digest": spec["code_package"]["digest"] if "code_package" in spec else None,
         }
         return aggregate(
-            run.rank_results, timed_out=run.timed_out, trial_id=trial_id, stage=stage, config=config,
-            patches=patches, world_size=group.spec.world_size, nodes=len(set(group.node_ids)) or 1,
-            devices=group.spec.devices, started_at=started, ended_at=ended,
-            peak_flops_per_s=self._peak_flops, hardware=hardware, extra=extra,
+            run.rank_results,
+            timed_out=run.timed_out,
+            trial_id=trial_id,
+            stage=stage,
+            config=config,
+            patches=patches,
+            world_size=group.spec.world_size,
+            nodes=len(set(group.node_ids)) or 1,
+            devices=group.spec.devices,
+            started_at=started,
+            ended_at=ended,
+            peak_flops_per_s=self._peak_flops,
+            hardware=hardware,
+            extra=extra,
         )
 
     def _ship_code(self, group: Any, spec: dict[str, Any]) -> None:
@@ -395,7 +518,10 @@ class TrialRunner:
             hit = self._shipped.get(str(root))
             if hit is None or hit[0] != stamp:
                 pkg = pack(root, include)
-                hit = (stamp, {"digest": pkg.digest, "ref": ray.put(pkg.data), "source": pkg.source})
+                hit = (
+                    stamp,
+                    {"digest": pkg.digest, "ref": ray.put(pkg.data), "source": pkg.source},
+                )
                 self._shipped[str(root)] = hit
             return dict(hit[1])
 

@@ -37,9 +37,18 @@ from infrarsi.execution.knobs.deepspeed import auto_bucket_elements
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 """Top-level keys the contract and the ``micro_batch_size`` knob own."""
 
-ZERO_KNOB_KEYS = ("stage", "offload_optimizer", "offload_param", "overlap_comm", "reduce_bucket_size",
-                  "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
-                  "stage3_max_live_parameters", "stage3_max_reuse_distance")
+ZERO_KNOB_KEYS = (
+    "stage",
+    "offload_optimizer",
+    "offload_param",
+    "overlap_comm",
+    "reduce_bucket_size",
+    "allgather_bucket_size",
+    "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold",
+    "stage3_max_live_parameters",
+    "stage3_max_reuse_distance",
+)
 """``zero_optimization`` keys the built-in knob handlers own (``knobs/deepspeed.py``)."""
 
 SCRIPT_PINNED: dict[str, str] = {
@@ -57,19 +66,25 @@ def pinned_knobs(knob_names: list[str]) -> dict[str, str]:
     return {k: SCRIPT_PINNED[k] for k in knob_names if k in SCRIPT_PINNED}
 
 
-def script_ds_config(args: Any, config: Any, config_params: Any, *, cwd: str | Path = ".") -> dict[str, Any]:
+def script_ds_config(
+    args: Any, config: Any, config_params: Any, *, cwd: str | Path = "."
+) -> dict[str, Any]:
     """The script's DeepSpeed config as a fresh dict: ``config``, else ``config_params``, else
     ``args.deepspeed_config`` (or the deprecated ``args.deepscale_config``); a JSON path is read
     relative to ``cwd``. Raises ``WorkloadError`` when there is none or it is not JSON."""
     cfg = config if config is not None else config_params
     from_args = getattr(args, "deepspeed_config", None) or getattr(args, "deepscale_config", None)
     if cfg is not None and from_args is not None:
-        raise WorkloadError("script: deepspeed.initialize got a config both in config= and in "
-                            "args.deepspeed_config; DeepSpeed refuses that too. Fix: pass one of them")
+        raise WorkloadError(
+            "script: deepspeed.initialize got a config both in config= and in "
+            "args.deepspeed_config; DeepSpeed refuses that too. Fix: pass one of them"
+        )
     cfg = cfg if cfg is not None else from_args
     if cfg is None:
-        raise WorkloadError("script: deepspeed.initialize got no DeepSpeed config (no config=, no "
-                            "--deepspeed_config). Fix: add --deepspeed_config ds.json to script.args")
+        raise WorkloadError(
+            "script: deepspeed.initialize got no DeepSpeed config (no config=, no "
+            "--deepspeed_config). Fix: add --deepspeed_config ds.json to script.args"
+        )
     if isinstance(cfg, dict):
         return copy.deepcopy(cfg)
     path = Path(str(cfg))
@@ -78,15 +93,26 @@ def script_ds_config(args: Any, config: Any, config_params: Any, *, cwd: str | P
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise WorkloadError(f"script: the DeepSpeed config {str(cfg)!r} ({path}) cannot be read as JSON: {e}. "
-                            f"Fix the path in script.args (relative to the workload YAML's folder)") from None
+        raise WorkloadError(
+            f"script: the DeepSpeed config {str(cfg)!r} ({path}) cannot be read as JSON: {e}. "
+            f"Fix the path in script.args (relative to the workload YAML's folder)"
+        ) from None
     if not isinstance(data, dict):
-        raise WorkloadError(f"script: the DeepSpeed config {path} must hold a JSON object, got {type(data).__name__}")
+        raise WorkloadError(
+            f"script: the DeepSpeed config {path} must hold a JSON object, got {type(data).__name__}"
+        )
     return data
 
 
-def merge_trial_config(script: dict[str, Any], trial: dict[str, Any], knobs: list[str], *,
-                       num_params: int, hidden_size: int, client_optimizer: bool) -> dict[str, Any]:
+def merge_trial_config(
+    script: dict[str, Any],
+    trial: dict[str, Any],
+    knobs: list[str],
+    *,
+    num_params: int,
+    hidden_size: int,
+    client_optimizer: bool,
+) -> dict[str, Any]:
     """The script's config with the trial's knob keys in (see the module docstring).
 
     ``script``: the script's own config; ``trial``: ``build_trial(...).ds_config``; ``knobs``: the
@@ -118,10 +144,12 @@ def resolve_auto(cfg: dict[str, Any], *, num_params: int, hidden_size: int) -> d
     ``WorkloadError`` naming the key."""
     n = max(int(num_params), 1)
     known = {
-        "reduce_bucket_size": auto_bucket_elements(n), "allgather_bucket_size": auto_bucket_elements(n),
+        "reduce_bucket_size": auto_bucket_elements(n),
+        "allgather_bucket_size": auto_bucket_elements(n),
         "stage3_prefetch_bucket_size": min(50_000_000, n),
         "stage3_param_persistence_threshold": 10 * max(int(hidden_size), 1),
-        "stage3_max_live_parameters": min(1_000_000_000, n), "stage3_max_reuse_distance": min(1_000_000_000, n),
+        "stage3_max_live_parameters": min(1_000_000_000, n),
+        "stage3_max_reuse_distance": min(1_000_000_000, n),
         "enabled": False,
     }
 
@@ -133,14 +161,23 @@ def resolve_auto(cfg: dict[str, Any], *, num_params: int, hidden_size: int) -> d
         if node == "auto":
             leaf = where.rsplit(".", 1)[-1]
             if leaf not in known:
-                raise WorkloadError(f"script: DeepSpeed config key {where!r} is 'auto', which only Hugging Face's "
-                                    f"Trainer resolves and infrarsi does not know for it. Fix: set a value in "
-                                    f"your DeepSpeed config")
+                raise WorkloadError(
+                    f"script: DeepSpeed config key {where!r} is 'auto', which only Hugging Face's "
+                    f"Trainer resolves and infrarsi does not know for it. Fix: set a value in "
+                    f"your DeepSpeed config"
+                )
             return known[leaf]
         return node
 
     return walk(cfg, "")  # type: ignore[no-any-return]
 
 
-__all__ = ["BATCH_KEYS", "SCRIPT_PINNED", "ZERO_KNOB_KEYS", "merge_trial_config", "pinned_knobs",
-           "resolve_auto", "script_ds_config"]
+__all__ = [
+    "BATCH_KEYS",
+    "SCRIPT_PINNED",
+    "ZERO_KNOB_KEYS",
+    "merge_trial_config",
+    "pinned_knobs",
+    "resolve_auto",
+    "script_ds_config",
+]

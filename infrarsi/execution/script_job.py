@@ -94,7 +94,9 @@ def hidden_size_of(model: torch.nn.Module) -> int:
 class ScriptRun:
     """The state of one script run on one rank: the spec, the tap, the engine the script got."""
 
-    def __init__(self, spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMonitor) -> None:
+    def __init__(
+        self, spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMonitor
+    ) -> None:
         self.spec = spec
         self.wl = wl
         self.res = res
@@ -107,9 +109,13 @@ class ScriptRun:
         script = Path(spec["code_dir"]) / spec["script"] if spec.get("script") else None
         self.trainer = script is not None and read_script(script).kind == "hf_trainer"
         """The script is a Hugging Face ``Trainer`` script (``script_hf``)."""
-        self.tap = EngineTap(trial_steps(spec, wl), wl.resources.device, monitor,
-                             loss_guard=(lambda step, loss: loss_guard_trip(guard, step, loss)) if guard else None,
-                             loss_reduction="step_sum" if self.trainer else "token_mean")
+        self.tap = EngineTap(
+            trial_steps(spec, wl),
+            wl.resources.device,
+            monitor,
+            loss_guard=(lambda step, loss: loss_guard_trip(guard, step, loss)) if guard else None,
+            loss_reduction="step_sum" if self.trainer else "token_mean",
+        )
         """The harness's tap on the engine (attached by ``initialize``)."""
         self.initialized = False
         """True once the script called ``deepspeed.initialize``."""
@@ -119,22 +125,36 @@ class ScriptRun:
         """``deepspeed.initialize`` as the script sees it: the trial's config merged in, the
         engine tapped (see the module docstring)."""
         if self.initialized:
-            raise WorkloadError("script: deepspeed.initialize was called a second time in one run; infrarsi "
-                                "tunes one engine per trial")
+            raise WorkloadError(
+                "script: deepspeed.initialize was called a second time in one run; infrarsi "
+                "tunes one engine per trial"
+            )
         bound = inspect.signature(real).bind(*a, **k)
         kw = dict(bound.arguments)
         model = kw.get("model")
         if not isinstance(model, torch.nn.Module):
-            raise WorkloadError(f"script: deepspeed.initialize needs model= a torch.nn.Module, got {type(model).__name__}")
+            raise WorkloadError(
+                f"script: deepspeed.initialize needs model= a torch.nn.Module, got {type(model).__name__}"
+            )
         args = kw.get("args")
-        script_cfg = script_ds_config(args, kw.pop("config", None), kw.pop("config_params", None), cwd=self.cwd)
+        script_cfg = script_ds_config(
+            args, kw.pop("config", None), kw.pop("config_params", None), cwd=self.cwd
+        )
         num_params = sum(int(getattr(p, "ds_numel", p.numel())) for p in model.parameters())
         hidden = hidden_size_of(model)
         world = self.res.world_size
         build = build_trial(self.wl, self.config, world, num_params, hidden)
-        merged = merge_trial_config(script_cfg, build.ds_config, list(self.config), num_params=num_params,
-                                    hidden_size=hidden, client_optimizer=kw.get("optimizer") is not None)
-        if args is not None and (hasattr(args, "deepspeed_config") or hasattr(args, "deepscale_config")):
+        merged = merge_trial_config(
+            script_cfg,
+            build.ds_config,
+            list(self.config),
+            num_params=num_params,
+            hidden_size=hidden,
+            client_optimizer=kw.get("optimizer") is not None,
+        )
+        if args is not None and (
+            hasattr(args, "deepspeed_config") or hasattr(args, "deepscale_config")
+        ):
             import argparse
 
             args = argparse.Namespace(**vars(args))  # the script's own args object stays as it was
@@ -159,7 +179,9 @@ class ScriptRun:
 
     def trainer_overrides(self) -> TrainerOverrides:
         """The ``TrainingArguments`` fields of this trial (a ``Trainer`` script; ``script_hf``)."""
-        build = build_trial(self.wl, self.config, self.res.world_size, 1, 1)  # the batch keys need no model
+        build = build_trial(
+            self.wl, self.config, self.res.world_size, 1, 1
+        )  # the batch keys need no model
         return trainer_overrides(build.ds_config, self.config, self.res.world_size)
 
     def read_config(self, value: Any) -> dict[str, Any]:
@@ -175,15 +197,21 @@ class ScriptRun:
         except TrialComplete:
             return
         except SystemExit as e:
-            raise WorkloadError(f"script: {self._where()} exited (SystemExit code {e.code!r}) before the contract's "
-                                f"{self.tap.total_steps} optimizer steps\n{_script_traceback(e)[-3000:]}") from None
+            raise WorkloadError(
+                f"script: {self._where()} exited (SystemExit code {e.code!r}) before the contract's "
+                f"{self.tap.total_steps} optimizer steps\n{_script_traceback(e)[-3000:]}"
+            ) from None
         if not self.initialized:
-            raise WorkloadError(f"script: {self._where()} finished without calling deepspeed.initialize: infrarsi "
-                                f"reaches a script through its DeepSpeed engine. Fix: build the engine with "
-                                f"deepspeed.initialize(args=..., model=..., ...)")
-        raise WorkloadError(f"script: {self._where()} returned after {len(self.tap.record.loss)} of the contract's "
-                            f"{self.tap.total_steps} optimizer steps. Fix: let it train at least that many steps "
-                            f"(its own arguments in script.args)")
+            raise WorkloadError(
+                f"script: {self._where()} finished without calling deepspeed.initialize: infrarsi "
+                f"reaches a script through its DeepSpeed engine. Fix: build the engine with "
+                f"deepspeed.initialize(args=..., model=..., ...)"
+            )
+        raise WorkloadError(
+            f"script: {self._where()} returned after {len(self.tap.record.loss)} of the contract's "
+            f"{self.tap.total_steps} optimizer steps. Fix: let it train at least that many steps "
+            f"(its own arguments in script.args)"
+        )
 
     def _where(self) -> str:
         return f"{self.spec.get('script')} (after {len(self.tap.record.loss)} optimizer steps)"
@@ -239,15 +267,20 @@ def rebind(prefixes: tuple[str, ...], old: Any, new: Any) -> list[tuple[Any, str
 
 
 @contextlib.contextmanager
-def launched(argv: list[str], cwd: str, script_dir: str, env: dict[str, str], run: ScriptRun) -> Iterator[None]:
+def launched(
+    argv: list[str], cwd: str, script_dir: str, env: dict[str, str], run: ScriptRun
+) -> Iterator[None]:
     """The launcher's world for the script, and the harness's ``deepspeed.initialize``; every
     change undone on exit, and the modules the script imported from its own folder dropped (the
     next trial may run a patched copy)."""
     import deepspeed
 
     if not _REAL:
-        _REAL.update(initialize=deepspeed.initialize, init_process_group=dist.init_process_group,
-                     destroy_process_group=dist.destroy_process_group)
+        _REAL.update(
+            initialize=deepspeed.initialize,
+            init_process_group=dist.init_process_group,
+            destroy_process_group=dist.destroy_process_group,
+        )
     saved_env = {k: os.environ.get(k) for k in env}
     saved = (list(sys.argv), os.getcwd(), list(sys.path))
     before = set(sys.modules)
@@ -302,7 +335,11 @@ def run_script_rank(spec: dict[str, Any]) -> dict[str, Any]:
             res.error = monitor.describe_oom(exc)
         else:
             res.status = "failed"
-            res.error = str(exc)[-ERROR_TAIL_CHARS:] if isinstance(exc, WorkloadError) else _script_traceback(exc)
+            res.error = (
+                str(exc)[-ERROR_TAIL_CHARS:]
+                if isinstance(exc, WorkloadError)
+                else _script_traceback(exc)
+            )
         traceback.clear_frames(exc.__traceback__)
         del exc
     finally:
@@ -318,7 +355,9 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
     import deepspeed
 
     if wl.script is None:
-        raise WorkloadError(f"{wl.path or wl.name}: field 'script': the script entry needs a script workload")
+        raise WorkloadError(
+            f"{wl.path or wl.name}: field 'script': the script entry needs a script workload"
+        )
     res = run.res
     device = wl.resources.device
     script = str(Path(spec["code_dir"]) / spec["script"])
@@ -331,7 +370,9 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
     torch.set_num_threads(threads)
     if device == "cpu":  # as rank_loop: free here, and the losses repeat
         torch.use_deterministic_algorithms(True, warn_only=True)
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # as rank_loop: no JIT shm op on CPU
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = (
+        False  # as rank_loop: no JIT shm op on CPU
+    )
     deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
     argv = script_argv(script, list(wl.script.args), wl.script.launcher, local_rank)
     run.monitor.start()
@@ -341,9 +382,13 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
             try:
                 from transformers.training_args import TrainingArguments
             except ImportError as e:
-                raise WorkloadError(f"script: {spec['script']} is a Hugging Face Trainer script, and transformers "
-                                    f"cannot be imported here ({e}). Fix: pip install 'infrarsi[hf]'") from None
-            stack.enter_context(patched_post_init(TrainingArguments, run.trainer_overrides, run.read_config))
+                raise WorkloadError(
+                    f"script: {spec['script']} is a Hugging Face Trainer script, and transformers "
+                    f"cannot be imported here ({e}). Fix: pip install 'infrarsi[hf]'"
+                ) from None
+            stack.enter_context(
+                patched_post_init(TrainingArguments, run.trainer_overrides, run.read_config)
+            )
         run.run(script, argv, t_start)
     rec = run.tap.record
     res.step_times_s = list(rec.step_times_s)
@@ -362,15 +407,19 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
         res.stopped_early = rec.stop_reason
     t_checks = time.perf_counter()
     engine = run.tap.engine
-    if engine is not None:  # replicas must agree (gradient all-reduce): the same check as rank_loop's
+    if (
+        engine is not None
+    ):  # replicas must agree (gradient all-reduce): the same check as rank_loop's
         res.param_checksum = end_checks.checksum_and_load(engine.module)
     res.end_checks_time_s = time.perf_counter() - t_checks
     res.peak_flops_per_s = spec.get("peak_flops_per_s")
     if spec.get("checkpoint_step") is not None:  # the long check asks; say plainly it was not tried
         from infrarsi.execution.checkpoint_trip import RoundTrip
 
-        res.checkpoint = RoundTrip(step=int(spec["checkpoint_step"]), skipped=(
-            "script workloads: the checkpoint round trip is not wired to scripts yet")).to_dict()
+        res.checkpoint = RoundTrip(
+            step=int(spec["checkpoint_step"]),
+            skipped=("script workloads: the checkpoint round trip is not wired to scripts yet"),
+        ).to_dict()
     res.status = "ok"
 
 
@@ -390,5 +439,12 @@ def _cleanup(run: ScriptRun | None, device: str) -> None:
         torch.cuda.empty_cache()
 
 
-__all__ = ["REBIND_PREFIXES", "SCRIPT_ENTRY", "ScriptRun", "hidden_size_of", "rebind", "run_script_rank",
-           "script_argv"]
+__all__ = [
+    "REBIND_PREFIXES",
+    "SCRIPT_ENTRY",
+    "ScriptRun",
+    "hidden_size_of",
+    "rebind",
+    "run_script_rank",
+    "script_argv",
+]

@@ -44,8 +44,10 @@ def script_preflight(wl: Workload) -> None:
     try:
         compile(path.read_text(), str(path), "exec")
     except (SyntaxError, ValueError, UnicodeDecodeError) as e:
-        raise WorkloadError(f"{where}.path': rule: a Python script that compiles; {wl.script.path!r} does not: "
-                            f"{type(e).__name__}: {e}. Fix the script") from None
+        raise WorkloadError(
+            f"{where}.path': rule: a Python script that compiles; {wl.script.path!r} does not: "
+            f"{type(e).__name__}: {e}. Fix the script"
+        ) from None
     name = config_arg(list(wl.script.args))
     if name is None:
         return
@@ -59,7 +61,8 @@ def script_preflight(wl: Workload) -> None:
         raise WorkloadError(
             f"{where}.args': rule: the script's DeepSpeed config {name!r} trains train_batch_size={tbs} sequences "
             f"per step, but the workload's tokens_per_step / data.seq_len = {wl.tokens_per_step} / "
-            f"{wl.data.seq_len} = {wl.global_batch_size}. Fix: make them agree (or set train_batch_size: auto)")
+            f"{wl.data.seq_len} = {wl.global_batch_size}. Fix: make them agree (or set train_batch_size: auto)"
+        )
 
 
 __all__ = ["config_arg", "script_preflight"]

@@ -80,8 +80,9 @@ def nvml_handle(nvml: Any, ordinal: int, env: Mapping[str, str] | None = None) -
     return matches[0] if len(matches) == 1 else None
 
 
-def nvml_reader(device_index: int, nvml: Any | None = None,
-                 env: Mapping[str, str] | None = None) -> Callable[[], dict[str, float]] | None:
+def nvml_reader(
+    device_index: int, nvml: Any | None = None, env: Mapping[str, str] | None = None
+) -> Callable[[], dict[str, float]] | None:
     """A reader of the rank's GPU (CUDA ordinal ``device_index``), or None without one."""
     try:
         lib: Any = nvml if nvml is not None else importlib.import_module("pynvml")
@@ -107,8 +108,13 @@ class TelemetrySampler:
     """Background sampler. ``device``: ``cpu`` (no-op) or ``cuda``; ``device_index``: the rank's
     CUDA ordinal (mapped to its physical GPU by ``visible_device``)."""
 
-    def __init__(self, device: str = "cpu", device_index: int = 0, interval_s: float = 0.5,
-                 reader: Callable[[], dict[str, float]] | None = None) -> None:
+    def __init__(
+        self,
+        device: str = "cpu",
+        device_index: int = 0,
+        interval_s: float = 0.5,
+        reader: Callable[[], dict[str, float]] | None = None,
+    ) -> None:
         self.device, self.device_index, self.interval_s = device, device_index, interval_s
         self._reader = reader
         self.samples: list[dict[str, float]] = []
@@ -119,7 +125,9 @@ class TelemetrySampler:
         if self._reader is None and self.device == "cuda":
             self._reader = nvml_reader(self.device_index)
         if self._reader is not None:
-            self._thread = threading.Thread(target=self._run, name="infrarsi-telemetry", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name="infrarsi-telemetry", daemon=True
+            )
             self._thread.start()
         return self
 

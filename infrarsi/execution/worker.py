@@ -69,13 +69,22 @@ def failed_rank_result(rank: int, status: str, error: str) -> dict[str, Any]:
 class TrainWorker:
     """One rank of a trial group (wrapped with ``ray.remote`` by ``TrialGroup``)."""
 
-    def __init__(self, rank: int, world_size: int, device: str, env: dict[str, str], threads: int = 1,
-                 cores: int = 0) -> None:
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        device: str,
+        env: dict[str, str],
+        threads: int = 1,
+        cores: int = 0,
+    ) -> None:
         from infrarsi.execution.core_lease import CoreLease, acquire
 
         self.cores = acquire(cores) if cores > 0 else CoreLease(wanted=0, note="not requested")
         """This rank's CPU cores (``core_lease``); held until the process ends or ``shutdown``."""
-        owned = {"CUDA_VISIBLE_DEVICES"} if device == "cuda" else set()  # Ray's GPU assignment owns it
+        owned = (
+            {"CUDA_VISIBLE_DEVICES"} if device == "cuda" else set()
+        )  # Ray's GPU assignment owns it
         os.environ.update({k: str(v) for k, v in env.items() if k not in owned})
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         self.rank = rank
@@ -174,7 +183,9 @@ class TrainWorker:
             return failed_rank_result(self.rank, "oom", f"MemoryError: {e}")
         except Exception as e:
             status = "oom" if type(e).__name__ == "OutOfMemoryError" else "failed"
-            return failed_rank_result(self.rank, status, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+            return failed_rank_result(
+                self.rank, status, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+            )
         result.setdefault("rank", self.rank)
         return result
 
@@ -202,7 +213,10 @@ def _local_code(spec: dict[str, Any]) -> dict[str, Any]:
     from infrarsi.execution.code_package import cache_root, materialize
 
     out = dict(spec)
-    for package_key, dir_key in (("code_package", "code_dir"), ("reference_code_package", "reference_code_dir")):
+    for package_key, dir_key in (
+        ("code_package", "code_dir"),
+        ("reference_code_package", "reference_code_dir"),
+    ):
         pkg = spec.get(package_key)
         if not pkg:
             continue

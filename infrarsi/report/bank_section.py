@@ -49,10 +49,16 @@ def bank_blocks(data: StudyData) -> list[Block]:
     transfer = record.get("transfer") if isinstance(record.get("transfer"), dict) else None
     runs = [r for r in data.trials if r.stage == "run"]
     known = {_key(u.get("config")) for u in used}
-    for r in runs:  # warm starts a record does not hold (a study from before the record, a changed bank)
+    for r in (
+        runs
+    ):  # warm starts a record does not hold (a study from before the record, a changed bank)
         info = _ask_info(r)
         origin = info.get("warm_start_origin") if info.get("phase") == Phase.WARM_START else None
-        if isinstance(origin, dict) and _key(r.config) not in known and _key(info.get("repair_of")) not in known:
+        if (
+            isinstance(origin, dict)
+            and _key(r.config) not in known
+            and _key(info.get("repair_of")) not in known
+        ):
             used.append({**origin, "config": r.config})
             known.add(_key(r.config))
     if not used and not dropped and not transfer:
@@ -62,33 +68,90 @@ def bank_blocks(data: StudyData) -> list[Block]:
     for u in used:
         tried = [r for r in runs if _key(r.config) == _key(u.get("config"))]
         # expected not to fit here, it ran as its memory-saving repair (search.pickers.Pickers.warm_start)
-        repaired = [] if tried else [r for r in runs if _ask_info(r).get("phase") == Phase.WARM_START
-                                     and _key(_ask_info(r).get("repair_of")) == _key(u.get("config"))]
+        repaired = (
+            []
+            if tried
+            else [
+                r
+                for r in runs
+                if _ask_info(r).get("phase") == Phase.WARM_START
+                and _key(_ask_info(r).get("repair_of")) == _key(u.get("config"))
+            ]
+        )
         if tried or repaired:
             first = (tried or repaired)[0]
             ok = [r.step_time_s for r in tried or repaired if r.status == "ok" and r.step_time_s]
-            effect = (f"{base_s / min(ok):.2f}x vs baseline" if ok and base_s else
-                      f"{min(ok):.4g} s" if ok else first.status)
-            how = "tried" if tried else (f"expected not to fit here; tried as its repair "
-                                         f"({', '.join(_ask_info(first).get('repair_moves') or [])})")
+            effect = (
+                f"{base_s / min(ok):.2f}x vs baseline"
+                if ok and base_s
+                else f"{min(ok):.4g} s"
+                if ok
+                else first.status
+            )
+            how = (
+                "tried"
+                if tried
+                else (
+                    f"expected not to fit here; tried as its repair "
+                    f"({', '.join(_ask_info(first).get('repair_moves') or [])})"
+                )
+            )
             outcome = f"{how}: {', '.join(r.trial_id for r in tried or repaired)} ({first.status}); {effect}"
         else:
             outcome = "not tried (budget spent before it, or queued after this run)"
         source = f"{u.get('source_study')}{' (this hardware)' if u.get('same_hardware') else ''}"
-        rows.append([source, str(u.get("trial_id")), _f(u.get("relative_step_time")),
-                     _f(u.get("similarity")), "; ".join(u.get("repairs") or []) or "valid as measured", outcome])
-    blocks: list[Block] = [Para(f"Experience bank {record.get('bank') or ''}: {len(used)} entries of other "
-                                f"studies warm-started the search (tried first, after the baseline; measured here "
-                                f"like any trial, never told to the models as measurements)."
-                                if used else f"Experience bank {record.get('bank') or ''}: no entry was used.")]
+        rows.append(
+            [
+                source,
+                str(u.get("trial_id")),
+                _f(u.get("relative_step_time")),
+                _f(u.get("similarity")),
+                "; ".join(u.get("repairs") or []) or "valid as measured",
+                outcome,
+            ]
+        )
+    blocks: list[Block] = [
+        Para(
+            f"Experience bank {record.get('bank') or ''}: {len(used)} entries of other "
+            f"studies warm-started the search (tried first, after the baseline; measured here "
+            f"like any trial, never told to the models as measurements)."
+            if used
+            else f"Experience bank {record.get('bank') or ''}: no entry was used."
+        )
+    ]
     if rows:
-        blocks.append(Table(["source study", "source trial", "step time / its baseline", "similarity",
-                             "re-validation", "here"], rows))
+        blocks.append(
+            Table(
+                [
+                    "source study",
+                    "source trial",
+                    "step time / its baseline",
+                    "similarity",
+                    "re-validation",
+                    "here",
+                ],
+                rows,
+            )
+        )
     blocks += _transfer_blocks(transfer, runs)
     if dropped:
-        blocks.append(Table(["dropped bank entry (source study, trial)", "config as measured", "why invalid here"],
-                            [[f"{d.get('source_study')}, {d.get('trial_id')}", _key(d.get("bank_config")),
-                              str(d.get("reason") or "")[:240]] for d in dropped]))
+        blocks.append(
+            Table(
+                [
+                    "dropped bank entry (source study, trial)",
+                    "config as measured",
+                    "why invalid here",
+                ],
+                [
+                    [
+                        f"{d.get('source_study')}, {d.get('trial_id')}",
+                        _key(d.get("bank_config")),
+                        str(d.get("reason") or "")[:240],
+                    ]
+                    for d in dropped
+                ],
+            )
+        )
     return blocks
 
 
@@ -105,20 +168,48 @@ def _transfer_blocks(transfer: dict[str, Any] | None, runs: list[Any]) -> list[B
             weights.append((r.trial_id, float(tw[0]), float(tw[1])))
     if weights:
         first, last = weights[0], weights[-1]
-        effect = (f"Weights (coefficient centre, residual) went from ({first[1]:.2f}, {first[2]:.2f}) at "
-                  f"{first[0]} to ({last[1]:.2f}, {last[2]:.2f}) at {last[0]}, as this study's own trials "
-                  f"ranked the transferred predictions (0: dropped, the cold model).")
+        effect = (
+            f"Weights (coefficient centre, residual) went from ({first[1]:.2f}, {first[2]:.2f}) at "
+            f"{first[0]} to ({last[1]:.2f}, {last[2]:.2f}) at {last[0]}, as this study's own trials "
+            f"ranked the transferred predictions (0: dropped, the cold model)."
+        )
     else:
         effect = "No run trial recorded its weights yet."
-    blocks: list[Block] = [Para(f"Transfer inside the models: {sum(int(s.get('rows') or 0) for s in sources)} bank "
-                                f"trials of {len(sources)} similar studies centred the analytic prior's "
-                                f"coefficients and gave a residual mean. {effect}")]
-    blocks.append(Table(["source study", "similarity", "trials used", "dropped (invalid here)", "its own prior"],
-                        [[str(s.get("study")), _f(s.get("similarity")), str(s.get("rows")), str(s.get("dropped")),
-                          "yes" if s.get("own_prior") else "no (this study's stood in)"] for s in sources]))
+    blocks: list[Block] = [
+        Para(
+            f"Transfer inside the models: {sum(int(s.get('rows') or 0) for s in sources)} bank "
+            f"trials of {len(sources)} similar studies centred the analytic prior's "
+            f"coefficients and gave a residual mean. {effect}"
+        )
+    ]
+    blocks.append(
+        Table(
+            [
+                "source study",
+                "similarity",
+                "trials used",
+                "dropped (invalid here)",
+                "its own prior",
+            ],
+            [
+                [
+                    str(s.get("study")),
+                    _f(s.get("similarity")),
+                    str(s.get("rows")),
+                    str(s.get("dropped")),
+                    "yes" if s.get("own_prior") else "no (this study's stood in)",
+                ]
+                for s in sources
+            ],
+        )
+    )
     if weights:
-        blocks.append(Table(["trial", "coefficient-centre weight", "residual weight"],
-                            [[t, f"{c:.2f}", f"{w:.2f}"] for t, c, w in weights]))
+        blocks.append(
+            Table(
+                ["trial", "coefficient-centre weight", "residual weight"],
+                [[t, f"{c:.2f}", f"{w:.2f}"] for t, c, w in weights],
+            )
+        )
     return blocks
 
 

@@ -129,31 +129,46 @@ def load_study(study_dir: str | Path) -> StudyData:
     except StudyError as e:
         verify, unreadable = None, str(e)
     trials = read_trial_rows(d)
-    data = StudyData(study_dir=d, contract=contract, doctor=doctor, verify=verify, trials=trials,
-                     long_check=_json(d / "long_check.json"))
+    data = StudyData(
+        study_dir=d,
+        contract=contract,
+        doctor=doctor,
+        verify=verify,
+        trials=trials,
+        long_check=_json(d / "long_check.json"),
+    )
     if unreadable:
-        data.notes.append(f"verify's record is unreadable, so nothing is shown as verified: {unreadable}")
+        data.notes.append(
+            f"verify's record is unreadable, so nothing is shown as verified: {unreadable}"
+        )
     applied = _json_list(d / "apply.json")
     data.applied = [a for a in applied if isinstance(a, dict)]
     base_cfg = _baseline_config(data)
     data.baseline = _side("baseline", base_cfg, trials, role="baseline", doctor_ok=True)
     best = verify.best if verify is not None else None
     if best is not None and best.config:
-        data.best = _side("best", dict(best.config), trials, role="candidate", trial_ids=best.trial_ids)
+        data.best = _side(
+            "best", dict(best.config), trials, role="candidate", trial_ids=best.trial_ids
+        )
         data.best_verified = best.accepted
         if not data.best_verified:
-            data.notes.append("verify did not accept any candidate: the 'best' shown is the top "
-                              "candidate verify tried, NOT a verified win.")
+            data.notes.append(
+                "verify did not accept any candidate: the 'best' shown is the top "
+                "candidate verify tried, NOT a verified win."
+            )
     else:
         runs = [r for r in trials if r.stage == "run" and r.ok and r.step_time_s]
         if runs:
             top = min(runs, key=lambda r: r.step_time_s or float("inf"))
             data.best = _side("best", dict(top.config), trials, role="candidate")
-            data.notes.append("verify has not accepted a candidate (verify.json missing or no "
-                              "best): the 'best' shown is the fastest run trial, unverified.")
+            data.notes.append(
+                "verify has not accepted a candidate (verify.json missing or no "
+                "best): the 'best' shown is the fastest run trial, unverified."
+            )
     if data.simulated:
-        data.notes.insert(0, "SIMULATED: rows come from the analytic surrogate backend, not "
-                             "from real training.")
+        data.notes.insert(
+            0, "SIMULATED: rows come from the analytic surrogate backend, not from real training."
+        )
     return data
 
 
@@ -183,7 +198,11 @@ def _baseline_config(data: StudyData) -> dict[str, Any]:
         return dict(cfg)
     if data.doctor is not None and data.doctor.baseline_config:
         return dict(data.doctor.baseline_config)
-    doc = [r for r in data.trials if r.stage == "doctor" and r.extra.get("role", "baseline") == "baseline"]
+    doc = [
+        r
+        for r in data.trials
+        if r.stage == "doctor" and r.extra.get("role", "baseline") == "baseline"
+    ]
     if doc:
         return dict(doc[0].config)
     return dict(data.contract.workload.get("baseline", {}))
@@ -193,8 +212,15 @@ def _matches(cfg: dict[str, Any], want: dict[str, Any]) -> bool:
     return all(cfg.get(k) == v for k, v in want.items())
 
 
-def _side(label: str, cfg: dict[str, Any], trials: list[TrialResult], *, role: str,
-          doctor_ok: bool = False, trial_ids: list[str] | None = None) -> Side:
+def _side(
+    label: str,
+    cfg: dict[str, Any],
+    trials: list[TrialResult],
+    *,
+    role: str,
+    doctor_ok: bool = False,
+    trial_ids: list[str] | None = None,
+) -> Side:
     """The figures of one side; ``trial_ids`` (verify's record of the candidate's own trials)
     picks exactly those rows, so another candidate with the same knobs never counts."""
     ok = [r for r in trials if r.ok and r.step_time_s is not None]
@@ -203,11 +229,17 @@ def _side(label: str, cfg: dict[str, Any], trials: list[TrialResult], *, role: s
         ver = [r for r in ok if r.trial_id in own]
         if ver:
             return Side(label, cfg, ver, "verify")
-    ver = [r for r in ok if r.stage == "verify" and r.extra.get("role") == role and _matches(r.config, cfg)]
+    ver = [
+        r
+        for r in ok
+        if r.stage == "verify" and r.extra.get("role") == role and _matches(r.config, cfg)
+    ]
     if ver:
         return Side(label, cfg, ver, "verify")
     if doctor_ok:
-        doc = [r for r in ok if r.stage == "doctor" and r.extra.get("role", "baseline") == "baseline"]
+        doc = [
+            r for r in ok if r.stage == "doctor" and r.extra.get("role", "baseline") == "baseline"
+        ]
         if doc:
             return Side(label, cfg, doc, "doctor")
     run = [r for r in ok if r.stage == "run" and _matches(r.config, cfg)]

@@ -100,8 +100,12 @@ font-size:.82em}.wrap{overflow-x:auto}
 
 def to_html(title: str, sections: list[Section]) -> str:
     e = html.escape
-    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-           f"<title>{e(title)}</title><style>{_CSS}</style></head><body>", f"<h1>{e(title)}</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        "<html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{e(title)}</h1>",
+    ]
     for s in sections:
         out.append(f"<h2>{e(s.title)}</h2>")
         for b in s.blocks:
@@ -111,15 +115,21 @@ def to_html(title: str, sections: list[Section]) -> str:
                 out.append(f"<div class='note'>{e(b.text)}</div>")
             elif isinstance(b, Table):
                 head = "".join(f"<th>{e(str(h))}</th>" for h in b.headers)
-                body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>"
-                               for row in b.rows)
-                out.append(f"<div class='wrap'><table><thead><tr>{head}</tr></thead>"
-                           f"<tbody>{body}</tbody></table></div>")
+                body = "".join(
+                    "<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>"
+                    for row in b.rows
+                )
+                out.append(
+                    f"<div class='wrap'><table><thead><tr>{head}</tr></thead>"
+                    f"<tbody>{body}</tbody></table></div>"
+                )
             elif isinstance(b, Figure):
                 data = base64.b64encode(b.png).decode("ascii")
-                out.append(f"<figure id='fig-{e(b.name)}'><img alt='{e(b.name)}' "
-                           f"src='data:image/png;base64,{data}'><figcaption>{e(b.caption)}"
-                           f"</figcaption></figure>")
+                out.append(
+                    f"<figure id='fig-{e(b.name)}'><img alt='{e(b.name)}' "
+                    f"src='data:image/png;base64,{data}'><figcaption>{e(b.caption)}"
+                    f"</figcaption></figure>"
+                )
             elif isinstance(b, Code):
                 out.append(f"<pre>{e(b.text)}</pre>")
     out.append("</body></html>")

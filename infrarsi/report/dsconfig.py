@@ -66,8 +66,9 @@ def knob_diff(baseline: dict[str, Any], best: dict[str, Any]) -> list[tuple[str,
     return [(k, baseline.get(k), best.get(k)) for k in keys if baseline.get(k) != best.get(k)]
 
 
-def json_diff(old: dict[str, Any], new: dict[str, Any], *, old_name: str = "baseline",
-              new_name: str = "best") -> str:
+def json_diff(
+    old: dict[str, Any], new: dict[str, Any], *, old_name: str = "baseline", new_name: str = "best"
+) -> str:
     """A unified diff of two JSON dicts (sorted keys, indented)."""
     a = json.dumps(old, indent=2, sort_keys=True, default=str).splitlines(keepends=True)
     b = json.dumps(new, indent=2, sort_keys=True, default=str).splitlines(keepends=True)

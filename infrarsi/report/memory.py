@@ -19,8 +19,9 @@ def counted_trials(trials: Sequence[TrialResult]) -> list[TrialResult]:
     return [r for r in trials if not r.extra.get("interrupted") and not r.extra.get("out_of_scope")]
 
 
-def all_oom_verdict(trials: Sequence[TrialResult], contract: Any, space: Any,
-                    workload_path: str = "WORKLOAD") -> str | None:
+def all_oom_verdict(
+    trials: Sequence[TrialResult], contract: Any, space: Any, workload_path: str = "WORKLOAD"
+) -> str | None:
     """The report's note when every trial that ran ended ``oom`` (None otherwise, or with no trial).
 
     ``contract`` is the study's ``Contract`` (its capacity and ``editable.knobs``), ``space`` its
@@ -30,21 +31,32 @@ def all_oom_verdict(trials: Sequence[TrialResult], contract: Any, space: Any,
         return None
     cap = contract.memory_capacity
     peaks = [r.peak_memory_bytes for r in ran if r.peak_memory_bytes]
-    text = (f"Every trial ran out of memory: all {len(ran)} trials that ran ended 'oom' under the "
-            f"memory capacity of {cap.describe()}"
-            + (f" (the smallest lower bound seen on a peak: {format_bytes(min(peaks))})" if peaks else "")
-            + ". Nothing could be measured, so there is no best config.")
+    text = (
+        f"Every trial ran out of memory: all {len(ran)} trials that ran ended 'oom' under the "
+        f"memory capacity of {cap.describe()}"
+        + (
+            f" (the smallest lower bound seen on a peak: {format_bytes(min(peaks))})"
+            if peaks
+            else ""
+        )
+        + ". Nothing could be measured, so there is no best config."
+    )
     if space is None:
-        return text + " Raise the memory capacity, or allow more of the search space's memory-saver knobs."
+        return (
+            text
+            + " Raise the memory capacity, or allow more of the search space's memory-saver knobs."
+        )
     savers = [k for k in space.knobs if k.memory == "saver"]
     editable = list(contract.editable.knobs)
     fixed = [k.name for k in savers if k.name not in editable]
     allowed = [k for k in savers if k.name in editable]
     if fixed:
         knobs = " ".join(f"--knob {k}" for k in [*editable, *fixed])
-        text += (f" Memory-saver knobs (`memory: saver` in the search space) the contract does not "
-                 f"allow yet: {', '.join(fixed)}. Allow them in a new study: `infrarsi init "
-                 f"{workload_path} --study NEW_DIR {knobs}` (without --knob every knob is allowed).")
+        text += (
+            f" Memory-saver knobs (`memory: saver` in the search space) the contract does not "
+            f"allow yet: {', '.join(fixed)}. Allow them in a new study: `infrarsi init "
+            f"{workload_path} --study NEW_DIR {knobs}` (without --knob every knob is allowed)."
+        )
     else:
         text += " The contract already allows every memory-saver knob of the search space."
     if allowed:

@@ -23,8 +23,14 @@ from infrarsi.search.ask_info import AskInfo
 
 Png = tuple[bytes, str]
 
-_STATUS_COLORS = {"ok": "#2a7ab9", "oom": "#d62728", "failed": "#7f7f7f", "timeout": "#ff7f0e",
-                  "nan": "#9467bd", "invariant_violation": "#8c564b"}
+_STATUS_COLORS = {
+    "ok": "#2a7ab9",
+    "oom": "#d62728",
+    "failed": "#7f7f7f",
+    "timeout": "#ff7f0e",
+    "nan": "#9467bd",
+    "invariant_violation": "#8c564b",
+}
 GIB = float(1 << 30)
 
 
@@ -60,8 +66,14 @@ def best_so_far(data: StudyData) -> Png | None:
             if r.ok and r.step_time_s:
                 ax.plot(xi, r.step_time_s, "o", ms=3, color="#9ecae1")
             else:
-                ax.plot(xi, top, "x", ms=6, color=_STATUS_COLORS.get(r.status, "k"),
-                        label=r.status if r.status not in labelled else None)
+                ax.plot(
+                    xi,
+                    top,
+                    "x",
+                    ms=6,
+                    color=_STATUS_COLORS.get(r.status, "k"),
+                    label=r.status if r.status not in labelled else None,
+                )
                 labelled.add(r.status)
         if base:
             ax.axhline(base, ls="--", color="#555", label=f"baseline {base:.3g} s")
@@ -69,9 +81,11 @@ def best_so_far(data: StudyData) -> Png | None:
         ax.set_ylabel("step time (s)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    return _png(fig), ("Best step time found so far against run trials (left) and device-hours "
-                       "burned, failed trials included (right). Dots: ok trials; crosses along the "
-                       "top: trials with no valid step time (oom, failed, invariant violation...).")
+    return _png(fig), (
+        "Best step time found so far against run trials (left) and device-hours "
+        "burned, failed trials included (right). Dots: ok trials; crosses along the "
+        "top: trials with no valid step time (oom, failed, invariant violation...)."
+    )
 
 
 def time_vs_memory(data: StudyData) -> Png | None:
@@ -83,9 +97,14 @@ def time_vs_memory(data: StudyData) -> Png | None:
     cap = data.capacity_bytes
     fig, ax = plt.subplots(figsize=(7, 4.2))
     if ok:
-        ax.scatter([float(r.peak_memory_bytes or 0) / GIB for r in ok],
-                   [float(r.step_time_s or 0) for r in ok], s=18,
-                   c="#2a7ab9", label="ok trial", zorder=3)
+        ax.scatter(
+            [float(r.peak_memory_bytes or 0) / GIB for r in ok],
+            [float(r.step_time_s or 0) for r in ok],
+            s=18,
+            c="#2a7ab9",
+            label="ok trial",
+            zorder=3,
+        )
     ys = [r.step_time_s for r in ok if r.step_time_s] or [1.0]
     lo, hi = min(ys), max(ys)
     starts = [max(float(r.peak_memory_bytes or 0), float(cap or 0)) / GIB for r in oom]
@@ -97,25 +116,45 @@ def time_vs_memory(data: StudyData) -> Png | None:
         y = lo + (hi - lo) * (i + 1) / (len(oom) + 1) if hi > lo else lo * (1 + 0.05 * i)
         tip = x0 + 0.15 * span
         tips.append(tip)
-        ax.annotate("", xy=(tip, y), xytext=(x0, y),
-                    arrowprops={"arrowstyle": "-|>", "color": "#d62728", "lw": 1.8})
-        ax.plot(x0, y, "|", color="#d62728", ms=12, mew=2,
-                label="OOM: peak >= mark (censored), step time unknown" if i == 0 else None)
+        ax.annotate(
+            "",
+            xy=(tip, y),
+            xytext=(x0, y),
+            arrowprops={"arrowstyle": "-|>", "color": "#d62728", "lw": 1.8},
+        )
+        ax.plot(
+            x0,
+            y,
+            "|",
+            color="#d62728",
+            ms=12,
+            mew=2,
+            label="OOM: peak >= mark (censored), step time unknown" if i == 0 else None,
+        )
     if tips:
         ax.set_xlim(right=max(tips) * 1.03)
     if cap:
         ax.axvline(cap / GIB, color="#d62728", ls="--", lw=1, label=f"capacity {cap / GIB:.3g} GiB")
     for side, marker in ((data.baseline, "s"), (data.best, "*")):
         if side and side.step_time_s and side.peak_memory_bytes:
-            ax.plot(side.peak_memory_bytes / GIB, side.step_time_s, marker, ms=12, mfc="none",
-                    mec="k", label=side.label)
+            ax.plot(
+                side.peak_memory_bytes / GIB,
+                side.step_time_s,
+                marker,
+                ms=12,
+                mfc="none",
+                mec="k",
+                label=side.label,
+            )
     ax.set_xlabel("peak memory per device (GiB)")
     ax.set_ylabel("step time (s)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _png(fig), ("Step time against peak memory per device. Out-of-memory trials are "
-                       "censored: their peak is only known to exceed the capacity (or the recorded "
-                       "lower bound), drawn as arrows starting at that line.")
+    return _png(fig), (
+        "Step time against peak memory per device. Out-of-memory trials are "
+        "censored: their peak is only known to exceed the capacity (or the recorded "
+        "lower bound), drawn as arrows starting at that line."
+    )
 
 
 def predicted_peak_memory_bytes(row: TrialResult) -> float | None:
@@ -132,8 +171,11 @@ def predicted_peak_memory_bytes(row: TrialResult) -> float | None:
 
 def predicted_vs_measured(data: StudyData) -> Png | None:
     """The optimizer's predicted peak memory against the measured one (censored for OOM)."""
-    pts = [(r, p) for r in data.trials if r.peak_memory_bytes is not None
-           and (p := predicted_peak_memory_bytes(r)) is not None]
+    pts = [
+        (r, p)
+        for r in data.trials
+        if r.peak_memory_bytes is not None and (p := predicted_peak_memory_bytes(r)) is not None
+    ]
     if not pts:
         return None
     fig, ax = plt.subplots(figsize=(5.2, 4.2))
@@ -143,8 +185,12 @@ def predicted_vs_measured(data: StudyData) -> Png | None:
     ax.plot([0, m], [0, m], color="#999", lw=1, label="perfect prediction")
     for (r, _), x, y in zip(pts, xs, ys, strict=True):
         if r.memory_censored:
-            ax.annotate("", xy=(x, y + 0.08 * m), xytext=(x, y),
-                        arrowprops={"arrowstyle": "->", "color": "#d62728"})
+            ax.annotate(
+                "",
+                xy=(x, y + 0.08 * m),
+                xytext=(x, y),
+                arrowprops={"arrowstyle": "->", "color": "#d62728"},
+            )
             ax.plot(x, y, "_", color="#d62728", ms=10)
         else:
             ax.plot(x, y, "o", color="#2a7ab9", ms=4)
@@ -154,8 +200,10 @@ def predicted_vs_measured(data: StudyData) -> Png | None:
     ax.set_ylabel("measured peak memory (GiB)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _png(fig), ("Predicted (by the memory model, before the trial ran) against measured "
-                       "peak memory. Red arrows: OOM trials, whose true peak is above the mark.")
+    return _png(fig), (
+        "Predicted (by the memory model, before the trial ran) against measured "
+        "peak memory. Red arrows: OOM trials, whose true peak is above the mark."
+    )
 
 
 def phases(data: StudyData) -> Png | None:
@@ -191,14 +239,18 @@ def device_seconds(data: StudyData) -> Png | None:
         return None
     fig, ax = plt.subplots(figsize=(7, 3.2))
     bottom = [0.0] * len(statuses)
-    for stage, col in zip(sorted(acc), ("#2a7ab9", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728"), strict=False):
+    for stage, col in zip(
+        sorted(acc), ("#2a7ab9", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728"), strict=False
+    ):
         vals = [acc[stage].get(s, 0.0) for s in statuses]
         ax.bar(statuses, vals, bottom=bottom, color=col, label=stage)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_ylabel("device-seconds")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    return _png(fig), "Device-seconds burned per trial status, stacked by stage (failed trials count)."
+    return _png(
+        fig
+    ), "Device-seconds burned per trial status, stacked by stage (failed trials count)."
 
 
 def loss_curves(data: StudyData) -> Png | None:
@@ -213,8 +265,10 @@ def loss_curves(data: StudyData) -> Png | None:
     ax.set_ylabel("training loss")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _png(fig), ("Training loss per optimizer step, same seed and data order: the best "
-                       "config must stay within the contract's tolerance of the baseline.")
+    return _png(fig), (
+        "Training loss per optimizer step, same seed and data order: the best "
+        "config must stay within the contract's tolerance of the baseline."
+    )
 
 
 def long_check_curves(data: StudyData) -> Png | None:
@@ -235,13 +289,21 @@ def long_check_curves(data: StudyData) -> Png | None:
         ax.axvline(float(steps) - 0.5, color="#7f7f7f", lw=1, label="a trial's horizon")
     ck = (lc.get("checkpoint") or {}).get("step")
     if ck:
-        ax.axvline(float(ck) - 0.5, color="#2ca02c", lw=1, ls="-.", label="checkpoint saved, engine rebuilt")
+        ax.axvline(
+            float(ck) - 0.5,
+            color="#2ca02c",
+            lw=1,
+            ls="-.",
+            label="checkpoint saved, engine rebuilt",
+        )
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("training loss")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _png(fig), (f"The long check: {len(cand)} optimizer steps of the candidate beside the baseline (a trial "
-                       f"runs {steps}); every step must stay within {lc.get('loss_atol', 0):.3g} of the baseline.")
+    return _png(fig), (
+        f"The long check: {len(cand)} optimizer steps of the candidate beside the baseline (a trial "
+        f"runs {steps}); every step must stay within {lc.get('loss_atol', 0):.3g} of the baseline."
+    )
 
 
 FIGURES = {

@@ -70,7 +70,9 @@ def exploration_sd(pred: Any, X: torch.Tensor, sd: torch.Tensor) -> torch.Tensor
     return var.clamp_min(1e-12).sqrt()
 
 
-def predict_memory(pred: Any, noise_sd: float, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def predict_memory(
+    pred: Any, noise_sd: float, X: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Posterior mean and sd of log(peak/capacity), and P(peak <= capacity), each ``(n,)``."""
     n = X.shape[0]
     if pred is None or n == 0:
@@ -80,8 +82,15 @@ def predict_memory(pred: Any, noise_sd: float, X: torch.Tensor) -> tuple[torch.T
     return mean, var.sqrt(), torch.special.ndtr(-mean / (var + noise_sd**2).sqrt())
 
 
-def analytic_scores(time_pred: Any, mem_pred: Any, mem_noise_sd: float, X: torch.Tensor,
-                    best_log_time: float | None, p_ok: np.ndarray, sd_scale: float = 1.0) -> Scores:
+def analytic_scores(
+    time_pred: Any,
+    mem_pred: Any,
+    mem_noise_sd: float,
+    X: torch.Tensor,
+    best_log_time: float | None,
+    p_ok: np.ndarray,
+    sd_scale: float = 1.0,
+) -> Scores:
     """Score ``X`` (``(n, d)``) with the analytic constrained log-EI (predictors from ``models.predict``);
     ``sd_scale`` multiplies the step-time posterior sd (``OptimizerSettings.acquisition_sd_scale``)."""
     t_mean, t_sd = predict_time(time_pred, X)
@@ -94,13 +103,28 @@ def analytic_scores(time_pred: Any, mem_pred: Any, mem_noise_sd: float, X: torch
         ei_sd = exploration_sd(time_pred, X, t_sd)
         u = (best_log_time - t_mean) / ei_sd
         log_ei = _log_ei_helper(u) + ei_sd.log()
-    log_score = log_ei + pf.clamp_min(1e-300).log() + torch.from_numpy(np.log(np.clip(p_ok, 1e-300, None)))
-    return Scores(log_score=log_score.numpy(), time_mean=t_mean.numpy(), time_sd=t_sd.numpy(),
-                  mem_mean=m_mean.numpy(), p_fit=pf.numpy(), p_ok=np.asarray(p_ok, dtype=float))
+    log_score = (
+        log_ei + pf.clamp_min(1e-300).log() + torch.from_numpy(np.log(np.clip(p_ok, 1e-300, None)))
+    )
+    return Scores(
+        log_score=log_score.numpy(),
+        time_mean=t_mean.numpy(),
+        time_sd=t_sd.numpy(),
+        mem_mean=m_mean.numpy(),
+        p_fit=pf.numpy(),
+        p_ok=np.asarray(p_ok, dtype=float),
+    )
 
 
-def select_batch(time_model: Model, mem_model: Model | None, choices: torch.Tensor, q: int,
-                 X_baseline: torch.Tensor, X_pending: torch.Tensor | None, seed: int) -> list[int]:
+def select_batch(
+    time_model: Model,
+    mem_model: Model | None,
+    choices: torch.Tensor,
+    q: int,
+    X_baseline: torch.Tensor,
+    X_pending: torch.Tensor | None,
+    seed: int,
+) -> list[int]:
     """Pick ``q`` rows of ``choices`` (``(k, d)``) with constrained qLogNEI; returns row indices."""
     models: list[Any] = [time_model] if mem_model is None else [time_model, mem_model]
     model = ModelListGP(*models)
@@ -114,13 +138,20 @@ def select_batch(time_model: Model, mem_model: Model | None, choices: torch.Tens
     objective = GenericMCObjective(neg_log_time)
     constraints: list[Any] | None = None if mem_model is None else [log_mem_over_capacity]
     acq = qLogNoisyExpectedImprovement(
-        model, X_baseline=X_baseline, sampler=SobolQMCNormalSampler(sample_shape=torch.Size([128]), seed=seed),
-        objective=objective, constraints=constraints, X_pending=X_pending, prune_baseline=True,
+        model,
+        X_baseline=X_baseline,
+        sampler=SobolQMCNormalSampler(sample_shape=torch.Size([128]), seed=seed),
+        objective=objective,
+        constraints=constraints,
+        X_pending=X_pending,
+        prune_baseline=True,
         cache_root=False,
     )
     q = min(q, choices.shape[0])
     with torch.no_grad():
-        cands, _ = optimize_acqf_discrete(acq, q=q, choices=choices, unique=True, max_batch_size=512)
+        cands, _ = optimize_acqf_discrete(
+            acq, q=q, choices=choices, unique=True, max_batch_size=512
+        )
     picked: list[int] = []
     for row in cands:
         hits = torch.nonzero((choices == row).all(-1)).reshape(-1).tolist()

@@ -86,13 +86,18 @@ class WarmStartOrigin:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> WarmStartOrigin:
         """Inverse of ``to_dict``; unknown keys are ignored."""
+
         def text(k: str) -> str | None:
             return None if raw.get(k) is None else str(raw[k])
 
-        return cls(source_study=text("source_study"), trial_id=text("trial_id"),
-                   relative_step_time=_float(raw.get("relative_step_time")),
-                   similarity=_float(raw.get("similarity")), hardware_fingerprint=text("hardware_fingerprint"),
-                   repairs=tuple(str(m) for m in raw.get("repairs") or ()))
+        return cls(
+            source_study=text("source_study"),
+            trial_id=text("trial_id"),
+            relative_step_time=_float(raw.get("relative_step_time")),
+            similarity=_float(raw.get("similarity")),
+            hardware_fingerprint=text("hardware_fingerprint"),
+            repairs=tuple(str(m) for m in raw.get("repairs") or ()),
+        )
 
 
 @dataclass(frozen=True)
@@ -147,21 +152,33 @@ class AskInfo:
         out["phase"] = self.phase.value
         out["repair_of"] = None if self.repair_of is None else dict(self.repair_of)
         out["repair_moves"] = list(self.repair_moves)
-        out["warm_start_origin"] = None if self.warm_start_origin is None else self.warm_start_origin.to_dict()
-        out["transfer_weights"] = None if self.transfer_weights is None else list(self.transfer_weights)
+        out["warm_start_origin"] = (
+            None if self.warm_start_origin is None else self.warm_start_origin.to_dict()
+        )
+        out["transfer_weights"] = (
+            None if self.transfer_weights is None else list(self.transfer_weights)
+        )
         return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> AskInfo:
         """Inverse of ``to_dict``. Also reads dicts written before ``AskInfo`` (``prior`` for the
         warm-start origin, ``predicted_memory_bytes``); unknown keys are ignored."""
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("config"), Mapping) or "phase" not in raw:
-            raise UserInputError(f"ask info: rule: needs 'config' (a mapping) and 'phase'; got {raw!r}.")
+        if (
+            not isinstance(raw, Mapping)
+            or not isinstance(raw.get("config"), Mapping)
+            or "phase" not in raw
+        ):
+            raise UserInputError(
+                f"ask info: rule: needs 'config' (a mapping) and 'phase'; got {raw!r}."
+            )
         raw = {_OLD_NAMES.get(k, k): v for k, v in raw.items()}
         origin = raw.get("warm_start_origin")
         repair_of = raw.get("repair_of")
         return cls(
-            config=dict(raw["config"]), phase=_phase(raw["phase"]), ask_index=int(raw.get("ask_index") or 0),
+            config=dict(raw["config"]),
+            phase=_phase(raw["phase"]),
+            ask_index=int(raw.get("ask_index") or 0),
             repair_of=None if repair_of is None else dict(repair_of),
             repair_moves=tuple(str(m) for m in raw.get("repair_moves") or ()),
             original_p_fit=_float(raw.get("original_p_fit")),
@@ -170,8 +187,11 @@ class AskInfo:
             step_time_sd_log=_float(raw.get("step_time_sd_log")),
             p_fit=_float(raw.get("p_fit")),
             predicted_peak_memory_bytes=_float(raw.get("predicted_peak_memory_bytes")),
-            p_ok=_float(raw.get("p_ok")), log_acquisition=_float(raw.get("log_acquisition")),
-            warm_start_origin=WarmStartOrigin.from_dict(origin) if isinstance(origin, Mapping) and origin else None,
+            p_ok=_float(raw.get("p_ok")),
+            log_acquisition=_float(raw.get("log_acquisition")),
+            warm_start_origin=WarmStartOrigin.from_dict(origin)
+            if isinstance(origin, Mapping) and origin
+            else None,
             transfer_weights=_weights(raw.get("transfer_weights")),
         )
 
@@ -183,7 +203,9 @@ def _phase(value: Any) -> Phase:
     try:
         return Phase(value)
     except ValueError:
-        raise UserInputError(f"ask info: phase: rule: must be one of {list(PHASES)}; got {value!r}.") from None
+        raise UserInputError(
+            f"ask info: phase: rule: must be one of {list(PHASES)}; got {value!r}."
+        ) from None
 
 
 def _weights(value: Any) -> tuple[float, float] | None:

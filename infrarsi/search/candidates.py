@@ -27,8 +27,13 @@ from infrarsi.search.space import SearchSpace
 class CandidatePool:
     """The configs an ask scores (``candidates``), with the cached features of an enumerated space."""
 
-    def __init__(self, space: SearchSpace, features: PriorFeatures, baseline: Mapping[str, Any] | None,
-                 settings: OptimizerSettings) -> None:
+    def __init__(
+        self,
+        space: SearchSpace,
+        features: PriorFeatures,
+        baseline: Mapping[str, Any] | None,
+        settings: OptimizerSettings,
+    ) -> None:
         self.space = space
         self.features = features
         """Builds the model inputs of sampled configs and the prior's columns of enumerated ones."""
@@ -38,8 +43,11 @@ class CandidatePool:
         """``candidate_cap``, ``local_radius`` and ``enumeration_limit``."""
         self.enumerated_values = space.enumerate_values(settings.enumeration_limit)
         """Every valid config as a value tuple in knob order (None: too many to enumerate)."""
-        self.enumerated_keys = None if self.enumerated_values is None else [
-            json.dumps(list(v)) for v in self.enumerated_values]
+        self.enumerated_keys = (
+            None
+            if self.enumerated_values is None
+            else [json.dumps(list(v)) for v in self.enumerated_values]
+        )
         """``SearchSpace.key`` of each enumerated config."""
         self._enumerated_features: torch.Tensor | None = None
         self._enumerated_configs: list[dict[str, Any]] = []
@@ -49,10 +57,14 @@ class CandidatePool:
     @property
     def scores_every_config(self) -> bool:
         """Whether ``candidates`` returns every allowed config (not a sample)."""
-        return self.enumerated_values is not None and len(self.enumerated_values) <= self.settings.candidate_cap
+        return (
+            self.enumerated_values is not None
+            and len(self.enumerated_values) <= self.settings.candidate_cap
+        )
 
-    def candidates(self, exclude: set[str], ok: Sequence[Observation],
-                   rng: np.random.Generator) -> tuple[list[dict[str, Any]], torch.Tensor]:
+    def candidates(
+        self, exclude: set[str], ok: Sequence[Observation], rng: np.random.Generator
+    ) -> tuple[list[dict[str, Any]], torch.Tensor]:
         """Allowed candidate configs (keys not in ``exclude``) and their model inputs: every valid
         config up to ``candidate_cap``, else a random half-cap sample (drawn with ``rng``) plus the
         anchors of the ``ok`` observations (``anchors``)."""
@@ -67,7 +79,9 @@ class CandidatePool:
             configs = [c for k, c in pool.items() if k not in exclude]
             return configs, self.features.inputs(configs)
         keys = self.enumerated_keys or []
-        if self._enumerated_features is None:  # built once: callers copy a config before changing it
+        if (
+            self._enumerated_features is None
+        ):  # built once: callers copy a config before changing it
             self._enumerated_features = self.features.encoder.encode_values(values)
             self._enumerated_configs = [self.space.as_config(v) for v in values]
             self._row_of_key = {k: i for i, k in enumerate(keys)}
@@ -103,12 +117,20 @@ class CandidatePool:
                 ring = [nb for c in ring for nb in self.space.neighbours(c)]
                 yield from ring
 
-    def near(self, configs: Sequence[Mapping[str, Any]], incumbent: Mapping[str, Any] | None) -> np.ndarray:
+    def near(
+        self, configs: Sequence[Mapping[str, Any]], incumbent: Mapping[str, Any] | None
+    ) -> np.ndarray:
         """``(n,)`` bool: within ``local_radius`` knob changes of ``incumbent`` (all False without one)."""
         if incumbent is None:
             return np.zeros(len(configs), dtype=bool)
         names = self.space.names
         ref = [incumbent[n] for n in names]
         radius = self.settings.local_radius
-        return np.array([sum(c[n] != r or type(c[n]) is not type(r) for n, r in zip(names, ref, strict=True)) <= radius
-                         for c in configs], dtype=bool)
+        return np.array(
+            [
+                sum(c[n] != r or type(c[n]) is not type(r) for n, r in zip(names, ref, strict=True))
+                <= radius
+                for c in configs
+            ],
+            dtype=bool,
+        )

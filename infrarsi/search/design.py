@@ -32,20 +32,31 @@ def default_n_init(n_features: int) -> int:
     return int(min(8, max(4, 2 + n_features // 4)))
 
 
-def value_novelty(candidates: Sequence[Mapping[str, Any]], seen: Sequence[Mapping[str, Any]],
-                  names: Sequence[str]) -> np.ndarray:
+def value_novelty(
+    candidates: Sequence[Mapping[str, Any]], seen: Sequence[Mapping[str, Any]], names: Sequence[str]
+) -> np.ndarray:
     """``(k,)``: mean over knobs of ``1 / (1 + count of the candidate's value among seen configs)``."""
     counts = Counter((n, _hashable(c.get(n))) for c in seen for n in names)
     if not names:
         return np.ones(len(candidates))
-    return np.array([sum(1.0 / (1 + counts[(n, _hashable(c.get(n)))]) for n in names) / len(names)
-                     for c in candidates])
+    return np.array(
+        [
+            sum(1.0 / (1 + counts[(n, _hashable(c.get(n)))]) for n in names) / len(names)
+            for c in candidates
+        ]
+    )
 
 
-def coverage_pick(configs: Sequence[Mapping[str, Any]], candidates: torch.Tensor,
-                  seen: Sequence[Mapping[str, Any]], existing: torch.Tensor, names: Sequence[str],
-                  rng: np.random.Generator, weights: np.ndarray | None = None,
-                  distance_weight: float = DEFAULT_SETTINGS.design_distance_weight) -> int:
+def coverage_pick(
+    configs: Sequence[Mapping[str, Any]],
+    candidates: torch.Tensor,
+    seen: Sequence[Mapping[str, Any]],
+    existing: torch.Tensor,
+    names: Sequence[str],
+    rng: np.random.Generator,
+    weights: np.ndarray | None = None,
+    distance_weight: float = DEFAULT_SETTINGS.design_distance_weight,
+) -> int:
     """Index of the config (of ``configs``, features ``candidates`` ``(k, d)``) with the best
     coverage score against ``seen`` (features ``existing`` ``(m, d)``), see the module docstring;
     ``distance_weight`` weighs the normalised maximin distance next to the value novelty."""
@@ -64,8 +75,12 @@ def _hashable(v: Any) -> Any:
     return (type(v).__name__, v)
 
 
-def maximin_pick(candidates: torch.Tensor, existing: torch.Tensor, rng: np.random.Generator,
-                 weights: np.ndarray | None = None) -> int:
+def maximin_pick(
+    candidates: torch.Tensor,
+    existing: torch.Tensor,
+    rng: np.random.Generator,
+    weights: np.ndarray | None = None,
+) -> int:
     """Index of the candidate (``(k, d)``) farthest from ``existing`` (``(m, d)``).
 
     ``weights`` (``(k,)``, in [0, 1]) multiply the distances (e.g. P(fit)), so unlikely candidates lose.

@@ -122,7 +122,10 @@ class Encoder:
 
     def encode(self, configs: Sequence[Mapping[str, Any]]) -> torch.Tensor:
         """``(n, d)`` features of ``n`` full configs."""
-        rows = [[f for i, b in enumerate(self.blocks) for f in self._features(i, c[b.knob.name])] for c in configs]
+        rows = [
+            [f for i, b in enumerate(self.blocks) for f in self._features(i, c[b.knob.name])]
+            for c in configs
+        ]
         return torch.tensor(rows, dtype=torch.float64).reshape(len(rows), self.dim)
 
     def encode_values(self, rows: Sequence[Sequence[Any]]) -> torch.Tensor:

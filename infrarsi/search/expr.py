@@ -73,16 +73,20 @@ class Expression:
     """The knob (or ``constraints[i]``) it belongs to (for error messages)."""
 
     @classmethod
-    def parse(cls, text: object, *, known: set[str] | frozenset[str], file: str, knob: str) -> Expression:
+    def parse(
+        cls, text: object, *, known: set[str] | frozenset[str], file: str, knob: str
+    ) -> Expression:
         """Parse and check ``text``; raise ``ExpressionError`` if it leaves the grammar."""
         if isinstance(text, bool) or not isinstance(text, (str, int, float)):
             raise ExpressionError(
                 f"{_where(file, knob, str(text))}: rule: an expression must be a string; "
-                f"got {type(text).__name__}. Fix: quote it, e.g. \"zero_stage >= 1\"."
+                f'got {type(text).__name__}. Fix: quote it, e.g. "zero_stage >= 1".'
             )
         text = str(text)
         if len(text) > _MAX_TEXT:
-            raise ExpressionError(f"{_where(file, knob, text[:40] + '...')}: rule: at most {_MAX_TEXT} characters.")
+            raise ExpressionError(
+                f"{_where(file, knob, text[:40] + '...')}: rule: at most {_MAX_TEXT} characters."
+            )
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
@@ -91,8 +95,10 @@ class Expression:
                 f"Allowed: {_ALLOWED}."
             ) from None
         if _depth(tree.body) > _MAX_DEPTH:
-            raise ExpressionError(f"{_where(file, knob, text)}: rule: at most {_MAX_DEPTH} levels of nesting "
-                                  f"(operators and parentheses). Fix: split it into several constraints.")
+            raise ExpressionError(
+                f"{_where(file, knob, text)}: rule: at most {_MAX_DEPTH} levels of nesting "
+                f"(operators and parentheses). Fix: split it into several constraints."
+            )
         names: set[str] = set()
         _check(tree.body, known, names, file, knob, text)
         return cls(text=text, tree=tree, names=frozenset(names), file=file, knob=knob)
@@ -130,7 +136,14 @@ def _depth(root: ast.AST) -> int:
     return deepest
 
 
-def _check(node: ast.AST, known: set[str] | frozenset[str], names: set[str], file: str, knob: str, text: str) -> None:
+def _check(
+    node: ast.AST,
+    known: set[str] | frozenset[str],
+    names: set[str],
+    file: str,
+    knob: str,
+    text: str,
+) -> None:
     def refuse(what: str) -> ExpressionError:
         return ExpressionError(
             f"{_where(file, knob, text)}: rule: {what} is not allowed in the safe grammar. "
@@ -210,7 +223,9 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
                 raise ValueError(f"exponent {right} exceeds {_MAX_POW_EXPONENT}")
             if isinstance(left, int) and abs(left).bit_length() * abs(right) > _MAX_INT_BITS:
                 raise ValueError(f"{left} ** {right} would exceed {_MAX_INT_BITS} bits")
-        if isinstance(node.op, ast.Mult) and (isinstance(left, _SEQUENCES) or isinstance(right, _SEQUENCES)):
+        if isinstance(node.op, ast.Mult) and (
+            isinstance(left, _SEQUENCES) or isinstance(right, _SEQUENCES)
+        ):
             raise ValueError("string or list repetition is not allowed")
         if isinstance(node.op, ast.Mod) and isinstance(left, str):
             raise ValueError("string formatting with % is not allowed")

@@ -43,13 +43,16 @@ class History:
         self.observations.append(obs)
         return obs
 
-    def queue_warm_starts(self, configs: Sequence[Mapping[str, Any]],
-                          origins: Sequence[WarmStartOrigin | None]) -> None:
+    def queue_warm_starts(
+        self, configs: Sequence[Mapping[str, Any]], origins: Sequence[WarmStartOrigin | None]
+    ) -> None:
         """Queue warm-start configs after those already queued: a config not valid in the space
         (another version of it) or already queued is skipped."""
         if len(origins) > len(configs):
-            raise UserInputError(f"Optimizer: initial_origins: rule: at most one per initial config "
-                                 f"({len(configs)}); got {len(origins)}.")
+            raise UserInputError(
+                f"Optimizer: initial_origins: rule: at most one per initial config "
+                f"({len(configs)}); got {len(origins)}."
+            )
         queued = {self.space.key(c) for c, _ in self.warm_queue}
         for i, raw in enumerate(configs):
             try:
@@ -68,7 +71,9 @@ class History:
     def ok(self, left_out: Iterable[int] = ()) -> list[Observation]:
         """The ok observations, without those whose index is in ``left_out`` (trimmed stragglers)."""
         drop = set(left_out)
-        return [o for i, o in enumerate(self.observations) if o.outcome.status == "ok" and i not in drop]
+        return [
+            o for i, o in enumerate(self.observations) if o.outcome.status == "ok" and i not in drop
+        ]
 
     def seen_keys(self) -> set[str]:
         """Keys of every config told at least once."""
@@ -81,29 +86,44 @@ class History:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (``from_dict`` inverts it)."""
         return {
-            "observations": [{"config": o.config, "outcome": o.outcome.to_dict()} for o in self.observations],
+            "observations": [
+                {"config": o.config, "outcome": o.outcome.to_dict()} for o in self.observations
+            ],
             "pending": list(self.pending.values()),
             "ask_infos": [i.to_dict() for i in self.ask_infos.values()],
-            "initial_queue": [{"config": c, "origin": None if o is None else o.to_dict()} for c, o in self.warm_queue],
+            "initial_queue": [
+                {"config": c, "origin": None if o is None else o.to_dict()}
+                for c, o in self.warm_queue
+            ],
             "n_asks": self.n_asks,
         }
 
     @classmethod
-    def from_dict(cls, space: SearchSpace, raw: Mapping[str, Any],
-                  warm_queue: Sequence[tuple[dict[str, Any], WarmStartOrigin | None]] = ()) -> History:
+    def from_dict(
+        cls,
+        space: SearchSpace,
+        raw: Mapping[str, Any],
+        warm_queue: Sequence[tuple[dict[str, Any], WarmStartOrigin | None]] = (),
+    ) -> History:
         """Inverse of ``to_dict`` (also of a version-1 state's keys). A state without
         ``initial_queue`` keeps ``warm_queue`` (the queue the optimizer was built with)."""
         out = cls(space, n_asks=int(raw["n_asks"]))
         for o in raw["observations"]:
-            out.add(space.validate(o["config"], where="tell(config)"), Outcome.from_dict(o["outcome"]))
+            out.add(
+                space.validate(o["config"], where="tell(config)"), Outcome.from_dict(o["outcome"])
+            )
         out.pending = {space.key(c): space.validate(c) for c in raw.get("pending", [])}
         infos = [AskInfo.from_dict(i) for i in raw.get("ask_infos", [])]
         out.ask_infos = {space.key(i.config): i for i in infos}
         if "initial_queue" in raw:
             entries = list(raw["initial_queue"] or [])
-            out.queue_warm_starts([e["config"] for e in entries],
-                                  [None if e.get("origin") is None else WarmStartOrigin.from_dict(e["origin"])
-                                   for e in entries])
+            out.queue_warm_starts(
+                [e["config"] for e in entries],
+                [
+                    None if e.get("origin") is None else WarmStartOrigin.from_dict(e["origin"])
+                    for e in entries
+                ],
+            )
         else:
             out.warm_queue = list(warm_queue)
         return out

@@ -80,7 +80,9 @@ class Knob:
                     continue
                 if v == value or str(v) == str(value):
                     return v
-        allowed = f"range [{self.lo}, {self.hi}]" if self.is_range else f"one of {list(self.values)}"
+        allowed = (
+            f"range [{self.lo}, {self.hi}]" if self.is_range else f"one of {list(self.values)}"
+        )
         raise SearchSpaceError(
             f"{file}: knob '{self.name}': rule: the value must be {allowed}; got {value!r}."
         )
@@ -113,8 +115,14 @@ def _grid(kind: str, lo: float, hi: float, log: bool, n: int) -> tuple[Any, ...]
     pts = []
     for i in range(n):
         t = i / (n - 1)
-        x = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo))) if log else lo + t * (hi - lo)
-        x = lo if i == 0 else hi if i == n - 1 else min(max(x, lo), hi)  # exp(log(x)) may drift out of [lo, hi]
+        x = (
+            math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
+            if log
+            else lo + t * (hi - lo)
+        )
+        x = (
+            lo if i == 0 else hi if i == n - 1 else min(max(x, lo), hi)
+        )  # exp(log(x)) may drift out of [lo, hi]
         pts.append(round(x) if kind == "int" else float(x))
     return tuple(dict.fromkeys(pts))
 
@@ -122,14 +130,20 @@ def _grid(kind: str, lo: float, hi: float, log: bool, n: int) -> tuple[Any, ...]
 def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> Knob:
     """Build a ``Knob`` from one YAML entry; errors name the file, the knob and the rule."""
     if not isinstance(raw, dict):
-        raise SearchSpaceError(f"{file}: knobs[{position}]: rule: each knob must be a mapping with name and type; got {raw!r}.")
+        raise SearchSpaceError(
+            f"{file}: knobs[{position}]: rule: each knob must be a mapping with name and type; got {raw!r}."
+        )
     name = raw.get("name")
     if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
-        raise SearchSpaceError(f"{file}: knobs[{position}]: rule: 'name' must be an identifier; got {name!r}. "
-                               f"Fix: letters, digits and '_', e.g. micro_batch_size.")
+        raise SearchSpaceError(
+            f"{file}: knobs[{position}]: rule: 'name' must be an identifier; got {name!r}. "
+            f"Fix: letters, digits and '_', e.g. micro_batch_size."
+        )
     if reserved_name(name):
-        raise SearchSpaceError(f"{file}: knobs[{position}]: rule: 'name' may not be a Python keyword or a literal "
-                               f"of the expression grammar (true, false); got {name!r}. Fix: rename the knob.")
+        raise SearchSpaceError(
+            f"{file}: knobs[{position}]: rule: 'name' may not be a Python keyword or a literal "
+            f"of the expression grammar (true, false); got {name!r}. Fix: rename the knob."
+        )
 
     def err(rule: str) -> SearchSpaceError:
         return SearchSpaceError(f"{file}: knob '{name}': rule: {rule}")
@@ -159,8 +173,11 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
         if kind not in ("int", "float") or "values" in raw:
             raise err("'range' is for int/float knobs, and excludes 'values'.")
         rng = raw["range"]
-        if (not isinstance(rng, list) or len(rng) != 2
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)):
+        if (
+            not isinstance(rng, list)
+            or len(rng) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
+        ):
             raise err(f"'range' must be [lo, hi] with numbers; got {rng!r}.")
         if not all(math.isfinite(v) for v in rng):
             raise err(f"'range' bounds must be finite numbers; got {rng!r}.")
@@ -180,11 +197,15 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
     else:
         vals = raw.get("values")
         if not isinstance(vals, list) or not vals:
-            raise err("int/float/choice knobs need a non-empty 'values' list (or 'range: [lo, hi]' for int/float).")
+            raise err(
+                "int/float/choice knobs need a non-empty 'values' list (or 'range: [lo, hi]' for int/float)."
+            )
         for v in vals:
             if not isinstance(v, (bool, int, float, str)):
-                raise err(f"values must be numbers, strings or booleans; got {v!r} ({type(v).__name__}). "
-                          f"Fix: quote it to make it a string.")
+                raise err(
+                    f"values must be numbers, strings or booleans; got {v!r} ({type(v).__name__}). "
+                    f"Fix: quote it to make it a string."
+                )
             if isinstance(v, float) and not math.isfinite(v):
                 raise err(f"values must be finite; got {v!r}.")
             if kind == "int" and (isinstance(v, bool) or not isinstance(v, int)):
@@ -193,10 +214,12 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
                 raise err(f"a float knob's values must be numbers; got {v!r}.")
         values = tuple(float(v) for v in vals) if kind == "float" else tuple(vals)
         for i, v in enumerate(values):
-            same = [w for w in values[i + 1:] if w == v]
+            same = [w for w in values[i + 1 :] if w == v]
             if same:  # == as the expressions compare: 1 == 1.0 and true == 1
-                raise err(f"values must be distinct (as expressions compare them: 1 == 1.0, true == 1); "
-                          f"{v!r} and {same[0]!r} are equal in {list(vals)}.")
+                raise err(
+                    f"values must be distinct (as expressions compare them: 1 == 1.0, true == 1); "
+                    f"{v!r} and {same[0]!r} are equal in {list(vals)}."
+                )
         if log and (kind not in ("int", "float") or min(values) <= 0):
             raise err("'log' needs a numeric knob with positive values.")
     when = None
@@ -204,18 +227,47 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
         when = Expression.parse(raw["when"], known=known, file=file, knob=name)
         if name in when.names:
             raise err(f"'when' may not refer to the knob itself ({raw['when']!r}).")
-    knob = Knob(name=name, type=kind, values=values, default=values[0], memory=memory, when=when,
-                lo=lo, hi=hi, log=log)
+    knob = Knob(
+        name=name,
+        type=kind,
+        values=values,
+        default=values[0],
+        memory=memory,
+        when=when,
+        lo=lo,
+        hi=hi,
+        log=log,
+    )
     if "default" in raw:
         try:
             default = knob.canonical(raw["default"], file=file)
         except SearchSpaceError:
-            raise err(f"'default' must be one of the knob's values {list(values)}; got {raw['default']!r}.") from None
+            raise err(
+                f"'default' must be one of the knob's values {list(values)}; got {raw['default']!r}."
+            ) from None
         if knob.is_range and default not in values:
             values = tuple(sorted({*values, default}))
-        knob = Knob(name=name, type=kind, values=values, default=default, memory=memory, when=when,
-                    lo=lo, hi=hi, log=log)
+        knob = Knob(
+            name=name,
+            type=kind,
+            values=values,
+            default=default,
+            memory=memory,
+            when=when,
+            lo=lo,
+            hi=hi,
+            log=log,
+        )
     elif kind == "int" and lo is not None:
-        knob = Knob(name=name, type=kind, values=values, default=int(lo), memory=memory, when=when,
-                    lo=lo, hi=hi, log=log)
+        knob = Knob(
+            name=name,
+            type=kind,
+            values=values,
+            default=int(lo),
+            memory=memory,
+            when=when,
+            lo=lo,
+            hi=hi,
+            log=log,
+        )
     return knob

@@ -84,12 +84,18 @@ class _Slot:
     """Number of points at the last full refit."""
 
 
-
 class ModelSet:
     """The step-time, memory and feasibility models of one optimizer, with warm-start state."""
 
-    def __init__(self, features: PriorFeatures, columns: InputColumns, memory_capacity: float,
-                 settings: OptimizerSettings, mean_indices: list[int], mean_signs: list[float]) -> None:
+    def __init__(
+        self,
+        features: PriorFeatures,
+        columns: InputColumns,
+        memory_capacity: float,
+        settings: OptimizerSettings,
+        mean_indices: list[int],
+        mean_signs: list[float],
+    ) -> None:
         self.features = features
         """Model inputs of configs and the analytic prior's fitted coefficients."""
         self.columns = columns
@@ -121,7 +127,9 @@ class ModelSet:
     def observe(self, config: Mapping[str, Any], outcome: Outcome) -> None:
         """Tell the feasibility model one trial (the GPs learn at the next ``fit``)."""
         if outcome.status in FAILURE_STATUSES:
-            self.feasibility.add(config, failed=True, weight=self.settings.failure_weight[outcome.status])
+            self.feasibility.add(
+                config, failed=True, weight=self.settings.failure_weight[outcome.status]
+            )
         else:
             self.feasibility.add(config, failed=False, completed=outcome.status == "ok")
 
@@ -136,7 +144,9 @@ class ModelSet:
     def excluded(self, history: History) -> tuple[set[str], set[str]]:
         """Keys of configs told as failures, and of configs told ok (and never failed)."""
         failed = history.failed_keys()
-        ok = {history.space.key(o.config) for o in self.ok(history)}  # a config measured only as a straggler may come again
+        ok = {
+            history.space.key(o.config) for o in self.ok(history)
+        }  # a config measured only as a straggler may come again
         return failed, ok - failed
 
     def _fit_time_on(self, ok: list[Observation]) -> Any:
@@ -157,18 +167,28 @@ class ModelSet:
         obs = history.observations
         idx = [i for i, o in enumerate(obs) if o.outcome.status == "ok"]
         key = repr([(history.space.key(obs[i].config), obs[i].outcome.step_time) for i in idx])
-        if key != self.time_trim_key:  # new step times: look for stragglers again (models/outliers.py)
-            y = torch.tensor([math.log(obs[i].outcome.step_time) for i in idx],  # type: ignore[arg-type]
-                             dtype=torch.float64)
+        if (
+            key != self.time_trim_key
+        ):  # new step times: look for stragglers again (models/outliers.py)
+            y = torch.tensor(
+                [math.log(obs[i].outcome.step_time) for i in idx],  # type: ignore[arg-type]
+                dtype=torch.float64,
+            )
             drop = outliers.trim_slow_outliers(
-                y, lambda keep: self._fit_time_on([obs[idx[j]] for j in keep]),
-                lambda js: self.inputs([obs[idx[j]].config for j in js]), self.settings)
+                y,
+                lambda keep: self._fit_time_on([obs[idx[j]] for j in keep]),
+                lambda js: self.inputs([obs[idx[j]].config for j in js]),
+                self.settings,
+            )
             self.time_outliers = {idx[j] for j in drop}
             self.time_trim_key = key
         self._fit_time_on(self.ok(history))
         if len(rows) >= 2:
-            self.update_memory(self.inputs(rows), torch.tensor(ys, dtype=torch.float64),
-                               torch.tensor(cens, dtype=torch.bool))
+            self.update_memory(
+                self.inputs(rows),
+                torch.tensor(ys, dtype=torch.float64),
+                torch.tensor(cens, dtype=torch.bool),
+            )
         else:
             self.memory.model = self.memory.pred = None
 
@@ -217,29 +237,50 @@ class ModelSet:
             pred = PriorOnly(self.columns.prior_memory, self.settings.prior_only_memory_sd)
         return pred, noise
 
-    def scores(self, history: History, configs: Sequence[Mapping[str, Any]],
-               X: torch.Tensor | None = None) -> acquisition.Scores:
+    def scores(
+        self, history: History, configs: Sequence[Mapping[str, Any]], X: torch.Tensor | None = None
+    ) -> acquisition.Scores:
         """Predictions and constrained log-EI of ``configs`` (inputs ``X``, or built here)."""
         X = self.inputs(configs) if X is None else X
         mem_pred, noise = self._memory_predictor()
-        return acquisition.analytic_scores(self.time.pred, mem_pred, noise, X, self.best_log_time(history),
-                                           self.feasibility.p_ok(configs), sd_scale=self.settings.acquisition_sd_scale)
+        return acquisition.analytic_scores(
+            self.time.pred,
+            mem_pred,
+            noise,
+            X,
+            self.best_log_time(history),
+            self.feasibility.p_ok(configs),
+            sd_scale=self.settings.acquisition_sd_scale,
+        )
 
-    def prior_scores(self, history: History, configs: Sequence[Mapping[str, Any]], X: torch.Tensor,
-                     baseline: Mapping[str, Any]) -> acquisition.Scores:
+    def prior_scores(
+        self,
+        history: History,
+        configs: Sequence[Mapping[str, Any]],
+        X: torch.Tensor,
+        baseline: Mapping[str, Any],
+    ) -> acquisition.Scores:
         """Constrained log-EI under the analytic prior alone: its log step time with sd
         ``prior_time_noise_sd``, against the best of the prior's step times of ``baseline`` and of
         the configs told ok."""
         refs = [baseline, *(o.config for o in self.ok(history))]
         ref = float(self.inputs(refs)[:, self.columns.prior_time].min())
         mem_pred, noise = self._memory_predictor()
-        return acquisition.analytic_scores(PriorOnly(self.columns.prior_time, self.settings.prior_time_noise_sd),
-                                           mem_pred, noise, X, ref, self.feasibility.p_ok(configs))
+        return acquisition.analytic_scores(
+            PriorOnly(self.columns.prior_time, self.settings.prior_time_noise_sd),
+            mem_pred,
+            noise,
+            X,
+            ref,
+            self.feasibility.p_ok(configs),
+        )
 
     @staticmethod
     def _key(*tensors: torch.Tensor) -> str:
-        return "|".join(f"{tuple(t.shape)}:{float(t.double().sum()):.12g}:{float((t.double() ** 2).sum()):.12g}"
-                        for t in tensors)
+        return "|".join(
+            f"{tuple(t.shape)}:{float(t.double().sum()):.12g}:{float((t.double() ** 2).sum()):.12g}"
+            for t in tensors
+        )
 
     def update_time(self, X: torch.Tensor, log_t: torch.Tensor) -> None:
         """Refit the step-time GP on ``X`` (``(n, d)``), ``log_t`` (``(n,)``) if they changed."""
@@ -253,14 +294,25 @@ class ModelSet:
         if key == self.time.fitted_key and self.time.state is not None:
             iters = 0
         elif self.time.state is None or n >= self.settings.full_refit_growth * self.time.full_n:
-            iters, self.time.full_n = self.settings.time_gp_iters[0 if self.time.state is None else 1], n
+            iters, self.time.full_n = (
+                self.settings.time_gp_iters[0 if self.time.state is None else 1],
+                n,
+            )
         else:
             iters = self.settings.time_gp_iters[2]
         s = self.settings
-        self.time.model, self.time.state = fit_time_gp(X, log_t, warm=self.time.state, maxiter=iters,
-                                                       offset=self.columns.time_offset(),
-                                                       config_sd=s.config_deviation_sd, kernel=s.time_kernel)
-        cut = acquisition_variance_cut(self.time.model, s.config_deviation_sd, s.acquisition_config_sd)
+        self.time.model, self.time.state = fit_time_gp(
+            X,
+            log_t,
+            warm=self.time.state,
+            maxiter=iters,
+            offset=self.columns.time_offset(),
+            config_sd=s.config_deviation_sd,
+            kernel=s.time_kernel,
+        )
+        cut = acquisition_variance_cut(
+            self.time.model, s.config_deviation_sd, s.acquisition_config_sd
+        )
         self.time.pred = ExactMarginal(self.time.model, cut)
         self.time.fitted_key = key
 
@@ -276,13 +328,22 @@ class ModelSet:
         if key == self.memory.fitted_key and self.memory.state is not None:
             iters = 0
         elif self.memory.state is None or n >= self.settings.full_refit_growth * self.memory.full_n:
-            iters, self.memory.full_n = self.settings.memory_gp_iters[0 if self.memory.state is None else 1], n
+            iters, self.memory.full_n = (
+                self.settings.memory_gp_iters[0 if self.memory.state is None else 1],
+                n,
+            )
         else:
             iters = self.settings.memory_gp_iters[2]
         self.memory.model, self.memory.state = fit_tobit_gp(
-            X, y, censored, mean_indices=self.mean_indices, mean_signs=self.mean_signs,
-            warm=self.memory.state, maxiter=iters,
-            offset=self.columns.memory_offset())
+            X,
+            y,
+            censored,
+            mean_indices=self.mean_indices,
+            mean_signs=self.mean_signs,
+            warm=self.memory.state,
+            maxiter=iters,
+            offset=self.columns.memory_offset(),
+        )
         self.memory.pred = VariationalMarginal(self.memory.model)
         self.memory.fitted_key = key
 
@@ -291,8 +352,14 @@ class ModelSet:
         of ``Optimizer.state_dict()``; ``load_dict`` inverts it)."""
         features = self.features.state_dict()
         return {
-            "models": {name: {"state": state_to_json(s.state), "fitted_key": s.fitted_key, "full_n": s.full_n}
-                       for name, s in (("time", self.time), ("memory", self.memory))},
+            "models": {
+                name: {
+                    "state": state_to_json(s.state),
+                    "fitted_key": s.fitted_key,
+                    "full_n": s.full_n,
+                }
+                for name, s in (("time", self.time), ("memory", self.memory))
+            },
             "prior_coefficients": features["coefficients"],
             "prior_fit_keys": features["fit_keys"],
             "time_outliers": sorted(self.time_outliers),
@@ -304,8 +371,16 @@ class ModelSet:
         slots = raw.get("models") or {}
         for name in ("time", "memory"):
             r = slots.get(name) or {}
-            setattr(self, name, _Slot(model=None, state=state_from_json(r.get("state")),
-                                      fitted_key=str(r.get("fitted_key", "")), full_n=int(r.get("full_n", 0))))
+            setattr(
+                self,
+                name,
+                _Slot(
+                    model=None,
+                    state=state_from_json(r.get("state")),
+                    fitted_key=str(r.get("fitted_key", "")),
+                    full_n=int(r.get("full_n", 0)),
+                ),
+            )
         self.time_outliers = {int(i) for i in raw.get("time_outliers") or []}
         self.time_trim_key = raw.get("time_trim_key")
         self.features.load_state_dict(raw.get("prior_coefficients"), raw.get("prior_fit_keys"))

@@ -64,13 +64,27 @@ class Optimizer:
             optimizer is exactly the cold one.
     """
 
-    def __init__(self, space: SearchSpace, memory_capacity: float, seed: int = 0,
-                 baseline: Mapping[str, Any] | None = None, *, settings: OptimizerSettings | None = None,
-                 prior: PriorMean | None = None, initial_configs: Sequence[Mapping[str, Any]] = (),
-                 initial_origins: Sequence[WarmStartOrigin | None] = (),
-                 transfer: TransferPrior | None = None) -> None:
-        if not (isinstance(memory_capacity, (int, float)) and math.isfinite(memory_capacity) and memory_capacity > 0):
-            raise UserInputError(f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}.")
+    def __init__(
+        self,
+        space: SearchSpace,
+        memory_capacity: float,
+        seed: int = 0,
+        baseline: Mapping[str, Any] | None = None,
+        *,
+        settings: OptimizerSettings | None = None,
+        prior: PriorMean | None = None,
+        initial_configs: Sequence[Mapping[str, Any]] = (),
+        initial_origins: Sequence[WarmStartOrigin | None] = (),
+        transfer: TransferPrior | None = None,
+    ) -> None:
+        if not (
+            isinstance(memory_capacity, (int, float))
+            and math.isfinite(memory_capacity)
+            and memory_capacity > 0
+        ):
+            raise UserInputError(
+                f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}."
+            )
         self.settings = settings or OptimizerSettings()
         """Every tunable of this optimizer (saved with its state)."""
         self.space = space
@@ -78,7 +92,11 @@ class Optimizer:
         self.seed = int(seed)
         self.baseline = None if baseline is None else space.validate(baseline, where="baseline")
         self.encoder = Encoder(space)
-        self.n_init = design.default_n_init(self.encoder.dim) if self.settings.n_init is None else self.settings.n_init
+        self.n_init = (
+            design.default_n_init(self.encoder.dim)
+            if self.settings.n_init is None
+            else self.settings.n_init
+        )
         """Distinct configs in the initial design (``settings.n_init`` or its default for this space)."""
         self.history = History(space)
         """The told and pending trials, the provenance of each ask and the warm starts still queued."""
@@ -89,16 +107,37 @@ class Optimizer:
         """Analytic prior mean of both models (``infrarsi.search.priors.mean``), or None."""
         self.transfer: TransferModel | None = None
         """The bank transfer inside the models (``transfer``), or None."""
-        if transfer is not None and transfer.sources and prior is not None and self.settings.transfer:
+        if (
+            transfer is not None
+            and transfer.sources
+            and prior is not None
+            and self.settings.transfer
+        ):
             self.transfer = TransferModel(transfer, self.encoder, prior, self.settings)
-        features = PriorFeatures(space, self.encoder, prior, self.memory_capacity, self.settings, transfer=self.transfer)
+        features = PriorFeatures(
+            space, self.encoder, prior, self.memory_capacity, self.settings, transfer=self.transfer
+        )
         self.pool = CandidatePool(space, features, self.baseline, self.settings)
         """The configs each ask scores."""
-        self.models = ModelSet(features, InputColumns(self.encoder.dim, prior is not None), self.memory_capacity,
-                               self.settings, *self.encoder.memory_features())
+        self.models = ModelSet(
+            features,
+            InputColumns(self.encoder.dim, prior is not None),
+            self.memory_capacity,
+            self.settings,
+            *self.encoder.memory_features(),
+        )
         """The models fitted on the history."""
-        self.pickers = Pickers(space, self.settings, self.encoder, self.models, self.pool, self.rng, self.seed,
-                               self.memory_capacity, self.baseline)
+        self.pickers = Pickers(
+            space,
+            self.settings,
+            self.encoder,
+            self.models,
+            self.pool,
+            self.rng,
+            self.seed,
+            self.memory_capacity,
+            self.baseline,
+        )
         """The picker of each phase of the schedule."""
         self.history.queue_warm_starts(initial_configs, initial_origins)
 
@@ -147,10 +186,17 @@ class Optimizer:
             raise UserInputError(f"ask(n): rule: n must be >= 1; got {n!r}.")
         h = self.history
         rnd = Round(taken=set(h.pending), failed=h.failed_keys())
-        baseline_turn = not h.observations and not h.pending and not self.space.violated(self.pickers.baseline_config)
+        baseline_turn = (
+            not h.observations
+            and not h.pending
+            and not self.space.violated(self.pickers.baseline_config)
+        )
         with torch_threads(self.settings.num_threads):
             torch.manual_seed(self.seed * 100_003 + h.n_asks)
-            while len(rnd.infos) < k and next_phase(self._turn(rnd, baseline_turn, True, k, 0)) == Phase.WARM_START:
+            while (
+                len(rnd.infos) < k
+                and next_phase(self._turn(rnd, baseline_turn, True, k, 0)) == Phase.WARM_START
+            ):
                 info = self.pickers.warm_start(h, rnd)
                 if info is not None:
                     rnd.add(info, self.space)
@@ -162,7 +208,9 @@ class Optimizer:
                 torch.manual_seed(self.seed * 100_003 + h.n_asks)
                 self.models.fit(h)
                 try:
-                    self.pickers.fill(h, rnd, k, lambda base, done: self._turn(rnd, base, False, k - start, done))
+                    self.pickers.fill(
+                        h, rnd, k, lambda base, done: self._turn(rnd, base, False, k - start, done)
+                    )
                 except SearchExhausted:
                     if not rnd.infos:
                         raise
@@ -175,30 +223,47 @@ class Optimizer:
         configs = [dict(i.config) for i in rnd.infos]
         return configs[0] if n is None else configs
 
-    def _turn(self, rnd: Round, baseline_due: bool, warm_turn: bool, remaining: int, model_picks: int) -> Turn:
+    def _turn(
+        self, rnd: Round, baseline_due: bool, warm_turn: bool, remaining: int, model_picks: int
+    ) -> Turn:
         """What the schedule reads before the next pick (``schedule.Turn``); ``warm_turn``: the
         warm starts' part of the ask (they come before its model picks)."""
         h, every = self.history, self.settings.local_every
-        return Turn(baseline_due=baseline_due, warm_starts_due=warm_turn and bool(h.warm_queue),
-                    distinct_seen=len(h.seen_keys() | rnd.taken), design_size=self._design_size(),
-                    time_model_ready=self.models.time.model is not None, has_prior=self.prior is not None,
-                    pending=len(rnd.taken), prior_picked=any(i.phase == Phase.BO_PRIOR for i in h.ask_infos.values()),
-                    single=remaining == 1 and model_picks == 0, last_of_batch=remaining - model_picks == 1,
-                    local_turn=bool(every) and h.n_asks % every == every - 1)
+        return Turn(
+            baseline_due=baseline_due,
+            warm_starts_due=warm_turn and bool(h.warm_queue),
+            distinct_seen=len(h.seen_keys() | rnd.taken),
+            design_size=self._design_size(),
+            time_model_ready=self.models.time.model is not None,
+            has_prior=self.prior is not None,
+            pending=len(rnd.taken),
+            prior_picked=any(i.phase == Phase.BO_PRIOR for i in h.ask_infos.values()),
+            single=remaining == 1 and model_picks == 0,
+            last_of_batch=remaining - model_picks == 1,
+            local_turn=bool(every) and h.n_asks % every == every - 1,
+        )
 
     def _design_size(self) -> int:
         """The design's size now: ``settings.transfer_n_init`` while a bank transfer holds weight."""
-        if self.transfer is not None and self.transfer.active and self.settings.transfer_n_init is not None:
+        if (
+            self.transfer is not None
+            and self.transfer.active
+            and self.settings.transfer_n_init is not None
+        ):
             return min(self.n_init, self.settings.transfer_n_init)
         return self.n_init
 
-    def add_pending(self, config: Mapping[str, Any], phase: Phase = Phase.PROPOSAL) -> dict[str, Any]:
+    def add_pending(
+        self, config: Mapping[str, Any], phase: Phase = Phase.PROPOSAL
+    ) -> dict[str, Any]:
         """Record ``config`` (from outside the optimizer: a proposal) as in flight, so later asks
         treat it as pending; returns the validated full config. Tell its outcome as usual."""
         full = dict(self.space.validate(config, where="add_pending(config)"))
         key = self.space.key(full)
         self.history.pending[key] = full
-        self.history.ask_infos[key] = AskInfo(config=full, phase=Phase(phase), ask_index=self.history.n_asks)
+        self.history.ask_infos[key] = AskInfo(
+            config=full, phase=Phase(phase), ask_index=self.history.n_asks
+        )
         return full
 
     def drop_pending(self, config: Mapping[str, Any]) -> bool:
@@ -222,9 +287,15 @@ class Optimizer:
             self.models.fit(self.history)
             s = self.models.scores(self.history, full)
         has_mem = self.models.memory.model is not None or self.prior is not None
-        return {"step_time_mean_s": np.exp(s.time_mean), "step_time_sd_log": s.time_sd,
-                "memory_mean_bytes": self.memory_capacity * np.exp(s.mem_mean) if has_mem else np.full(len(full), np.nan),
-                "p_fit": s.p_fit, "p_ok": s.p_ok}
+        return {
+            "step_time_mean_s": np.exp(s.time_mean),
+            "step_time_sd_log": s.time_sd,
+            "memory_mean_bytes": self.memory_capacity * np.exp(s.mem_mean)
+            if has_mem
+            else np.full(len(full), np.nan),
+            "p_fit": s.p_fit,
+            "p_ok": s.p_ok,
+        }
 
     def info(self, config: Mapping[str, Any]) -> AskInfo | None:
         """Provenance recorded when ``config`` was asked (None if it never was)."""
@@ -234,10 +305,17 @@ class Optimizer:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly where this optimizer is (JSON-able; ``persistence``)."""
         return {
-            "version": persistence.STATE_VERSION, "space_source": self.space.source, "space_file": self.space.file,
-            "memory_capacity": self.memory_capacity, "seed": self.seed, "baseline": self.baseline,
-            "settings": self.settings.to_dict(), **self.history.to_dict(), "rng": self.rng.bit_generator.state,
-            **self.models.to_dict(), "prior": None if self.prior is None else self.prior.spec(),
+            "version": persistence.STATE_VERSION,
+            "space_source": self.space.source,
+            "space_file": self.space.file,
+            "memory_capacity": self.memory_capacity,
+            "seed": self.seed,
+            "baseline": self.baseline,
+            "settings": self.settings.to_dict(),
+            **self.history.to_dict(),
+            "rng": self.rng.bit_generator.state,
+            **self.models.to_dict(),
+            "prior": None if self.prior is None else self.prior.spec(),
             "transfer": None if self.transfer is None else self.transfer.to_dict(),
         }
 
@@ -251,7 +329,9 @@ class Optimizer:
             self.models.observe(o.config, o.outcome)
         self.rng.bit_generator.state = state["rng"]
         saved = state.get("transfer")
-        if saved and self.prior is not None and self.settings.transfer:  # the saved fit, not a refit: the same asks as before
+        if (
+            saved and self.prior is not None and self.settings.transfer
+        ):  # the saved fit, not a refit: the same asks as before
             self.transfer = TransferModel.from_dict(saved, self.encoder, self.prior, self.settings)
             self.models.features.transfer = self.transfer
         self.models.load_dict(state)
@@ -261,9 +341,14 @@ class Optimizer:
         """A new optimizer (space and settings included) from ``state_dict()``."""
         from infrarsi.search.priors.registry import prior_from_spec
 
-        opt = cls(persistence.space_of(state), memory_capacity=state["memory_capacity"], seed=state["seed"],
-                  baseline=state.get("baseline"), settings=persistence.settings_of(state),
-                  prior=None if state.get("prior") is None else prior_from_spec(state["prior"]))
+        opt = cls(
+            persistence.space_of(state),
+            memory_capacity=state["memory_capacity"],
+            seed=state["seed"],
+            baseline=state.get("baseline"),
+            settings=persistence.settings_of(state),
+            prior=None if state.get("prior") is None else prior_from_spec(state["prior"]),
+        )
         opt.load_state_dict(state)
         return opt
 
@@ -277,8 +362,15 @@ class Optimizer:
         return cls.from_state(persistence.read_json(path))
 
     @classmethod
-    def from_trials(cls, space: SearchSpace, rows: Iterable[Mapping[str, Any]] | Any, *, memory_capacity: float,
-                    stages: tuple[str, ...] | None = None, **kwargs: Any) -> Optimizer:
+    def from_trials(
+        cls,
+        space: SearchSpace,
+        rows: Iterable[Mapping[str, Any]] | Any,
+        *,
+        memory_capacity: float,
+        stages: tuple[str, ...] | None = None,
+        **kwargs: Any,
+    ) -> Optimizer:
         """Rebuild from trial-log rows (the history: dicts, or a ``pyarrow.Table``).
 
         Each row needs ``config`` (a JSON string or a dict) and is told as ``Outcome.from_row``
@@ -289,4 +381,3 @@ class Optimizer:
         for cfg, outcome in persistence.history_outcomes(space, rows, stages):
             opt.tell(cfg, outcome)
         return opt
-

@@ -29,13 +29,21 @@ class Outcome:
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
-            raise UserInputError(f"Outcome.status: rule: must be one of {list(STATUSES)}; got {self.status!r}.")
-        if self.status == "ok" and (self.step_time is None or not math.isfinite(self.step_time) or self.step_time <= 0):
+            raise UserInputError(
+                f"Outcome.status: rule: must be one of {list(STATUSES)}; got {self.status!r}."
+            )
+        if self.status == "ok" and (
+            self.step_time is None or not math.isfinite(self.step_time) or self.step_time <= 0
+        ):
             raise UserInputError(
                 f"Outcome.step_time: rule: an ok outcome needs a finite step_time > 0 seconds; got {self.step_time!r}."
             )
-        if self.peak_memory is not None and (not math.isfinite(self.peak_memory) or self.peak_memory <= 0):
-            raise UserInputError(f"Outcome.peak_memory: rule: must be a finite number of bytes > 0 or None; got {self.peak_memory!r}.")
+        if self.peak_memory is not None and (
+            not math.isfinite(self.peak_memory) or self.peak_memory <= 0
+        ):
+            raise UserInputError(
+                f"Outcome.peak_memory: rule: must be a finite number of bytes > 0 or None; got {self.peak_memory!r}."
+            )
 
     @property
     def feasible(self) -> bool:
@@ -44,14 +52,22 @@ class Outcome:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (``from_dict`` inverts it)."""
-        return {"status": self.status, "step_time": self.step_time, "peak_memory": self.peak_memory,
-                "extra": dict(self.extra)}
+        return {
+            "status": self.status,
+            "step_time": self.step_time,
+            "peak_memory": self.peak_memory,
+            "extra": dict(self.extra),
+        }
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Outcome:
         """Inverse of ``to_dict``."""
-        return cls(status=raw["status"], step_time=raw.get("step_time"), peak_memory=raw.get("peak_memory"),
-                   extra=dict(raw.get("extra") or {}))
+        return cls(
+            status=raw["status"],
+            step_time=raw.get("step_time"),
+            peak_memory=raw.get("peak_memory"),
+            extra=dict(raw.get("extra") or {}),
+        )
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any] | TrialResult) -> Outcome:
@@ -68,8 +84,12 @@ class Outcome:
           the status is ``oom``.
         """
         if isinstance(row, TrialResult):
-            row = {"status": row.status, "step_time_s": row.step_time_s, "peak_memory_bytes": row.peak_memory_bytes,
-                   "memory_censored": row.memory_censored}
+            row = {
+                "status": row.status,
+                "step_time_s": row.step_time_s,
+                "peak_memory_bytes": row.peak_memory_bytes,
+                "memory_censored": row.memory_censored,
+            }
         step = _positive(row.get("step_time_s", row.get("step_time")))
         raw_status = row.get("status")
         if raw_status is None or raw_status == "":
@@ -80,8 +100,12 @@ class Outcome:
             status = "failed"
         peak = _positive(row.get("peak_memory_bytes")) if status in ("ok", "oom") else None
         censored = row.get("memory_censored")
-        return cls(status=status, step_time=step if status == "ok" else None, peak_memory=peak,
-                   extra={"memory_censored": bool(status == "oom" if censored is None else censored)})
+        return cls(
+            status=status,
+            step_time=step if status == "ok" else None,
+            peak_memory=peak,
+            extra={"memory_censored": bool(status == "oom" if censored is None else censored)},
+        )
 
 
 @dataclass

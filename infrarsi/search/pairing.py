@@ -46,6 +46,7 @@ class Predictions(Protocol):
 
 P = TypeVar("P", bound=Predictions)
 
+
 @dataclass
 class Repair:
     """One repair of a candidate."""
@@ -72,8 +73,12 @@ def saving_moves(space: SearchSpace, config: Mapping[str, Any]) -> list[tuple[st
     return out
 
 
-def repairs(space: SearchSpace, config: Mapping[str, Any], max_steps: int = DEFAULT_SETTINGS.repair_max_steps,
-            limit: int = 400) -> list[Repair]:
+def repairs(
+    space: SearchSpace,
+    config: Mapping[str, Any],
+    max_steps: int = DEFAULT_SETTINGS.repair_max_steps,
+    limit: int = 400,
+) -> list[Repair]:
     """Every valid config reachable by 1..``max_steps`` saving moves (breadth-first, deduplicated)."""
     start = dict(config)
     seen = {space.key(start)}
@@ -88,7 +93,9 @@ def repairs(space: SearchSpace, config: Mapping[str, Any], max_steps: int = DEFA
                 if key in seen:
                     continue
                 seen.add(key)
-                new = Repair(cand, rep.steps + 1, [*rep.moves, f"{name}: {rep.config[name]!r} -> {value!r}"])
+                new = Repair(
+                    cand, rep.steps + 1, [*rep.moves, f"{name}: {rep.config[name]!r} -> {value!r}"]
+                )
                 nxt.append(new)  # keep walking through constraint-breaking intermediates
                 if not space.violated(cand):
                     out.append(new)
@@ -98,20 +105,31 @@ def repairs(space: SearchSpace, config: Mapping[str, Any], max_steps: int = DEFA
     return out
 
 
-def fast_but_too_big(log_score: np.ndarray, p_fit: np.ndarray, sources: int = DEFAULT_SETTINGS.pair_sources,
-                     scan: int = DEFAULT_SETTINGS.pair_source_scan,
-                     trigger: float = DEFAULT_SETTINGS.pairing_trigger) -> list[int]:
+def fast_but_too_big(
+    log_score: np.ndarray,
+    p_fit: np.ndarray,
+    sources: int = DEFAULT_SETTINGS.pair_sources,
+    scan: int = DEFAULT_SETTINGS.pair_source_scan,
+    trigger: float = DEFAULT_SETTINGS.pairing_trigger,
+) -> list[int]:
     """Indices of up to ``sources`` candidates, best first by ``log_score - log p_fit`` (the
     acquisition if memory were no object) among the ``scan`` best by it, whose P(fit) is below
     ``trigger``."""
-    free = np.asarray(log_score, dtype=float) - np.log(np.clip(np.asarray(p_fit, dtype=float), 1e-300, None))
+    free = np.asarray(log_score, dtype=float) - np.log(
+        np.clip(np.asarray(p_fit, dtype=float), 1e-300, None)
+    )
     top = np.argsort(-free, kind="stable")[:scan]
     return [int(i) for i in top if p_fit[i] < trigger][:sources]
 
 
-def best_repair(space: SearchSpace, config: Mapping[str, Any], predict: Callable[[Sequence[Mapping[str, Any]]], P],
-                excluded: set[str], max_steps: int = DEFAULT_SETTINGS.repair_max_steps,
-                target: float = DEFAULT_SETTINGS.pairing_target) -> tuple[Repair, P, int] | None:
+def best_repair(
+    space: SearchSpace,
+    config: Mapping[str, Any],
+    predict: Callable[[Sequence[Mapping[str, Any]]], P],
+    excluded: set[str],
+    max_steps: int = DEFAULT_SETTINGS.repair_max_steps,
+    target: float = DEFAULT_SETTINGS.pairing_target,
+) -> tuple[Repair, P, int] | None:
     """The fitting repair with the best predicted step time, or None.
 
     ``predict(configs)`` scores the repairs (``time_mean``, ``p_fit`` and ``p_ok``, see

@@ -26,14 +26,24 @@ STATE_VERSION = 2
 """Version of ``Optimizer.state_dict()`` (1: options at the top level, ask infos as plain dicts)."""
 READABLE_VERSIONS = (1, 2)
 """Versions ``Optimizer.load_state_dict`` reads."""
-_V1_OPTIONS = ("censoring", "pairing", "n_init", "candidate_cap", "num_threads", "local_every", "intensify")
+_V1_OPTIONS = (
+    "censoring",
+    "pairing",
+    "n_init",
+    "candidate_cap",
+    "num_threads",
+    "local_every",
+    "intensify",
+)
 
 
 def check_version(state: Mapping[str, Any]) -> int:
     """The state's version, or an ``InfrarsiError`` when it cannot be read."""
     version = state.get("version")
     if version not in READABLE_VERSIONS:
-        raise InfrarsiError(f"optimizer state: rule: version must be one of {list(READABLE_VERSIONS)}; got {version!r}.")
+        raise InfrarsiError(
+            f"optimizer state: rule: version must be one of {list(READABLE_VERSIONS)}; got {version!r}."
+        )
     return int(version)
 
 
@@ -64,8 +74,11 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def history_outcomes(space: SearchSpace, rows: Iterable[Mapping[str, Any]] | Any,
-                     stages: tuple[str, ...] | None = None) -> Iterator[tuple[dict[str, Any], Outcome]]:
+def history_outcomes(
+    space: SearchSpace,
+    rows: Iterable[Mapping[str, Any]] | Any,
+    stages: tuple[str, ...] | None = None,
+) -> Iterator[tuple[dict[str, Any], Outcome]]:
     """``(config, outcome)`` of each trial-log row (dicts, or a ``pyarrow.Table``), in order.
 
     Each row needs ``config`` (a JSON string or a dict); the outcome follows ``Outcome.from_row``.

@@ -57,9 +57,18 @@ class Round:
 class Pickers:
     """The per-phase pickers of one optimizer."""
 
-    def __init__(self, space: SearchSpace, settings: OptimizerSettings, encoder: Encoder, models: ModelSet,
-                 pool: CandidatePool, rng: np.random.Generator, seed: int, memory_capacity: float,
-                 baseline: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self,
+        space: SearchSpace,
+        settings: OptimizerSettings,
+        encoder: Encoder,
+        models: ModelSet,
+        pool: CandidatePool,
+        rng: np.random.Generator,
+        seed: int,
+        memory_capacity: float,
+        baseline: Mapping[str, Any] | None,
+    ) -> None:
         self.space = space
         self.settings = settings
         """Design, pairing, batch and intensification settings."""
@@ -79,37 +88,66 @@ class Pickers:
         """The baseline, or the space's default config when none was given."""
 
     # ------------------------------------------------------------ helpers
-    def info(self, history: History, config: Mapping[str, Any], phase: Phase,
-             scores: acquisition.Scores | None = None, i: int | None = None, *,
-             repair_of: Mapping[str, Any] | None = None, repair_moves: Sequence[str] = (),
-             original_p_fit: float | None = None, paired: str | None = None,
-             warm_start_origin: WarmStartOrigin | None = None) -> AskInfo:
+    def info(
+        self,
+        history: History,
+        config: Mapping[str, Any],
+        phase: Phase,
+        scores: acquisition.Scores | None = None,
+        i: int | None = None,
+        *,
+        repair_of: Mapping[str, Any] | None = None,
+        repair_moves: Sequence[str] = (),
+        original_p_fit: float | None = None,
+        paired: str | None = None,
+        warm_start_origin: WarmStartOrigin | None = None,
+    ) -> AskInfo:
         """The ``AskInfo`` of ``config`` asked now, with the predictions at row ``i`` of ``scores``."""
         predictions: dict[str, float | None] = {}
         if scores is not None and i is not None:
             has_memory = self.models.memory.model is not None or self.models.has_prior
             predictions = {
-                "predicted_step_time_s": _exp(scores.time_mean[i]), "step_time_sd_log": _finite(scores.time_sd[i]),
+                "predicted_step_time_s": _exp(scores.time_mean[i]),
+                "step_time_sd_log": _finite(scores.time_sd[i]),
                 "p_fit": _finite(scores.p_fit[i]),
-                "predicted_peak_memory_bytes": self.memory_capacity * math.exp(float(scores.mem_mean[i]))
-                if has_memory else None,
-                "p_ok": _finite(scores.p_ok[i]), "log_acquisition": _finite(scores.log_score[i])}
+                "predicted_peak_memory_bytes": self.memory_capacity
+                * math.exp(float(scores.mem_mean[i]))
+                if has_memory
+                else None,
+                "p_ok": _finite(scores.p_ok[i]),
+                "log_acquisition": _finite(scores.log_score[i]),
+            }
         transfer = self.models.features.transfer
-        return AskInfo(config=dict(config), phase=phase, ask_index=history.n_asks,
-                       repair_of=None if repair_of is None else dict(repair_of), repair_moves=tuple(repair_moves),
-                       original_p_fit=original_p_fit, paired=paired, warm_start_origin=warm_start_origin,
-                       transfer_weights=None if transfer is None else
-                       (transfer.centre_weight, transfer.residual_weight), **predictions)
+        return AskInfo(
+            config=dict(config),
+            phase=phase,
+            ask_index=history.n_asks,
+            repair_of=None if repair_of is None else dict(repair_of),
+            repair_moves=tuple(repair_moves),
+            original_p_fit=original_p_fit,
+            paired=paired,
+            warm_start_origin=warm_start_origin,
+            transfer_weights=None
+            if transfer is None
+            else (transfer.centre_weight, transfer.residual_weight),
+            **predictions,
+        )
 
-    def scorer(self, history: History) -> Callable[[Sequence[Mapping[str, Any]]], acquisition.Scores]:
+    def scorer(
+        self, history: History
+    ) -> Callable[[Sequence[Mapping[str, Any]]], acquisition.Scores]:
         """``configs -> Scores`` under the current models (what ``pairing.best_repair`` calls)."""
         return lambda configs: self.models.scores(history, configs)
 
-    def candidates(self, history: History, exclude: set[str]) -> tuple[list[dict[str, Any]], torch.Tensor]:
+    def candidates(
+        self, history: History, exclude: set[str]
+    ) -> tuple[list[dict[str, Any]], torch.Tensor]:
         """Allowed candidates (keys not in ``exclude``) and their model inputs (``candidates``)."""
         return self.pool.candidates(exclude, self.models.ok(history), self.rng)
 
-    def baseline_available(self, history: History, rnd: Round, configs: Sequence[Mapping[str, Any]]) -> bool:
+    def baseline_available(
+        self, history: History, rnd: Round, configs: Sequence[Mapping[str, Any]]
+    ) -> bool:
         """Nothing told or taken, and the baseline is valid and among ``configs``."""
         if history.observations or rnd.taken or self.space.violated(self.baseline_config):
             return False
@@ -131,17 +169,32 @@ class Pickers:
                 if not configs:
                     if len(rnd.infos) > start:
                         break
-                    raise SearchExhausted(f"search space '{self.space.name}': every valid config has been tried "
-                                          "and failed or is pending.")
-            phase = next_phase(turn(self.baseline_available(history, rnd, configs), len(rnd.infos) - start))
+                    raise SearchExhausted(
+                        f"search space '{self.space.name}': every valid config has been tried "
+                        "and failed or is pending."
+                    )
+            phase = next_phase(
+                turn(self.baseline_available(history, rnd, configs), len(rnd.infos) - start)
+            )
             if phase in (Phase.BASELINE, Phase.DESIGN, Phase.BO_PRIOR):
-                info = (self.baseline(history) if phase == Phase.BASELINE else self.design(history, rnd, configs, X)
-                        if phase == Phase.DESIGN else self.prior(history, configs, X))
+                info = (
+                    self.baseline(history)
+                    if phase == Phase.BASELINE
+                    else self.design(history, rnd, configs, X)
+                    if phase == Phase.DESIGN
+                    else self.prior(history, configs, X)
+                )
                 rnd.add(info, self.space)
                 continue
-            if ok_told and self.models.memory.model is not None and len(configs) <= s.repeat_check_max:
+            if (
+                ok_told
+                and self.models.memory.model is not None
+                and len(configs) <= s.repeat_check_max
+            ):
                 sc = self.models.scores(history, configs, X)
-                if float(np.max(sc.p_fit * sc.p_ok)) < s.repeat_below_p:  # only likely failures are left
+                if (
+                    float(np.max(sc.p_fit * sc.p_ok)) < s.repeat_below_p
+                ):  # only likely failures are left
                     configs, X = self.candidates(history, failed | rnd.taken)
             if phase == Phase.REPLICATE:
                 replicate = self.replicate(history, rnd)
@@ -169,7 +222,9 @@ class Pickers:
         if self.space.key(cfg) in history.seen_keys() | rnd.taken:
             return None
         if not rnd.warm_fitted and (self.models.has_prior or history.observations):
-            self.models.fit(history)  # once per ask: the memory model (or the prior) judges every queued config
+            self.models.fit(
+                history
+            )  # once per ask: the memory model (or the prior) judges every queued config
             rnd.warm_fitted = True
         if not self.models.has_prior and self.models.memory.model is None:
             return self.info(history, cfg, Phase.WARM_START, warm_start_origin=origin)
@@ -178,21 +233,41 @@ class Pickers:
         s = self.settings
         if not s.pairing or p_fit >= s.pairing_trigger:
             return self.info(history, cfg, Phase.WARM_START, scores, 0, warm_start_origin=origin)
-        rep = pairing.best_repair(self.space, cfg, self.scorer(history), excluded=history.seen_keys() | rnd.taken
-                                  | rnd.failed, max_steps=s.repair_max_steps, target=s.pairing_target)
+        rep = pairing.best_repair(
+            self.space,
+            cfg,
+            self.scorer(history),
+            excluded=history.seen_keys() | rnd.taken | rnd.failed,
+            max_steps=s.repair_max_steps,
+            target=s.pairing_target,
+        )
         if rep is None:
             return None
         r, rep_scores, j = rep
-        return self.info(history, r.config, Phase.WARM_START, rep_scores, j, repair_of=cfg, repair_moves=r.moves,
-                         original_p_fit=p_fit, paired="warm_start", warm_start_origin=origin)
+        return self.info(
+            history,
+            r.config,
+            Phase.WARM_START,
+            rep_scores,
+            j,
+            repair_of=cfg,
+            repair_moves=r.moves,
+            original_p_fit=p_fit,
+            paired="warm_start",
+            warm_start_origin=origin,
+        )
 
-    def design(self, history: History, rnd: Round, configs: list[dict[str, Any]], X: torch.Tensor) -> AskInfo:
+    def design(
+        self, history: History, rnd: Round, configs: list[dict[str, Any]], X: torch.Tensor
+    ) -> AskInfo:
         """A space-filling design point (``Phase.DESIGN``), weighted by P(fit) and P(ok)."""
         pool_size = self.settings.design_pool
         if len(configs) > pool_size:
             sel = self.rng.choice(len(configs), size=pool_size, replace=False)
             configs, X = [configs[i] for i in sel.tolist()], X[torch.as_tensor(sel)]
-        seen = [o.config for o in history.observations] + [history.config_of(t) for t in sorted(rnd.taken)]
+        seen = [o.config for o in history.observations] + [
+            history.config_of(t) for t in sorted(rnd.taken)
+        ]
         existing = self.encoder.encode(seen)
         scores = self.models.scores(history, configs, X)
         weights = scores.p_fit * scores.p_ok
@@ -200,8 +275,16 @@ class Pickers:
         if self.settings.design_rule == "maximin":
             i = design.maximin_pick(features, existing, self.rng, weights=weights)
         else:
-            i = design.coverage_pick(configs, features, seen, existing, self.space.names, self.rng, weights=weights,
-                                     distance_weight=self.settings.design_distance_weight)
+            i = design.coverage_pick(
+                configs,
+                features,
+                seen,
+                existing,
+                self.space.names,
+                self.rng,
+                weights=weights,
+                distance_weight=self.settings.design_distance_weight,
+            )
         return self.info(history, configs[i], Phase.DESIGN, scores, i)
 
     def prior(self, history: History, configs: list[dict[str, Any]], X: torch.Tensor) -> AskInfo:
@@ -218,12 +301,22 @@ class Pickers:
         if inc is None:
             return None
         key = self.space.key(inc)
-        if sum(self.space.key(o.config) == key for o in self.models.ok(history)) != 1 or key in rnd.failed | rnd.taken:
+        if (
+            sum(self.space.key(o.config) == key for o in self.models.ok(history)) != 1
+            or key in rnd.failed | rnd.taken
+        ):
             return None
         return self.info(history, inc, Phase.REPLICATE, self.models.scores(history, [inc]), 0)
 
-    def bo(self, history: History, rnd: Round, configs: list[dict[str, Any]], X: torch.Tensor, q: int,
-           phase: Phase) -> list[AskInfo]:
+    def bo(
+        self,
+        history: History,
+        rnd: Round,
+        configs: list[dict[str, Any]],
+        X: torch.Tensor,
+        q: int,
+        phase: Phase,
+    ) -> list[AskInfo]:
         """``q`` picks of the constrained acquisition (``Phase.BO``), near the incumbent on a local
         turn (``Phase.BO_LOCAL``, when it has neighbours among ``configs``); a pick unlikely to fit
         is asked as its memory-saving repair (``Phase.REPAIR``, ``pairing``)."""
@@ -233,14 +326,19 @@ class Pickers:
         if phase == Phase.BO_LOCAL:
             near = self.pool.near(configs, models.incumbent(history))
             if near.any():
-                ranked, n_top = np.where(near, scores.log_score, -np.inf), min(n_top, int(near.sum()))
+                ranked, n_top = (
+                    np.where(near, scores.log_score, -np.inf),
+                    min(n_top, int(near.sum())),
+                )
             else:
                 phase = Phase.BO
         ok_keys = models.excluded(history)[1]
         if q == 1 and not rnd.taken:
             picks = [int(np.argmax(ranked))]
             if s.pairing and phase == Phase.BO and not self.pool.scores_every_config:
-                paired = self.pair_before_pick(history, configs, scores, picks[0], rnd.failed | rnd.taken | ok_keys)
+                paired = self.pair_before_pick(
+                    history, configs, scores, picks[0], rnd.failed | rnd.taken | ok_keys
+                )
                 if paired is not None:
                     return [paired]
         else:
@@ -249,41 +347,83 @@ class Pickers:
             # sorted: a set's order of strings changes with PYTHONHASHSEED, and X_pending's row order moves the picks
             pend = [history.config_of(t) for t in sorted(rnd.taken)]
             X_pend = models.inputs(pend) if pend else None
-            sub = acquisition.select_batch(models.time.model, models.memory.model, X[torch.as_tensor(top)],
-                                           q, X_base, X_pend, seed=self.seed * 7919 + history.n_asks)
+            sub = acquisition.select_batch(
+                models.time.model,
+                models.memory.model,
+                X[torch.as_tensor(top)],
+                q,
+                X_base,
+                X_pend,
+                seed=self.seed * 7919 + history.n_asks,
+            )
             picks = [int(top[j]) for j in sub]
         out: list[AskInfo] = []
         used = set(rnd.taken)
         for i in picks:
             info = self.info(history, configs[i], phase, scores, i)
-            if s.pairing and scores.p_fit[i] < s.pairing_trigger and models.memory.model is not None:
-                rep = pairing.best_repair(self.space, configs[i], self.scorer(history),
-                                          excluded=rnd.failed | used | models.excluded(history)[1],
-                                          max_steps=s.repair_max_steps, target=s.pairing_target)
+            if (
+                s.pairing
+                and scores.p_fit[i] < s.pairing_trigger
+                and models.memory.model is not None
+            ):
+                rep = pairing.best_repair(
+                    self.space,
+                    configs[i],
+                    self.scorer(history),
+                    excluded=rnd.failed | used | models.excluded(history)[1],
+                    max_steps=s.repair_max_steps,
+                    target=s.pairing_target,
+                )
                 if rep is not None:
                     r, rep_scores, j = rep
-                    info = self.info(history, r.config, Phase.REPAIR, rep_scores, j, repair_of=configs[i],
-                                     repair_moves=r.moves, original_p_fit=float(scores.p_fit[i]), paired="after_pick")
+                    info = self.info(
+                        history,
+                        r.config,
+                        Phase.REPAIR,
+                        rep_scores,
+                        j,
+                        repair_of=configs[i],
+                        repair_moves=r.moves,
+                        original_p_fit=float(scores.p_fit[i]),
+                        paired="after_pick",
+                    )
             used.add(self.space.key(info.config))
             out.append(info)
         return out
 
-    def pair_before_pick(self, history: History, configs: list[dict[str, Any]], scores: acquisition.Scores,
-                          pick: int, excluded: set[str]) -> AskInfo | None:
+    def pair_before_pick(
+        self,
+        history: History,
+        configs: list[dict[str, Any]],
+        scores: acquisition.Scores,
+        pick: int,
+        excluded: set[str],
+    ) -> AskInfo | None:
         """Pairing before the pick (``pairing``): the best repairs of the sample's fast-but-too-big
         candidates that are not in the sample, if one scores above the sample's best (``pick``)."""
         if self.models.memory.model is None:
             return None
         s = self.settings
-        sources = pairing.fast_but_too_big(scores.log_score, scores.p_fit, sources=s.pair_sources,
-                                           scan=s.pair_source_scan, trigger=s.pairing_trigger)
+        sources = pairing.fast_but_too_big(
+            scores.log_score,
+            scores.p_fit,
+            sources=s.pair_sources,
+            scan=s.pair_source_scan,
+            trigger=s.pairing_trigger,
+        )
         if not sources:
             return None
         in_pool = {self.space.key(c) for c in configs}
         found: dict[str, tuple[pairing.Repair, int]] = {}
         for i in sources:
-            rep = pairing.best_repair(self.space, configs[i], self.scorer(history), excluded=excluded | in_pool,
-                                      max_steps=s.repair_max_steps, target=s.pairing_target)
+            rep = pairing.best_repair(
+                self.space,
+                configs[i],
+                self.scorer(history),
+                excluded=excluded | in_pool,
+                max_steps=s.repair_max_steps,
+                target=s.pairing_target,
+            )
             if rep is not None:
                 found.setdefault(self.space.key(rep[0].config), (rep[0], i))
         if not found:
@@ -294,8 +434,17 @@ class Pickers:
         if not float(rep_scores.log_score[j]) > float(scores.log_score[pick]):
             return None
         r, src = reps[j]
-        return self.info(history, r.config, Phase.REPAIR, rep_scores, j, repair_of=configs[src], repair_moves=r.moves,
-                         original_p_fit=float(scores.p_fit[src]), paired="before_pick")
+        return self.info(
+            history,
+            r.config,
+            Phase.REPAIR,
+            rep_scores,
+            j,
+            repair_of=configs[src],
+            repair_moves=r.moves,
+            original_p_fit=float(scores.p_fit[src]),
+            paired="before_pick",
+        )
 
 
 def _exp(x: float) -> float | None:

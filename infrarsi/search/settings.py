@@ -172,17 +172,50 @@ class OptimizerSettings:
 
     def __post_init__(self) -> None:
         for name in ("censoring", "pairing", "intensify", "transfer"):
-            _rule(isinstance(getattr(self, name), bool), name, "must be true or false", getattr(self, name))
-        _rule(self.n_init is None or _count(self.n_init), "n_init", "must be None or an integer >= 0", self.n_init)
-        _rule(self.transfer_n_init is None or _count(self.transfer_n_init), "transfer_n_init",
-              "must be None or an integer >= 0", self.transfer_n_init)
-        _rule(_count(self.candidate_cap) and self.candidate_cap >= 2, "candidate_cap", "must be an integer >= 2",
-              self.candidate_cap)
-        _rule(self.num_threads is None or (_count(self.num_threads) and self.num_threads >= 1), "num_threads",
-              "must be None or an integer >= 1", self.num_threads)
-        for name in ("local_every", "repeat_check_max", "local_radius", "enumeration_limit", "design_pool",
-                     "batch_choices", "pair_sources", "pair_source_scan", "repair_max_steps", "prior_fit_iters",
-                     "outlier_max_tests", "outlier_min_points"):
+            _rule(
+                isinstance(getattr(self, name), bool),
+                name,
+                "must be true or false",
+                getattr(self, name),
+            )
+        _rule(
+            self.n_init is None or _count(self.n_init),
+            "n_init",
+            "must be None or an integer >= 0",
+            self.n_init,
+        )
+        _rule(
+            self.transfer_n_init is None or _count(self.transfer_n_init),
+            "transfer_n_init",
+            "must be None or an integer >= 0",
+            self.transfer_n_init,
+        )
+        _rule(
+            _count(self.candidate_cap) and self.candidate_cap >= 2,
+            "candidate_cap",
+            "must be an integer >= 2",
+            self.candidate_cap,
+        )
+        _rule(
+            self.num_threads is None or (_count(self.num_threads) and self.num_threads >= 1),
+            "num_threads",
+            "must be None or an integer >= 1",
+            self.num_threads,
+        )
+        for name in (
+            "local_every",
+            "repeat_check_max",
+            "local_radius",
+            "enumeration_limit",
+            "design_pool",
+            "batch_choices",
+            "pair_sources",
+            "pair_source_scan",
+            "repair_max_steps",
+            "prior_fit_iters",
+            "outlier_max_tests",
+            "outlier_min_points",
+        ):
             _rule(_count(getattr(self, name)), name, "must be an integer >= 0", getattr(self, name))
         for name in ("repeat_below_p", "pairing_trigger", "pairing_target", "outlier_max_fraction"):
             v = getattr(self, name)
@@ -190,34 +223,75 @@ class OptimizerSettings:
         for name in ("feasibility_base_failure_rate",):
             v = getattr(self, name)
             _rule(_number(v) and 0.0 < v < 1.0, name, "must be in (0, 1)", v)
-        for name in ("prior_only_memory_sd", "prior_time_noise_sd", "prior_memory_noise_sd", "prior_time_coef_sd",
-                     "prior_memory_coef_sd", "feasibility_bias_sd", "feasibility_weight_sd", "acquisition_sd_scale",
-                     "culprit_prior"):
+        for name in (
+            "prior_only_memory_sd",
+            "prior_time_noise_sd",
+            "prior_memory_noise_sd",
+            "prior_time_coef_sd",
+            "prior_memory_coef_sd",
+            "feasibility_bias_sd",
+            "feasibility_weight_sd",
+            "acquisition_sd_scale",
+            "culprit_prior",
+        ):
             v = getattr(self, name)
             _rule(_number(v) and v > 0, name, "must be a finite number > 0", v)
-        for name in ("design_distance_weight", "config_deviation_sd", "acquisition_config_sd", "outlier_min_log",
-                     "outlier_screen_z", "outlier_z", "transfer_rank_tie_log"):
+        for name in (
+            "design_distance_weight",
+            "config_deviation_sd",
+            "acquisition_config_sd",
+            "outlier_min_log",
+            "outlier_screen_z",
+            "outlier_z",
+            "transfer_rank_tie_log",
+        ):
             v = getattr(self, name)
             _rule(_number(v) and v >= 0, name, "must be a finite number >= 0", v)
-        _rule(_number(self.full_refit_growth) and self.full_refit_growth >= 1.0, "full_refit_growth", "must be >= 1",
-              self.full_refit_growth)
+        _rule(
+            _number(self.full_refit_growth) and self.full_refit_growth >= 1.0,
+            "full_refit_growth",
+            "must be >= 1",
+            self.full_refit_growth,
+        )
         for name in ("time_gp_iters", "memory_gp_iters"):
             v = getattr(self, name)
-            _rule(isinstance(v, (tuple, list)) and len(v) == 3 and all(_count(x) for x in v), name,
-                  "must be three integers >= 0 (first fit, full refit, light refit)", v)
+            _rule(
+                isinstance(v, (tuple, list)) and len(v) == 3 and all(_count(x) for x in v),
+                name,
+                "must be three integers >= 0 (first fit, full refit, light refit)",
+                v,
+            )
             object.__setattr__(self, name, tuple(v))
-        _rule(self.design_rule in DESIGN_RULES, "design_rule", f"must be one of {list(DESIGN_RULES)}", self.design_rule)
-        _rule(self.time_kernel in TIME_KERNELS, "time_kernel", f"must be one of {list(TIME_KERNELS)}", self.time_kernel)
+        _rule(
+            self.design_rule in DESIGN_RULES,
+            "design_rule",
+            f"must be one of {list(DESIGN_RULES)}",
+            self.design_rule,
+        )
+        _rule(
+            self.time_kernel in TIME_KERNELS,
+            "time_kernel",
+            f"must be one of {list(TIME_KERNELS)}",
+            self.time_kernel,
+        )
         weights = self.failure_weight
-        _rule(isinstance(weights, Mapping) and set(weights) == set(FAILURE_STATUSES)
-              and all(_number(w) and w > 0 for w in weights.values()), "failure_weight",
-              f"must give a weight > 0 to each of {list(FAILURE_STATUSES)}", weights)
+        _rule(
+            isinstance(weights, Mapping)
+            and set(weights) == set(FAILURE_STATUSES)
+            and all(_number(w) and w > 0 for w in weights.values()),
+            "failure_weight",
+            f"must give a weight > 0 to each of {list(FAILURE_STATUSES)}",
+            weights,
+        )
         object.__setattr__(self, "failure_weight", dict(weights))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (``from_dict`` inverts it)."""
         out = dataclasses.asdict(self)
-        out["time_gp_iters"], out["memory_gp_iters"] = list(self.time_gp_iters), list(self.memory_gp_iters)
+        out["time_gp_iters"], out["memory_gp_iters"] = (
+            list(self.time_gp_iters),
+            list(self.memory_gp_iters),
+        )
         return out
 
     @classmethod
@@ -226,7 +300,9 @@ class OptimizerSettings:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(raw) - names)
         if unknown:
-            raise UserInputError(f"OptimizerSettings: rule: unknown setting(s) {unknown}; known: {sorted(names)}.")
+            raise UserInputError(
+                f"OptimizerSettings: rule: unknown setting(s) {unknown}; known: {sorted(names)}."
+            )
         values = dict(raw)
         for name in ("time_gp_iters", "memory_gp_iters"):
             if name in values:

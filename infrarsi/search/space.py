@@ -57,15 +57,21 @@ class SearchSpace:
         """Load from a YAML file path or from YAML text."""
         file = "<text>"
         text = str(source)
-        if isinstance(source, Path) or ("\n" not in text and (text.endswith((".yaml", ".yml")) or Path(text).is_file())):
+        if isinstance(source, Path) or (
+            "\n" not in text and (text.endswith((".yaml", ".yml")) or Path(text).is_file())
+        ):
             path = Path(source)
             if not path.is_file():
-                raise SearchSpaceError(f"{path}: rule: the search-space file must exist (and be a file). "
-                                       f"Fix: check the path.")
+                raise SearchSpaceError(
+                    f"{path}: rule: the search-space file must exist (and be a file). "
+                    f"Fix: check the path."
+                )
             try:
                 file, text = str(path), path.read_text()
             except (OSError, UnicodeDecodeError) as exc:
-                raise SearchSpaceError(f"{path}: rule: must be readable UTF-8 YAML text ({exc}).") from None
+                raise SearchSpaceError(
+                    f"{path}: rule: must be readable UTF-8 YAML text ({exc})."
+                ) from None
         try:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -76,16 +82,24 @@ class SearchSpace:
     def from_dict(cls, raw: Any, *, file: str = "<dict>", source: str | None = None) -> SearchSpace:
         """Build from a parsed YAML mapping."""
         if not isinstance(raw, dict):
-            raise SearchSpaceError(f"{file}: rule: a search space must be a mapping with 'name' and 'knobs'.")
+            raise SearchSpaceError(
+                f"{file}: rule: a search space must be a mapping with 'name' and 'knobs'."
+            )
         unknown = sorted(set(raw) - set(TOP_KEYS), key=repr)
         if unknown:
-            raise SearchSpaceError(f"{file}: rule: unknown top-level key(s) {unknown}. Valid keys: {list(TOP_KEYS)}.")
+            raise SearchSpaceError(
+                f"{file}: rule: unknown top-level key(s) {unknown}. Valid keys: {list(TOP_KEYS)}."
+            )
         for key in ("name", "description"):
             if key in raw and not isinstance(raw[key], str):
-                raise SearchSpaceError(f"{file}: {key!r}: rule: must be a string; got {raw[key]!r}. Fix: quote it.")
+                raise SearchSpaceError(
+                    f"{file}: {key!r}: rule: must be a string; got {raw[key]!r}. Fix: quote it."
+                )
         objective = raw.get("objective", "step_time")
         if objective not in OBJECTIVES:
-            raise SearchSpaceError(f"{file}: 'objective': rule: must be one of {list(OBJECTIVES)}; got {objective!r}.")
+            raise SearchSpaceError(
+                f"{file}: 'objective': rule: must be one of {list(OBJECTIVES)}; got {objective!r}."
+            )
         raw_knobs = raw.get("knobs")
         if not isinstance(raw_knobs, list) or not raw_knobs:
             raise SearchSpaceError(f"{file}: 'knobs': rule: must be a non-empty list of knobs.")
@@ -98,11 +112,20 @@ class SearchSpace:
         raw_cons = raw.get("constraints") or []
         if not isinstance(raw_cons, list):
             raise SearchSpaceError(f"{file}: 'constraints': rule: must be a list of expressions.")
-        cons = [Expression.parse(c, known=known, file=file, knob=f"constraints[{i}]") for i, c in enumerate(raw_cons)]
+        cons = [
+            Expression.parse(c, known=known, file=file, knob=f"constraints[{i}]")
+            for i, c in enumerate(raw_cons)
+        ]
         if source is None:
             source = yaml.safe_dump(raw, sort_keys=False)
-        space = cls(name=str(raw.get("name", "unnamed")), knobs=knobs, constraints=cons,
-                    objective=objective, file=file, source=source)
+        space = cls(
+            name=str(raw.get("name", "unnamed")),
+            knobs=knobs,
+            constraints=cons,
+            objective=objective,
+            file=file,
+            source=source,
+        )
         space._order = space._topological_order()
         # A type mismatch at the defaults ('bf16' < 3) is a mistake in the YAML: refused here. An
         # error that depends on the values (division by zero...) is not: such a constraint counts
@@ -151,7 +174,9 @@ class SearchSpace:
         for k in self.knobs:
             if k.name == name:
                 return k
-        raise SearchSpaceError(f"{self.file}: knob {name!r}: rule: must be a knob of the space. Known: {self.names}.")
+        raise SearchSpaceError(
+            f"{self.file}: knob {name!r}: rule: must be a knob of the space. Known: {self.names}."
+        )
 
     def default_config(self) -> dict[str, Any]:
         """Every knob at its default (may break a constraint)."""
@@ -193,19 +218,28 @@ class SearchSpace:
     def validate(self, config: Mapping[str, Any], *, where: str = "config") -> dict[str, Any]:
         """Return the full valid config (every knob; inactive ones at default) or raise ``SearchSpaceError``."""
         if not isinstance(config, Mapping):
-            raise SearchSpaceError(f"{where}: rule: a config must be a mapping knob -> value; got {type(config).__name__}.")
+            raise SearchSpaceError(
+                f"{where}: rule: a config must be a mapping knob -> value; got {type(config).__name__}."
+            )
         unknown = sorted(set(config) - set(self.names), key=repr)
         if unknown:
             raise SearchSpaceError(
                 f"{where}: knob {unknown[0]!r}: rule: must be a knob of space '{self.name}' ({self.file}). "
                 f"Known knobs: {self.names}."
             )
-        full = {k.name: k.canonical(config[k.name], file=where) if k.name in config else k.default for k in self.knobs}
+        full = {
+            k.name: k.canonical(config[k.name], file=where) if k.name in config else k.default
+            for k in self.knobs
+        }
         full = self.resolve(full)
         bad = self._first_broken(full)
         if bad is not None:
             text, error = bad
-            why = "" if error is None else f" (it cannot be evaluated, which counts as broken: {error})"
+            why = (
+                ""
+                if error is None
+                else f" (it cannot be evaluated, which counts as broken: {error})"
+            )
             raise SearchSpaceError(
                 f"{where}: rule: the config breaks constraint {text!r} of {self.file}{why}; config {full}. "
                 f"Fix: choose knob values that satisfy the constraints in YAML order."
@@ -225,8 +259,10 @@ class SearchSpace:
         base = self.validate(baseline, where="baseline")
         unknown = sorted(set(editable) - set(self.names), key=repr)
         if unknown:
-            raise SearchSpaceError(f"editable knobs: knob {unknown[0]!r}: rule: must be a knob of space "
-                                   f"'{self.name}' ({self.file}). Known knobs: {self.names}.")
+            raise SearchSpaceError(
+                f"editable knobs: knob {unknown[0]!r}: rule: must be a knob of space "
+                f"'{self.name}' ({self.file}). Known knobs: {self.names}."
+            )
         raw = yaml.safe_load(self.source)
         for entry in raw["knobs"]:
             if entry["name"] in editable:
@@ -301,7 +337,9 @@ class SearchSpace:
         return None if rows is None else len(rows)
 
     # --------------------------------------------------------------- sampling
-    def sample(self, rng: np.random.Generator, n: int = 1, max_tries: int = 200) -> list[dict[str, Any]]:
+    def sample(
+        self, rng: np.random.Generator, n: int = 1, max_tries: int = 200
+    ) -> list[dict[str, Any]]:
         """Up to ``n`` random valid configs (uniform per knob, then rejection on constraints)."""
         out: list[dict[str, Any]] = []
         for _ in range(n * max_tries):

@@ -24,7 +24,8 @@ against the measured step times (pairs closer than ``transfer_rank_tie_log`` do 
 the weight with the fewest wins (ties go to the larger weight: the bank is trusted until the
 study's own trials rank it worse). The centre's prediction is the source-only model, the
 analytic prior with log coefficients ``w * centre`` (the centre used is ``w * centre``); the
-residual's is the fitted prior plus ``w * residual(x)``. A bank that ranks this study's configs badly (another regime, scrambled
+residual's is the fitted prior plus ``w * residual(x)``. A bank that ranks this study's configs
+badly (another regime, scrambled
 outcomes) loses its weight after a few trials and the search is the cold one again; a faithful
 one keeps it. While a weight is above 0 the space-filling design can be shortened to
 ``transfer_n_init`` distinct configs (off by default: measured, it made the search re-run a
@@ -85,30 +86,43 @@ class SourceStudy:
         n = len(self.configs)
         for name in ("source_configs", "step_times_s", "peak_memory_bytes", "memory_censored"):
             if len(getattr(self, name)) != n:
-                raise ValueError(f"SourceStudy {self.name!r}: `len({name}) == len(configs)` must hold, "
-                                 f"but got ({len(getattr(self, name))}, {n}).")
+                raise ValueError(
+                    f"SourceStudy {self.name!r}: `len({name}) == len(configs)` must hold, "
+                    f"but got ({len(getattr(self, name))}, {n})."
+                )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (``from_dict`` inverts it; the prior as its ``spec()``)."""
-        return {"name": self.name, "similarity": self.similarity, "configs": [dict(c) for c in self.configs],
-                "source_configs": [dict(c) for c in self.source_configs], "step_times_s": list(self.step_times_s),
-                "peak_memory_bytes": list(self.peak_memory_bytes), "memory_censored": list(self.memory_censored),
-                "memory_capacity_bytes": self.memory_capacity_bytes,
-                "prior": None if self.prior is None else self.prior.spec(), "trial_ids": list(self.trial_ids)}
+        return {
+            "name": self.name,
+            "similarity": self.similarity,
+            "configs": [dict(c) for c in self.configs],
+            "source_configs": [dict(c) for c in self.source_configs],
+            "step_times_s": list(self.step_times_s),
+            "peak_memory_bytes": list(self.peak_memory_bytes),
+            "memory_censored": list(self.memory_censored),
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "prior": None if self.prior is None else self.prior.spec(),
+            "trial_ids": list(self.trial_ids),
+        }
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SourceStudy:
         """Inverse of ``to_dict``."""
         from infrarsi.search.priors.registry import prior_from_spec
 
-        return cls(name=str(raw["name"]), similarity=float(raw["similarity"]),
-                   configs=tuple(dict(c) for c in raw["configs"]),
-                   source_configs=tuple(dict(c) for c in raw["source_configs"]),
-                   step_times_s=tuple(raw["step_times_s"]), peak_memory_bytes=tuple(raw["peak_memory_bytes"]),
-                   memory_censored=tuple(bool(c) for c in raw["memory_censored"]),
-                   memory_capacity_bytes=raw.get("memory_capacity_bytes"),
-                   prior=None if raw.get("prior") is None else prior_from_spec(raw["prior"]),
-                   trial_ids=tuple(str(t) for t in raw.get("trial_ids") or ()))
+        return cls(
+            name=str(raw["name"]),
+            similarity=float(raw["similarity"]),
+            configs=tuple(dict(c) for c in raw["configs"]),
+            source_configs=tuple(dict(c) for c in raw["source_configs"]),
+            step_times_s=tuple(raw["step_times_s"]),
+            peak_memory_bytes=tuple(raw["peak_memory_bytes"]),
+            memory_censored=tuple(bool(c) for c in raw["memory_censored"]),
+            memory_capacity_bytes=raw.get("memory_capacity_bytes"),
+            prior=None if raw.get("prior") is None else prior_from_spec(raw["prior"]),
+            trial_ids=tuple(str(t) for t in raw.get("trial_ids") or ()),
+        )
 
 
 @dataclass(frozen=True)
@@ -141,7 +155,9 @@ def discordant_pairs(pred: np.ndarray, y: np.ndarray, tie: float) -> int:
     return int(np.sum(counted & (dp <= 0)))
 
 
-def _best_weight(preds: Sequence[np.ndarray], y: np.ndarray, tie: float, *, prefer_larger: bool) -> float:
+def _best_weight(
+    preds: Sequence[np.ndarray], y: np.ndarray, tie: float, *, prefer_larger: bool
+) -> float:
     """The ``WEIGHT_GRID`` entry whose prediction has the fewest discordant pairs (ties: the larger
     one if ``prefer_larger``, else the smaller)."""
     losses = [discordant_pairs(p, y, tie) for p in preds]
@@ -153,8 +169,14 @@ def _best_weight(preds: Sequence[np.ndarray], y: np.ndarray, tie: float, *, pref
 class TransferModel:
     """The fitted transfer: coefficient centres, the residual model and its current weight."""
 
-    def __init__(self, record: TransferPrior, encoder: Encoder, target_prior: PriorMean,
-                 settings: OptimizerSettings, residual_state: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        record: TransferPrior,
+        encoder: Encoder,
+        target_prior: PriorMean,
+        settings: OptimizerSettings,
+        residual_state: Mapping[str, Any] | None = None,
+    ) -> None:
         from infrarsi.search.models.time_gp import fit_time_gp, state_from_json
 
         self.record = record
@@ -169,16 +191,22 @@ class TransferModel:
         """Source trials that entered a fit."""
         for src in record.sources:
             prior = src.prior if src.prior is not None else target_prior
-            if (tuple(prior.time_names) != tuple(target_prior.time_names)
-                    or tuple(prior.memory_names) != tuple(target_prior.memory_names)):
+            if tuple(prior.time_names) != tuple(target_prior.time_names) or tuple(
+                prior.memory_names
+            ) != tuple(target_prior.memory_names):
                 continue  # another kind of prior: its coefficients mean other things
             T, M = prior.terms(list(src.source_configs))
             ok = [i for i, t in enumerate(src.step_times_s) if t is not None and t > 0]
             w = max(float(src.similarity), 1e-6)
             if len(ok) >= 2:
                 y = np.array([math.log(float(src.step_times_s[i])) for i in ok])  # type: ignore[arg-type]
-                u = fit_log_coefficients(T[ok], y, noise_sd=settings.prior_time_noise_sd,
-                                         prior_sd=settings.prior_time_coef_sd, max_iter=settings.prior_fit_iters)
+                u = fit_log_coefficients(
+                    T[ok],
+                    y,
+                    noise_sd=settings.prior_time_noise_sd,
+                    prior_sd=settings.prior_time_coef_sd,
+                    max_iter=settings.prior_fit_iters,
+                )
                 centres["time"].append((w, u))
                 fitted = log_prior_sum(T[ok], u).numpy()
                 for j, i in enumerate(ok):
@@ -189,8 +217,15 @@ class TransferModel:
             if cap and len(mem) >= 2:
                 ym = np.array([math.log(float(src.peak_memory_bytes[i]) / cap) for i in mem])  # type: ignore[arg-type]
                 cens = np.array([bool(src.memory_censored[i]) for i in mem])
-                um = fit_log_coefficients(M[mem], ym, cens, noise_sd=settings.prior_memory_noise_sd, scale=cap,
-                                          prior_sd=settings.prior_memory_coef_sd, max_iter=settings.prior_fit_iters)
+                um = fit_log_coefficients(
+                    M[mem],
+                    ym,
+                    cens,
+                    noise_sd=settings.prior_memory_noise_sd,
+                    scale=cap,
+                    prior_sd=settings.prior_memory_coef_sd,
+                    max_iter=settings.prior_fit_iters,
+                )
                 centres["memory"].append((w, um))
             self.used_rows += len(set(ok) | set(mem))
         self.centres: dict[str, np.ndarray | None] = {}
@@ -200,7 +235,9 @@ class TransferModel:
                 self.centres[kind] = None
                 continue
             ws = np.array([w for w, _ in items])
-            self.centres[kind] = np.sum(ws[:, None] * np.stack([u for _, u in items]), axis=0) / ws.sum()
+            self.centres[kind] = (
+                np.sum(ws[:, None] * np.stack([u for _, u in items]), axis=0) / ws.sum()
+            )
         self.encoder = encoder
         self.residual_model: Any = None
         """A GP on the target encoding of the sources' residuals (None: fewer than 3 rows)."""
@@ -213,8 +250,9 @@ class TransferModel:
             Y = torch.tensor(res, dtype=torch.float64)
             warm = state_from_json(dict(residual_state)) if residual_state else None
             iters = 0 if warm is not None else settings.time_gp_iters[0]
-            self.residual_model, state = fit_time_gp(X, Y, warm=warm, maxiter=iters, config_sd=0.0,
-                                                     kernel=settings.time_kernel)
+            self.residual_model, state = fit_time_gp(
+                X, Y, warm=warm, maxiter=iters, config_sd=0.0, kernel=settings.time_kernel
+            )
             self.residual_state = state_to_json(state)
         self._cache: dict[bytes, float] = {}
         self.centre_weight = 1.0 if self.centres["time"] is not None else 0.0
@@ -263,8 +301,13 @@ class TransferModel:
             return torch.zeros(X.shape[0], dtype=torch.float64)
         return self.residual_weight * self.residual(X)
 
-    def update_weight(self, X: torch.Tensor, terms: np.ndarray, log_prior_time: torch.Tensor,
-                      log_step_time: Sequence[float] | np.ndarray) -> float:
+    def update_weight(
+        self,
+        X: torch.Tensor,
+        terms: np.ndarray,
+        log_prior_time: torch.Tensor,
+        log_step_time: Sequence[float] | np.ndarray,
+    ) -> float:
         """Re-choose both weights from the study's ok trials (module docstring); returns ``weight``.
 
         ``centre_weight``: the weight ``w`` whose source-only prediction, the analytic prior with
@@ -283,45 +326,74 @@ class TransferModel:
         if centre is None:
             self.centre_weight = 0.0
         elif len(y) >= 2:
-            self.centre_weight = _best_weight([log_prior_sum(terms, w * centre).numpy() for w in WEIGHT_GRID], y, tie,
-                                              prefer_larger=True)
+            self.centre_weight = _best_weight(
+                [log_prior_sum(terms, w * centre).numpy() for w in WEIGHT_GRID],
+                y,
+                tie,
+                prefer_larger=True,
+            )
         if self.residual_model is None:
             self.residual_weight = 0.0
         elif len(y) >= 2:
             r = self.residual(X).numpy()
             base = log_prior_time.detach().numpy()
-            self.residual_weight = _best_weight([base + w * r for w in WEIGHT_GRID], y, tie, prefer_larger=False)
+            self.residual_weight = _best_weight(
+                [base + w * r for w in WEIGHT_GRID], y, tie, prefer_larger=False
+            )
         self.weight_history.append((len(y), self.centre_weight, self.residual_weight))
         return self.weight
 
     def to_dict(self) -> dict[str, Any]:
         """The saved transfer: the bank's trials, the residual model's parameters and the weights
         (``from_dict`` rebuilds it without a refit, so a restored optimizer asks as before)."""
-        return {"record": self.record.to_dict(), "residual_state": self.residual_state,
-                "weights": [self.centre_weight, self.residual_weight],
-                "weight_history": [list(h) for h in self.weight_history]}
+        return {
+            "record": self.record.to_dict(),
+            "residual_state": self.residual_state,
+            "weights": [self.centre_weight, self.residual_weight],
+            "weight_history": [list(h) for h in self.weight_history],
+        }
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], encoder: Encoder, target_prior: PriorMean,
-                  settings: OptimizerSettings) -> TransferModel:
+    def from_dict(
+        cls,
+        raw: Mapping[str, Any],
+        encoder: Encoder,
+        target_prior: PriorMean,
+        settings: OptimizerSettings,
+    ) -> TransferModel:
         """Inverse of ``to_dict``."""
-        out = cls(TransferPrior.from_dict(raw["record"]), encoder, target_prior, settings,
-                  residual_state=raw.get("residual_state"))
+        out = cls(
+            TransferPrior.from_dict(raw["record"]),
+            encoder,
+            target_prior,
+            settings,
+            residual_state=raw.get("residual_state"),
+        )
         out.centre_weight, out.residual_weight = (float(w) for w in raw["weights"])
-        out.weight_history = [(int(n), float(c), float(r)) for n, c, r in raw.get("weight_history") or []]
+        out.weight_history = [
+            (int(n), float(c), float(r)) for n, c, r in raw.get("weight_history") or []
+        ]
         return out
 
     def summary(self) -> dict[str, Any]:
         """What the report shows: sources, rows used, coefficient centres, the weight over the study."""
-        return {"sources": [{"name": s.name, "similarity": s.similarity, "rows": len(s.configs)}
-                            for s in self.record.sources],
-                "rows_used": self.used_rows,
-                "time_coefficients": None if self.centres["time"] is None else np.exp(self.centres["time"]).tolist(),
-                "memory_coefficients": None if self.centres["memory"] is None
-                else np.exp(self.centres["memory"]).tolist(),
-                "residual_model": self.residual_model is not None, "centre_weight": self.centre_weight,
-                "residual_weight": self.residual_weight,
-                "weight_history": [list(h) for h in self.weight_history]}
+        return {
+            "sources": [
+                {"name": s.name, "similarity": s.similarity, "rows": len(s.configs)}
+                for s in self.record.sources
+            ],
+            "rows_used": self.used_rows,
+            "time_coefficients": None
+            if self.centres["time"] is None
+            else np.exp(self.centres["time"]).tolist(),
+            "memory_coefficients": None
+            if self.centres["memory"] is None
+            else np.exp(self.centres["memory"]).tolist(),
+            "residual_model": self.residual_model is not None,
+            "centre_weight": self.centre_weight,
+            "residual_weight": self.residual_weight,
+            "weight_history": [list(h) for h in self.weight_history],
+        }
 
 
 __all__ = ["WEIGHT_GRID", "SourceStudy", "TransferModel", "TransferPrior", "discordant_pairs"]

@@ -31,10 +31,19 @@ def add_to_bank(study_dir: str | Path, *, stage: str = "tune") -> dict[str, Any]
         if root is None:
             return {"disabled": True}
         bank = Bank(root)
-        with hold_study(study_dir, "bank"):  # re-entered by the stage that holds it; refused (logged) otherwise
+        with hold_study(
+            study_dir, "bank"
+        ):  # re-entered by the stage that holds it; refused (logged) otherwise
             n = bank.add_study(study_dir)
     except Exception as e:  # the study's results stand even when the bank cannot take them
         log.warning("bank.add_failed", bank=root, study=str(study_dir), stage=stage, error=str(e))
         return {"root": root, "error": str(e)}
-    log.info("bank.added", bank=bank.uri, study=str(study_dir), stage=stage, rows=n, atomic=bank.atomic_writes)
+    log.info(
+        "bank.added",
+        bank=bank.uri,
+        study=str(study_dir),
+        stage=stage,
+        rows=n,
+        atomic=bank.atomic_writes,
+    )
     return {"root": bank.uri, "rows": n}

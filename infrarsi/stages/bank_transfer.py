@@ -34,19 +34,30 @@ def _source_prior(study_dir: str | None) -> Any:
         from infrarsi.study.contract import Contract
         from infrarsi.workload_prior import prior_for_workload
 
-        return prior_for_workload(Contract.load(study_dir, check_files=False).workload_model(), enabled=True)
+        return prior_for_workload(
+            Contract.load(study_dir, check_files=False).workload_model(), enabled=True
+        )
     except Exception as e:  # a moved or newer study: the new study's prior stands in
         log.info("bank.transfer_source_prior_unavailable", study_dir=study_dir, error=str(e)[:200])
         return None
 
 
-Revalidate = Callable[[Any, Mapping[str, Any], Mapping[str, Any]], tuple[dict[str, Any] | None, Any, Any]]
+Revalidate = Callable[
+    [Any, Mapping[str, Any], Mapping[str, Any]], tuple[dict[str, Any] | None, Any, Any]
+]
 """``(space, config, baseline) -> (full config or None, repair moves, reason)``."""
 
 
-def bank_transfer_prior(contract: Any, space: Any, *, bank_root: str | Path, baseline: Mapping[str, Any],
-                        hardware: Mapping[str, Any] | None, num_params: int | None, revalidate: Revalidate
-                        ) -> tuple[TransferPrior | None, dict[str, Any] | None]:
+def bank_transfer_prior(
+    contract: Any,
+    space: Any,
+    *,
+    bank_root: str | Path,
+    baseline: Mapping[str, Any],
+    hardware: Mapping[str, Any] | None,
+    num_params: int | None,
+    revalidate: Revalidate,
+) -> tuple[TransferPrior | None, dict[str, Any] | None]:
     """``(record, summary)``: the bank's similar studies as a ``TransferPrior`` (None when the
     bank is missing, damaged or holds nothing similar) and what was used, for
     ``bank_warm_start.json``: ``{"sources": [{"study", "key", "similarity", "rows", "dropped",
@@ -58,7 +69,9 @@ def bank_transfer_prior(contract: Any, space: Any, *, bank_root: str | Path, bas
         bank = Bank(root)
         if not bank.files():
             return None, None
-        cands = bank.warm_start_rows(contract, space, hardware, num_params=num_params, max_rows=TRANSFER_MAX_ROWS)
+        cands = bank.warm_start_rows(
+            contract, space, hardware, num_params=num_params, max_rows=TRANSFER_MAX_ROWS
+        )
     except Exception as e:  # a damaged or unreachable bank must not stop a study
         log.warning("bank.transfer_failed", bank=str(root), error=str(e))
         return None, None
@@ -83,17 +96,32 @@ def bank_transfer_prior(contract: Any, space: Any, *, bank_root: str | Path, bas
         prior = _source_prior(ps[0].get("study_dir"))
         caps = {p.get("memory_capacity_bytes") for p, _ in kept}
         cap = next(iter(caps)) if len(caps) == 1 else None
-        sources.append(SourceStudy(
-            name=str(ps[0]["source_study"]), similarity=float(ps[0]["similarity"]),
-            configs=tuple(full for _, full in kept),
-            source_configs=tuple(dict(p.get("bank_config") or p["config"]) for p, _ in kept),
-            step_times_s=tuple(p.get("step_time_s") if p["status"] == "ok" else None for p, _ in kept),
-            peak_memory_bytes=tuple(p.get("peak_memory_bytes") for p, _ in kept),
-            memory_censored=tuple(bool(p.get("memory_censored")) for p, _ in kept),
-            memory_capacity_bytes=None if cap is None else float(cap), prior=prior,
-            trial_ids=tuple(str(p.get("trial_id")) for p, _ in kept)))
-        summary.append({"study": str(ps[0]["source_study"]), "key": key, "similarity": float(ps[0]["similarity"]),
-                        "rows": len(kept), "dropped": dropped, "own_prior": prior is not None})
+        sources.append(
+            SourceStudy(
+                name=str(ps[0]["source_study"]),
+                similarity=float(ps[0]["similarity"]),
+                configs=tuple(full for _, full in kept),
+                source_configs=tuple(dict(p.get("bank_config") or p["config"]) for p, _ in kept),
+                step_times_s=tuple(
+                    p.get("step_time_s") if p["status"] == "ok" else None for p, _ in kept
+                ),
+                peak_memory_bytes=tuple(p.get("peak_memory_bytes") for p, _ in kept),
+                memory_censored=tuple(bool(p.get("memory_censored")) for p, _ in kept),
+                memory_capacity_bytes=None if cap is None else float(cap),
+                prior=prior,
+                trial_ids=tuple(str(p.get("trial_id")) for p, _ in kept),
+            )
+        )
+        summary.append(
+            {
+                "study": str(ps[0]["source_study"]),
+                "key": key,
+                "similarity": float(ps[0]["similarity"]),
+                "rows": len(kept),
+                "dropped": dropped,
+                "own_prior": prior is not None,
+            }
+        )
     if not sources:
         return None, None
     return TransferPrior(tuple(sources)), {"sources": summary}

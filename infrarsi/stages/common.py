@@ -41,16 +41,19 @@ def scoped_space(contract: Contract, study_dir: Path) -> SearchSpace:
     return space.restrict(list(contract.editable.knobs), baseline_config(contract, study_dir))
 
 
-def scope_violation(contract: Contract, space: SearchSpace, baseline: Mapping[str, Any],
-                    config: Mapping[str, Any]) -> str | None:
+def scope_violation(
+    contract: Contract, space: SearchSpace, baseline: Mapping[str, Any], config: Mapping[str, Any]
+) -> str | None:
     """Why ``config`` is outside the contract's editable knobs (None when it is inside)."""
     full = space.validate(dict(config), where="config")
     for name in space.names:
         if name not in contract.editable.knobs and full[name] != baseline[name]:
-            return (f"contract.yaml: field 'editable.knobs': rule: a config may change only the editable knobs "
-                    f"{list(contract.editable.knobs)}; knob {name!r} has baseline value {baseline[name]!r}, "
-                    f"proposed {full[name]!r}. Fix: keep {name} at {baseline[name]!r}, or init a study "
-                    f"with --knob {name}.")
+            return (
+                f"contract.yaml: field 'editable.knobs': rule: a config may change only the editable knobs "
+                f"{list(contract.editable.knobs)}; knob {name!r} has baseline value {baseline[name]!r}, "
+                f"proposed {full[name]!r}. Fix: keep {name} at {baseline[name]!r}, or init a study "
+                f"with --knob {name}."
+            )
     return None
 
 
@@ -78,5 +81,7 @@ def raise_harness_errors(grid: Any, stage: str = "run") -> None:
     for err in (cause, first):  # the cause first: its message is the error's own, no traceback
         if isinstance(err, InfrarsiError):
             raise err
-    raise StudyError(f"{stage}: {len(errors)} Ray Tune trial(s) stopped with a harness error (not a "
-                     f"trial status); the first: {type(first).__name__}: {str(first)[-2000:]}")
+    raise StudyError(
+        f"{stage}: {len(errors)} Ray Tune trial(s) stopped with a harness error (not a "
+        f"trial status); the first: {type(first).__name__}: {str(first)[-2000:]}"
+    )

@@ -37,20 +37,37 @@ HOW_MEASURED = (
 )
 
 
-def doctor_stage(study_dir: str | Path, *, repeats: int = 3, address: str | None = None,
-                 tolerance_floor: float = LOSS_TOLERANCE_FLOOR, honest_change: bool = True,
-                 wait_s: float | None = None) -> DoctorReport:
+def doctor_stage(
+    study_dir: str | Path,
+    *,
+    repeats: int = 3,
+    address: str | None = None,
+    tolerance_floor: float = LOSS_TOLERANCE_FLOOR,
+    honest_change: bool = True,
+    wait_s: float | None = None,
+) -> DoctorReport:
     """``_doctor_stage`` holding the study lock (``infrarsi.study.lock``; ``wait_s``: how long to
     wait for another writer, None refuses at once with ``StudyLockedError``)."""
     from infrarsi.study.lock import hold_study
 
     with hold_study(study_dir, "doctor", wait_s=wait_s):
-        return _doctor_stage(study_dir, repeats=repeats, address=address, tolerance_floor=tolerance_floor,
-                             honest_change=honest_change)
+        return _doctor_stage(
+            study_dir,
+            repeats=repeats,
+            address=address,
+            tolerance_floor=tolerance_floor,
+            honest_change=honest_change,
+        )
 
 
-def _doctor_stage(study_dir: str | Path, *, repeats: int, address: str | None,
-                  tolerance_floor: float, honest_change: bool) -> DoctorReport:
+def _doctor_stage(
+    study_dir: str | Path,
+    *,
+    repeats: int,
+    address: str | None,
+    tolerance_floor: float,
+    honest_change: bool,
+) -> DoctorReport:
     """Run ``repeats`` baseline trials (separate trials, one after another), then, when
     ``honest_change``, the honest-change trials (``honest_change_configs``: the baseline with
     another micro-batch split and with another ZeRO stage, what honest candidates do to the
@@ -76,60 +93,90 @@ def _doctor_stage(study_dir: str | Path, *, repeats: int, address: str | None,
         variants: list[tuple[str, TrialResult]] = []
         wl = ex.workload
         if honest_change and sum(r.status == "ok" for r in rows) >= 2:
-            for knob, cfg in honest_change_configs(base, ex.space, wl.global_batch_size // wl.world_size):
+            for knob, cfg in honest_change_configs(
+                base, ex.space, wl.global_batch_size // wl.world_size
+            ):
                 if ex.scope_violation(cfg) is None:
-                    row = ex.run_trial(ex.full_config(cfg), "doctor", extra={"role": "honest_change", "changed": knob})
+                    row = ex.run_trial(
+                        ex.full_config(cfg),
+                        "doctor",
+                        extra={"role": "honest_change", "changed": knob},
+                    )
                     variants.append((knob, TrialResult.from_dict(row)))
     finally:
         ex.close()
-    report = analyse_baseline(rows, tolerance_floor=tolerance_floor, honest_changes=variants).model_copy(
-        update={"baseline_config": base, "trial_ids": [r.trial_id for r in rows]})
+    report = analyse_baseline(
+        rows, tolerance_floor=tolerance_floor, honest_changes=variants
+    ).model_copy(update={"baseline_config": base, "trial_ids": [r.trial_id for r in rows]})
     if report.ok_trials < 2:
         bad = [f"{r.trial_id}: {r.status}: {r.error[:300]}" for r in rows if r.status != "ok"]
         report.save_failed(paths.root)
         from infrarsi.report.memory import all_oom_verdict
 
-        verdict = all_oom_verdict(rows, ex.contract, ex.space, ex.contract.workload_path or "WORKLOAD")
+        verdict = all_oom_verdict(
+            rows, ex.contract, ex.space, ex.contract.workload_path or "WORKLOAD"
+        )
         raise StudyError(
             f"doctor: only {report.ok_trials} of {repeats} baseline trials were ok, so noise and "
             f"tolerance cannot be measured. Failures: {bad}. "
-            + (verdict or "Fix the workload, or raise the memory capacity if the baseline itself "
-                          "runs out of memory.")
+            + (
+                verdict
+                or "Fix the workload, or raise the memory capacity if the baseline itself "
+                "runs out of memory."
+            )
             + f" `infrarsi report {paths.root}` shows every trial logged."
         )
     if report.device_memory_capacity_bytes is None:
-        report = report.model_copy(update={"device_memory_capacity_bytes": _device_memory_bytes(ex.workload, address)})
+        report = report.model_copy(
+            update={"device_memory_capacity_bytes": _device_memory_bytes(ex.workload, address)}
+        )
     contract = Contract.load(paths.root)
     inv = contract.invariants
     loss_atol = None if inv.loss_calibrated else float(report.loss_tolerance or tolerance_floor)
-    eval_tol = float(report.eval_tolerance if report.eval_tolerance is not None else tolerance_floor)
+    eval_tol = float(
+        report.eval_tolerance if report.eval_tolerance is not None else tolerance_floor
+    )
     eval_atol = None if inv.eval_calibrated else eval_tol
     contract = contract.with_calibration(
-        loss_atol=loss_atol, eval_atol=eval_atol, by="doctor",
-        reason=(f"{repeats} baseline trials: max run-to-run loss difference "
-                f"{float(report.loss_run_to_run_max_abs_diff or 0.0):.3g}; "
-                + _honest_change_text(report)
-                + f"tolerance = max(floor {tolerance_floor:g}, {LOSS_TOLERANCE_FACTOR:g} x run-to-run, "
-                f"{HONEST_CHANGE_FACTOR:g} x largest honest change), for the training loss and the "
-                f"eval loss alike"),
+        loss_atol=loss_atol,
+        eval_atol=eval_atol,
+        by="doctor",
+        reason=(
+            f"{repeats} baseline trials: max run-to-run loss difference "
+            f"{float(report.loss_run_to_run_max_abs_diff or 0.0):.3g}; "
+            + _honest_change_text(report)
+            + f"tolerance = max(floor {tolerance_floor:g}, {LOSS_TOLERANCE_FACTOR:g} x run-to-run, "
+            f"{HONEST_CHANGE_FACTOR:g} x largest honest change), for the training loss and the "
+            f"eval loss alike"
+        ),
     )
     if contract.memory_capacity_bytes is None and report.device_memory_capacity_bytes:
         contract = contract.with_calibration(
-            memory_capacity_bytes=report.device_memory_capacity_bytes, by="doctor",
-            reason="doctor: the device's memory (no --memory-capacity at init, none in the workload)")
+            memory_capacity_bytes=report.device_memory_capacity_bytes,
+            by="doctor",
+            reason="doctor: the device's memory (no --memory-capacity at init, none in the workload)",
+        )
     contract.save(paths.root)
     atol, rtol = contract.invariants.loss_tolerance()
     by = [a.by for a in contract.amendments if "invariants.loss_atol" in a.changes]
     eval_atol_now, eval_rtol_now = contract.invariants.eval_tolerance()
-    report = report.model_copy(update={
-        "loss_tolerance_in_force": ToleranceInForce(atol=atol, rtol=rtol, source=by[-1] if by else "user (init)"),
-        "eval_tolerance_in_force": ToleranceInForce(atol=eval_atol_now, rtol=eval_rtol_now),
-        "how_measured": HOW_MEASURED,
-    })
+    report = report.model_copy(
+        update={
+            "loss_tolerance_in_force": ToleranceInForce(
+                atol=atol, rtol=rtol, source=by[-1] if by else "user (init)"
+            ),
+            "eval_tolerance_in_force": ToleranceInForce(atol=eval_atol_now, rtol=eval_rtol_now),
+            "how_measured": HOW_MEASURED,
+        }
+    )
     report.save(paths.root)
-    log.info("doctor.done", median_step_time_s=report.baseline_step_time_s,
-             cv=report.step_time_s.run_to_run_cv if report.step_time_s else None, loss_tolerance=atol,
-             memory_capacity=contract.memory_capacity.describe())
+    log.info(
+        "doctor.done",
+        median_step_time_s=report.baseline_step_time_s,
+        cv=report.step_time_s.run_to_run_cv if report.step_time_s else None,
+        loss_tolerance=atol,
+        memory_capacity=contract.memory_capacity.describe(),
+    )
     from infrarsi.stages.bank_feed import add_to_bank
 
     add_to_bank(paths.root, stage="doctor")  # the experience bank (never fails the stage)
@@ -168,8 +215,10 @@ def _device_memory_bytes(wl: Workload, address: str | None) -> int | None:
         pynvml.nvmlInit()
         try:
             n = pynvml.nvmlDeviceGetCount()
-            totals = [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total)
-                      for i in range(n)]
+            totals = [
+                int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total)
+                for i in range(n)
+            ]
         finally:
             pynvml.nvmlShutdown()
     except Exception as e:  # no NVML, no driver: the capacity stays unknown

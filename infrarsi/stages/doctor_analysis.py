@@ -13,7 +13,8 @@ from infrarsi.study.doctor_report import DoctorReport, HonestChange, StepTimeNoi
 
 LOSS_TOLERANCE_FLOOR = 1e-4
 """Absolute per-step loss tolerance floor. Measured on CPU: fp32 configs agree to <= 1.2e-6 over
-20 steps, MoE ZeRO-3 vs ZeRO-0 differ by ~1.2e-4, bf16 vs fp32 by ~2e-4 (measured on 2 CPU cores, torch 2.13). The floor lets
+20 steps, MoE ZeRO-3 vs ZeRO-0 differ by ~1.2e-4, bf16 vs fp32 by ~2e-4 (measured on 2 CPU cores,
+torch 2.13). The floor lets
 reduction-order differences pass and leaves precision changes to the contract's choice."""
 
 LOSS_TOLERANCE_FACTOR = 10.0
@@ -40,7 +41,11 @@ def _cv(values: list[float]) -> float:
     return statistics.stdev(values) / mean if mean > 0 else 0.0
 
 
-DEVICE_MEMORY_KEYS = ("memory_per_device_bytes", "device_memory_bytes", "device_memory_capacity_bytes")
+DEVICE_MEMORY_KEYS = (
+    "memory_per_device_bytes",
+    "device_memory_bytes",
+    "device_memory_capacity_bytes",
+)
 """Hardware-dict keys under which a backend may report the memory of one device, bytes."""
 
 
@@ -53,15 +58,22 @@ def device_memory_capacity_bytes(hardware: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _split_change(baseline: Mapping[str, Any], space: SearchSpace, per_rank_batch: int) -> dict[str, Any] | None:
+def _split_change(
+    baseline: Mapping[str, Any], space: SearchSpace, per_rank_batch: int
+) -> dict[str, Any] | None:
     if "micro_batch_size" not in space.names:
         return None
     mbs = baseline.get("micro_batch_size")
     if not isinstance(mbs, int):
         return None
-    values = [v for v in space.knob("micro_batch_size").values
-              if isinstance(v, int) and v != mbs and v > 0 and per_rank_batch % v == 0]
-    for v in sorted((v for v in values if v < mbs), reverse=True) + sorted(v for v in values if v > mbs):
+    values = [
+        v
+        for v in space.knob("micro_batch_size").values
+        if isinstance(v, int) and v != mbs and v > 0 and per_rank_batch % v == 0
+    ]
+    for v in sorted((v for v in values if v < mbs), reverse=True) + sorted(
+        v for v in values if v > mbs
+    ):
         cfg = {**baseline, "micro_batch_size": v}
         if space.is_valid(cfg):
             return cfg
@@ -72,7 +84,9 @@ def _zero_change(baseline: Mapping[str, Any], space: SearchSpace) -> dict[str, A
     if "zero_stage" not in space.names:
         return None
     stage = baseline.get("zero_stage")
-    others = [v for v in space.knob("zero_stage").values if v != stage and _same_numerics(baseline, v)]
+    others = [
+        v for v in space.knob("zero_stage").values if v != stage and _same_numerics(baseline, v)
+    ]
     # the far end first (the largest honest difference), the lower stage on a tie
     for v in sorted(others, key=lambda v: (-abs(int(v) - int(stage or 0)), int(v))):
         cfg = {**baseline, "zero_stage": v}
@@ -92,7 +106,9 @@ def _same_numerics(baseline: Mapping[str, Any], stage: Any) -> bool:
     return (int(stage) == 0) == (int(baseline.get("zero_stage", 0)) == 0)
 
 
-def honest_change_configs(baseline: Mapping[str, Any], space: SearchSpace, per_rank_batch: int) -> list[tuple[str, dict[str, Any]]]:
+def honest_change_configs(
+    baseline: Mapping[str, Any], space: SearchSpace, per_rank_batch: int
+) -> list[tuple[str, dict[str, Any]]]:
     """(knob, config) of the doctor's honest changes: configs that train the same job (same
     sequences, tokens and optimizer steps) by another route, as honest candidates do. The
     baseline with another micro-batch split (the nearest smaller ``micro_batch_size`` that
@@ -116,19 +132,32 @@ def honest_change_loss_diff(variant: TrialResult | None, reference: list[float])
     if variant is None or variant.status != "ok" or not variant.loss or not reference:
         return None
     n = min(len(variant.loss), len(reference))
-    return max(abs(float(a) - float(b)) for a, b in zip(variant.loss[:n], reference[:n], strict=True))
+    return max(
+        abs(float(a) - float(b)) for a, b in zip(variant.loss[:n], reference[:n], strict=True)
+    )
 
 
-def honest_change_eval_diff(variant: TrialResult | None, reference_eval: float | None) -> float | None:
+def honest_change_eval_diff(
+    variant: TrialResult | None, reference_eval: float | None
+) -> float | None:
     """|eval loss - the baseline's median eval loss| of an honest-change trial (None when it did
     not end ``ok`` or either has no eval loss)."""
-    if variant is None or variant.status != "ok" or variant.eval_loss is None or reference_eval is None:
+    if (
+        variant is None
+        or variant.status != "ok"
+        or variant.eval_loss is None
+        or reference_eval is None
+    ):
         return None
     return abs(float(variant.eval_loss) - float(reference_eval))
 
 
-def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_TOLERANCE_FLOOR,
-                     honest_changes: Sequence[tuple[str, TrialResult]] = ()) -> DoctorReport:
+def analyse_baseline(
+    rows: list[TrialResult],
+    *,
+    tolerance_floor: float = LOSS_TOLERANCE_FLOOR,
+    honest_changes: Sequence[tuple[str, TrialResult]] = (),
+) -> DoctorReport:
     """Summarise R baseline trials (and the honest-change trials, ``(knob changed, row)``, see
     ``honest_change_configs``). Only ``ok`` rows count; the caller decides what to do when
     fewer than two are ok (the analysis still returns what it can, with ``ok_trials``)."""
@@ -136,7 +165,9 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
     out: dict[str, Any] = {
         "trials": len(rows),
         "ok_trials": len(ok),
-        "statuses": {s: sum(1 for r in rows if r.status == s) for s in sorted({r.status for r in rows})},
+        "statuses": {
+            s: sum(1 for r in rows if r.status == s) for s in sorted({r.status for r in rows})
+        },
     }
     if not ok:
         return DoctorReport.model_validate(out)
@@ -144,8 +175,12 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
     within = [_cv(list(r.step_time_samples_s)) for r in ok if len(r.step_time_samples_s) > 1]
     run_cv = _cv(medians)
     within_cv = statistics.median(within) if within else 0.0
-    out["step_time_s"] = StepTimeNoise(median=statistics.median(medians), per_trial=medians,
-                                       run_to_run_cv=run_cv, within_trial_cv=within_cv)
+    out["step_time_s"] = StepTimeNoise(
+        median=statistics.median(medians),
+        per_trial=medians,
+        run_to_run_cv=run_cv,
+        within_trial_cv=within_cv,
+    )
     # The noise margin verify must clear: the larger of the run-to-run and the within-trial CV
     # (the within-trial CV divided by sqrt(steps) would understate drift between trials).
     out["noise_margin"] = noise_margin(max(run_cv, within_cv), k=NOISE_MARGIN_FACTOR)
@@ -159,7 +194,9 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
     out["tokens_per_s"] = statistics.median(float(r.tokens_per_s or 0.0) for r in ok)
     mfus = [float(r.mfu) for r in ok if r.mfu is not None]
     out["mfu"] = statistics.median(mfus) if mfus else None
-    peaks = [float(r.hardware["peak_flops_per_s"]) for r in ok if r.hardware.get("peak_flops_per_s")]
+    peaks = [
+        float(r.hardware["peak_flops_per_s"]) for r in ok if r.hardware.get("peak_flops_per_s")
+    ]
     out["peak_flops_per_s"] = statistics.median(peaks) if peaks else None
     out["hardware"] = ok[0].hardware
     caps = [c for c in (device_memory_capacity_bytes(r.hardware) for r in ok) if c]
@@ -175,22 +212,34 @@ def analyse_baseline(rows: list[TrialResult], *, tolerance_floor: float = LOSS_T
     out["loss_run_to_run_max_abs_diff"] = spread
     evals = [r.eval_loss for r in ok if r.eval_loss is not None]
     ref_eval = statistics.median(evals) if evals else None
-    changes = [HonestChange(changed=k, config=dict(r.config), status=r.status,
-                            loss_max_abs_diff=honest_change_loss_diff(r, reference),
-                            eval_loss_abs_diff=honest_change_eval_diff(r, ref_eval)) for k, r in honest_changes]
+    changes = [
+        HonestChange(
+            changed=k,
+            config=dict(r.config),
+            status=r.status,
+            loss_max_abs_diff=honest_change_loss_diff(r, reference),
+            eval_loss_abs_diff=honest_change_eval_diff(r, ref_eval),
+        )
+        for k, r in honest_changes
+    ]
     diffs = [c.loss_max_abs_diff for c in changes if c.loss_max_abs_diff is not None]
     honest = max(diffs) if diffs else None
     out["honest_changes"] = changes
     out["loss_honest_change_max_abs_diff"] = honest
-    out["loss_tolerance"] = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * spread, HONEST_CHANGE_FACTOR * (honest or 0.0))
+    out["loss_tolerance"] = max(
+        tolerance_floor, LOSS_TOLERANCE_FACTOR * spread, HONEST_CHANGE_FACTOR * (honest or 0.0)
+    )
     out["loss_tolerance_floor"] = tolerance_floor
     out["reference_loss"] = reference
     out["reference_eval_loss"] = ref_eval
     eval_spread = (max(evals) - min(evals)) if len(evals) > 1 else 0.0
     out["eval_run_to_run_abs_diff"] = eval_spread
     eval_diffs = [c.eval_loss_abs_diff for c in changes if c.eval_loss_abs_diff is not None]
-    out["eval_tolerance"] = max(tolerance_floor, LOSS_TOLERANCE_FACTOR * eval_spread,
-                                HONEST_CHANGE_FACTOR * max(eval_diffs, default=0.0))
+    out["eval_tolerance"] = max(
+        tolerance_floor,
+        LOSS_TOLERANCE_FACTOR * eval_spread,
+        HONEST_CHANGE_FACTOR * max(eval_diffs, default=0.0),
+    )
     out["tokens_per_step"] = ok[0].tokens_per_step
     out["optimizer_steps"] = ok[0].optimizer_steps
     walls = [float(r.ended_at - r.started_at) for r in ok if r.ended_at > r.started_at]

@@ -55,8 +55,14 @@ class StudyExecutor:
     every trial runs in one placement group reserved for the executor's life, so all of them are
     measured on the same node(s); the ``run`` stage passes each Tune trial's own instead."""
 
-    def __init__(self, study_dir: str | Path, *, address: str | None = None,
-                 check: bool = True, pin: bool = True) -> None:
+    def __init__(
+        self,
+        study_dir: str | Path,
+        *,
+        address: str | None = None,
+        check: bool = True,
+        pin: bool = True,
+    ) -> None:
         from infrarsi.execution.runner import TrialRunner
         from infrarsi.study.contract import Contract
         from infrarsi.study.trial_log import TrialLogWriter, read_trials
@@ -110,15 +116,27 @@ class StudyExecutor:
 
         if set(self.contract.editable.knobs) >= set(self.space.names):
             return None
-        return scope_violation(self.contract, self.space, baseline_config(self.contract, self.paths.root), config)
+        return scope_violation(
+            self.contract, self.space, baseline_config(self.contract, self.paths.root), config
+        )
 
-    def run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
-                  extra: dict[str, Any] | None = None, timeout_s: float | None = None,
-                  placement_group: Any = None, patch_file: str | None = None,
-                  attempt_key: str | None = None,
-                  expect_sha256: list[str] | None = None, steps: int | None = None,
-                  checkpoint_step: int | None = None, horizon_reference: Any = None,
-                  horizon_contract: Any = None) -> dict[str, Any]:
+    def run_trial(
+        self,
+        config: dict[str, Any],
+        stage: str,
+        *,
+        patches: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        placement_group: Any = None,
+        patch_file: str | None = None,
+        attempt_key: str | None = None,
+        expect_sha256: list[str] | None = None,
+        steps: int | None = None,
+        checkpoint_step: int | None = None,
+        horizon_reference: Any = None,
+        horizon_contract: Any = None,
+    ) -> dict[str, Any]:
         """Run one trial and return its logged row as a dict (TrialResult fields).
 
         ``steps``/``checkpoint_step``: a horizon trial (module docstring; ``TrialRunner.run``);
@@ -139,11 +157,24 @@ class StudyExecutor:
         ``expect_sha256`` (verify, the long check): the digests the candidate's patches must
         have, in order; a patch file whose bytes changed since (or a different patch list) is
         refused before any rank starts, logged ``failed`` naming the file and both digests."""
-        horizon = {"steps": steps, "checkpoint_step": checkpoint_step, "horizon_reference": horizon_reference,
-                   "horizon_contract": horizon_contract, "expect_sha256": expect_sha256}
+        horizon = {
+            "steps": steps,
+            "checkpoint_step": checkpoint_step,
+            "horizon_reference": horizon_reference,
+            "horizon_contract": horizon_contract,
+            "expect_sha256": expect_sha256,
+        }
         if attempt_key is None:
-            return self._run_trial(config, stage, patches=patches, extra=extra, timeout_s=timeout_s,
-                                   placement_group=placement_group, patch_file=patch_file, **horizon)
+            return self._run_trial(
+                config,
+                stage,
+                patches=patches,
+                extra=extra,
+                timeout_s=timeout_s,
+                placement_group=placement_group,
+                patch_file=patch_file,
+                **horizon,
+            )
         with self._lock:
             first = attempt_key not in self._attempts
             if first:
@@ -152,15 +183,34 @@ class StudyExecutor:
         if not first:
             done.wait()
             if "row" in box:
-                log.warning("trial.retry_returns_first_attempt", attempt_key=attempt_key,
-                            trial_id=box["row"].get("trial_id"))
+                log.warning(
+                    "trial.retry_returns_first_attempt",
+                    attempt_key=attempt_key,
+                    trial_id=box["row"].get("trial_id"),
+                )
                 return dict(box["row"])
-            return self.run_trial(config, stage, patches=patches, extra=extra, timeout_s=timeout_s,
-                                  placement_group=placement_group, patch_file=patch_file, attempt_key=attempt_key,
-                                  **horizon)
+            return self.run_trial(
+                config,
+                stage,
+                patches=patches,
+                extra=extra,
+                timeout_s=timeout_s,
+                placement_group=placement_group,
+                patch_file=patch_file,
+                attempt_key=attempt_key,
+                **horizon,
+            )
         try:
-            box["row"] = self._run_trial(config, stage, patches=patches, extra=extra, timeout_s=timeout_s,
-                                         placement_group=placement_group, patch_file=patch_file, **horizon)
+            box["row"] = self._run_trial(
+                config,
+                stage,
+                patches=patches,
+                extra=extra,
+                timeout_s=timeout_s,
+                placement_group=placement_group,
+                patch_file=patch_file,
+                **horizon,
+            )
             return dict(box["row"])
         finally:
             if "row" not in box:
@@ -168,30 +218,57 @@ class StudyExecutor:
                     self._attempts.pop(attempt_key, None)
             done.set()
 
-    def run_candidate(self, candidate: Any, stage: str, *, extra: dict[str, Any] | None = None,
-                      timeout_s: float | None = None, **horizon: Any) -> dict[str, Any]:
+    def run_candidate(
+        self,
+        candidate: Any,
+        stage: str,
+        *,
+        extra: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        **horizon: Any,
+    ) -> dict[str, Any]:
         """Run a ``Candidate`` (``infrarsi.study.candidate``): its config with exactly its patches
         (a proposal's as ``patch_file``; a knob's through the config), refused when a patch's
         bytes no longer match its recorded digest. ``horizon``: ``run_trial``'s horizon options."""
         digests = [p.sha256 for p in candidate.patches]
-        return self.run_trial(dict(candidate.config), stage, extra=extra, timeout_s=timeout_s,
-                              patch_file=candidate.proposal_patch,
-                              expect_sha256=digests if all(digests) else None, **horizon)
+        return self.run_trial(
+            dict(candidate.config),
+            stage,
+            extra=extra,
+            timeout_s=timeout_s,
+            patch_file=candidate.proposal_patch,
+            expect_sha256=digests if all(digests) else None,
+            **horizon,
+        )
 
-    def _run_trial(self, config: dict[str, Any], stage: str, *, patches: list[str] | None = None,
-                   extra: dict[str, Any] | None = None, timeout_s: float | None = None,
-                   placement_group: Any = None, patch_file: str | None = None,
-                   expect_sha256: list[str] | None = None, steps: int | None = None,
-                   checkpoint_step: int | None = None, horizon_reference: Any = None,
-                   horizon_contract: Any = None) -> dict[str, Any]:
+    def _run_trial(
+        self,
+        config: dict[str, Any],
+        stage: str,
+        *,
+        patches: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        placement_group: Any = None,
+        patch_file: str | None = None,
+        expect_sha256: list[str] | None = None,
+        steps: int | None = None,
+        checkpoint_step: int | None = None,
+        horizon_reference: Any = None,
+        horizon_contract: Any = None,
+    ) -> dict[str, Any]:
         from infrarsi.errors import PatchConflictError, PatchError
 
         with self._lock:
             trial_id = self.ids.new(stage)
             scope = self.scope_violation(config)
-            if scope is not None:  # refused before running: no source may widen the contract's scope
+            if (
+                scope is not None
+            ):  # refused before running: no source may widen the contract's scope
                 log.warning("trial.out_of_scope", trial_id=trial_id, stage=stage, reason=scope)
-                refused = self._failed(trial_id, stage, config, list(patches or []), f"out of scope: {scope}")
+                refused = self._failed(
+                    trial_id, stage, config, list(patches or []), f"out of scope: {scope}"
+                )
                 refused.extra["out_of_scope"] = True
                 if extra:
                     refused.extra.update(extra)
@@ -217,9 +294,16 @@ class StudyExecutor:
             if timeout_s is None:
                 timeout_s = self.default_timeout_s()
             result = self.runner.run(
-                config, trial_id=trial_id, stage=stage, patches=patch_list, timeout_s=timeout_s,
-                code_dir=code_dir, loss_guard=self.loss_guard() if steps is None else None,
-                placement_group=placement_group, steps=steps, checkpoint_step=checkpoint_step,
+                config,
+                trial_id=trial_id,
+                stage=stage,
+                patches=patch_list,
+                timeout_s=timeout_s,
+                code_dir=code_dir,
+                loss_guard=self.loss_guard() if steps is None else None,
+                placement_group=placement_group,
+                steps=steps,
+                checkpoint_step=checkpoint_step,
             )
             result.extra.update(patch_extra)
         result.patch_sha256 = list(digests)
@@ -231,18 +315,33 @@ class StudyExecutor:
         if steps is not None:
             if self.check and result.status == "ok" and horizon_reference is not None:
                 self._apply_invariants(result, horizon_reference, horizon_contract or self.contract)
-        elif self.check and result.status == "ok" and self.reference is not None and self.reference.reference_loss:
+        elif (
+            self.check
+            and result.status == "ok"
+            and self.reference is not None
+            and self.reference.reference_loss
+        ):
             self._apply_invariants(result)
         with self._lock:
             self.writer.write(result)
             self.markers.done(trial_id)
-        log.info("trial.end", trial_id=trial_id, status=result.status, step_time_s=result.step_time_s,
-                 peak_memory_bytes=result.peak_memory_bytes, error=result.error[:200])
+        log.info(
+            "trial.end",
+            trial_id=trial_id,
+            status=result.status,
+            step_time_s=result.step_time_s,
+            peak_memory_bytes=result.peak_memory_bytes,
+            error=result.error[:200],
+        )
         return result.to_dict()
 
-    def _code_dir_for(self, config: dict[str, Any], patch_list: list[str],
-                      patch_file: str | None = None,
-                      digests: list[str] | None = None) -> tuple[str | None, dict[str, Any]]:
+    def _code_dir_for(
+        self,
+        config: dict[str, Any],
+        patch_list: list[str],
+        patch_file: str | None = None,
+        digests: list[str] | None = None,
+    ) -> tuple[str | None, dict[str, Any]]:
         """The code dir of a config (None: the runner's own) and extra row fields; appends the
         patch files (repository-relative, every one of a set, or study-relative for a proposal's)
         to ``patch_list`` and their sha256 digests, as read now, to ``digests``."""
@@ -257,17 +356,28 @@ class StudyExecutor:
         if patch_file is not None:
             path = (self.paths.root / patch_file).resolve()
             if not path.is_relative_to(self.paths.root.resolve()):
-                raise PatchError(f"patch {patch_file!r}: a proposal's patch lives in the study directory.")
+                raise PatchError(
+                    f"patch {patch_file!r}: a proposal's patch lives in the study directory."
+                )
             key, rels, files = f"proposal:{patch_file}:{file_sha256(path)}", [patch_file], [path]
         elif name is None:
             return None, {}
         else:  # a patch or a set `a+b` (one worktree per set, keyed by the value)
             root = Path(self.runner.code_dir).resolve()
-            key, rels, files = name, patch_relpaths(name), [named_patch(root, n) for n in patch_set(name)]
-        patch_list.extend(r for r in rels if r not in patch_list)  # named in the row even when refused
+            key, rels, files = (
+                name,
+                patch_relpaths(name),
+                [named_patch(root, n) for n in patch_set(name)],
+            )
+        patch_list.extend(
+            r for r in rels if r not in patch_list
+        )  # named in the row even when refused
         digests.extend(file_sha256(f) for f in files)
         tree, sub = self._tree(key, files)
-        return str(tree.path / sub), {"patch_base_sha": tree.base_sha, "patch_paths_touched": list(tree.paths_touched)}
+        return str(tree.path / sub), {
+            "patch_base_sha": tree.base_sha,
+            "patch_paths_touched": list(tree.paths_touched),
+        }
 
     def _tree(self, name: str, patches: list[Path]) -> tuple[Any, Path]:
         """The worktree of patch (or set) ``name`` (the files ``patches``, applied in order; made on
@@ -284,8 +394,10 @@ class StudyExecutor:
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             from infrarsi.errors import PatchError
 
-            raise PatchError(f"{code_root}: not in a git repository; code patches need the "
-                             f"workload's code committed to git.") from None
+            raise PatchError(
+                f"{code_root}: not in a git repository; code patches need the "
+                f"workload's code committed to git."
+            ) from None
         self._repo_dir = str(repo.working_tree_dir)
         sub = code_root.relative_to(Path(self._repo_dir).resolve())
         if name in self._conflicts:
@@ -298,17 +410,30 @@ class StudyExecutor:
                     self._conflicts[name] = str(e)
                     raise
             self._trees[name] = create_worktree(repo, patches, globs=self.contract.editable.globs)
-            log.info("patch.worktree", patch=name, path=str(self._trees[name].path),
-                     base_sha=self._trees[name].base_sha)
+            log.info(
+                "patch.worktree",
+                patch=name,
+                path=str(self._trees[name].path),
+                base_sha=self._trees[name].base_sha,
+            )
         return self._trees[name], sub
 
-    def _failed(self, trial_id: str, stage: str, config: dict[str, Any], patches: list[str],
-                error: str) -> TrialResult:
+    def _failed(
+        self, trial_id: str, stage: str, config: dict[str, Any], patches: list[str], error: str
+    ) -> TrialResult:
         now = time.time()
-        return TrialResult(trial_id=trial_id, stage=stage, config=self.full_config(config),
-                           status="failed", error=error, patches=patches,
-                           world_size=self.workload.world_size, device_seconds=0.0,
-                           started_at=now, ended_at=now)
+        return TrialResult(
+            trial_id=trial_id,
+            stage=stage,
+            config=self.full_config(config),
+            status="failed",
+            error=error,
+            patches=patches,
+            world_size=self.workload.world_size,
+            device_seconds=0.0,
+            started_at=now,
+            ended_at=now,
+        )
 
     def loss_guard(self) -> dict[str, Any] | None:
         """The early-stop rule handed to the ranks once the doctor has a baseline loss trace: the
@@ -331,7 +456,9 @@ class StudyExecutor:
             return None
         return TIMEOUT_FACTOR * float(wall) + TIMEOUT_SLACK_S
 
-    def _apply_invariants(self, result: TrialResult, reference: Any = None, contract: Any = None) -> None:
+    def _apply_invariants(
+        self, result: TrialResult, reference: Any = None, contract: Any = None
+    ) -> None:
         """Check ``result`` against ``reference`` under ``contract`` (default: the doctor's
         reference and the study's contract) and mark it ``invariant_violation`` with the reasons."""
         from infrarsi.study.invariants import Reference, check_invariants
@@ -339,9 +466,13 @@ class StudyExecutor:
         if reference is None:
             if self.reference is None:
                 return
-            reference = Reference(loss=list(self.reference.reference_loss),
-                                  eval_loss=self.reference.reference_eval_loss)
-        ok, reasons = check_invariants(result, reference, contract if contract is not None else self.contract)
+            reference = Reference(
+                loss=list(self.reference.reference_loss),
+                eval_loss=self.reference.reference_eval_loss,
+            )
+        ok, reasons = check_invariants(
+            result, reference, contract if contract is not None else self.contract
+        )
         result.extra["invariants_checked"] = True
         if not ok:
             result.extra["invariant_reasons"] = reasons
@@ -366,21 +497,30 @@ class StudyExecutor:
         rows = []
         for m in left:
             if self.markers.live_elsewhere(m):
-                log.warning("run.inflight_marker_alive", trial_id=m["trial_id"], host=m.get("host"),
-                            pid=m.get("pid"), note="another live process runs this trial; not logged as interrupted")
+                log.warning(
+                    "run.inflight_marker_alive",
+                    trial_id=m["trial_id"],
+                    host=m.get("host"),
+                    pid=m.get("pid"),
+                    note="another live process runs this trial; not logged as interrupted",
+                )
                 continue
             now = time.time()
             started = float(m.get("started_at") or now)
             ended = max(started, float(m.get("last_alive_at") or started))  # its last heartbeat
             world = int(m.get("world_size") or 0)
             res = TrialResult(
-                trial_id=m["trial_id"], stage=m.get("stage", "run"), config=m.get("config", {}),
+                trial_id=m["trial_id"],
+                stage=m.get("stage", "run"),
+                config=m.get("config", {}),
                 status="failed",
                 error="interrupted: the harness was killed while this trial was in flight; "
-                      "its measurements were lost, it is not counted against the budget; "
-                      "device_seconds counts its devices up to its last heartbeat (a lower bound)",
+                "its measurements were lost, it is not counted against the budget; "
+                "device_seconds counts its devices up to its last heartbeat (a lower bound)",
                 world_size=world,
-                device_seconds=world * (ended - started), started_at=started, ended_at=ended,
+                device_seconds=world * (ended - started),
+                started_at=started,
+                ended_at=ended,
                 extra={"interrupted": True, "device_seconds_lower_bound": True},
             )
             self.writer.write(res)
@@ -398,7 +538,9 @@ class StudyExecutor:
             try:
                 remove_worktree(self._repo_dir, tree.path)
             except Exception as e:  # closing must not fail the stage
-                log.warning("patch.worktree_remove_failed", patch=name, path=str(tree.path), error=str(e))
+                log.warning(
+                    "patch.worktree_remove_failed", patch=name, path=str(tree.path), error=str(e)
+                )
             self._trees.pop(name, None)
 
     def ping(self) -> bool:
@@ -413,12 +555,16 @@ def _digest_mismatch(paths: list[str], digests: list[str], expect: list[str] | N
     if expect is None:
         return None
     if len(expect) != len(digests):
-        return PatchError(f"the candidate recorded {len(expect)} patch(es), this trial would run "
-                          f"{len(digests)} ({paths}); re-run the stage that chose it.")
+        return PatchError(
+            f"the candidate recorded {len(expect)} patch(es), this trial would run "
+            f"{len(digests)} ({paths}); re-run the stage that chose it."
+        )
     for path, got, want in zip(paths, digests, expect, strict=True):
         if got != want:
-            return PatchError(f"patch {path!r} changed since the candidate was measured: sha256 "
-                              f"{got[:16] or 'unreadable'} now, {want[:16]} recorded. A candidate "
-                              f"runs exactly the patch it was measured with; restore that file or "
-                              f"propose the new one as a new candidate.")
+            return PatchError(
+                f"patch {path!r} changed since the candidate was measured: sha256 "
+                f"{got[:16] or 'unreadable'} now, {want[:16]} recorded. A candidate "
+                f"runs exactly the patch it was measured with; restore that file or "
+                f"propose the new one as a new candidate."
+            )
     return None

@@ -53,17 +53,28 @@ def init_stage(
     from infrarsi.study.switches import StudySwitches
 
     d = Path(study_dir)
-    check_init_options(study_dir=d, trials=trials, wall_time_s=wall_time_s, device_hours=device_hours,
-                       loss_tolerance=loss_tolerance, eval_tolerance=eval_tolerance,
-                       editable_globs=editable_globs, long_check_budget_s=long_check_budget_s)
-    switches = StudySwitches.resolve(analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank)
+    check_init_options(
+        study_dir=d,
+        trials=trials,
+        wall_time_s=wall_time_s,
+        device_hours=device_hours,
+        loss_tolerance=loss_tolerance,
+        eval_tolerance=eval_tolerance,
+        editable_globs=editable_globs,
+        long_check_budget_s=long_check_budget_s,
+    )
+    switches = StudySwitches.resolve(
+        analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank
+    )
     wl = Workload.from_yaml(workload_path)
     space_path = Path(space) if space else workload_space_path(wl, workload_path)
     sp = SearchSpace.from_yaml(space_path)
     unknown = [k for k in editable_knobs or [] if k not in sp.names]
     if unknown:  # before the preflight builds the model
-        raise ConfigError(f"--knob {unknown[0]!r}: rule: must be a knob of the search space {space_path}. "
-                          f"Fix: pick from {sp.names}.")
+        raise ConfigError(
+            f"--knob {unknown[0]!r}: rule: must be a knob of the search space {space_path}. "
+            f"Fix: pick from {sp.names}."
+        )
     if wl.backend == "deepspeed":
         check_space(sp, source=str(space_path))
         if wl.script is not None:
@@ -102,13 +113,17 @@ def init_stage(
         device_hours=device_hours,
         loss_atol=loss_tolerance,
         eval_atol=eval_tolerance,
-        long_check_s=DEFAULT_LONG_CHECK_BUDGET_S if long_check_budget_s is None else float(long_check_budget_s),
+        long_check_s=DEFAULT_LONG_CHECK_BUDGET_S
+        if long_check_budget_s is None
+        else float(long_check_budget_s),
     )
     copy_space(contract, d)
     return contract
 
 
-def script_editable_knobs(knobs: list[str], editable: list[str] | None, workload_path: str | Path) -> list[str]:
+def script_editable_knobs(
+    knobs: list[str], editable: list[str] | None, workload_path: str | Path
+) -> list[str]:
     """The knobs a script workload's study may change: ``editable`` (default: every knob of the
     space) less the knobs that cannot reach a script (``script_config.SCRIPT_PINNED``), which stay
     at the baseline; ``ConfigError`` when ``--knob`` names one of those."""
@@ -117,8 +132,10 @@ def script_editable_knobs(knobs: list[str], editable: list[str] | None, workload
     pins = pinned_knobs(knobs)
     asked = [k for k in editable or [] if k in pins]
     if asked:
-        raise ConfigError(f"--knob {asked[0]!r}: rule: a script workload ({workload_path}) cannot vary it: "
-                          f"{pins[asked[0]]}. Fix: drop --knob {asked[0]}")
+        raise ConfigError(
+            f"--knob {asked[0]!r}: rule: a script workload ({workload_path}) cannot vary it: "
+            f"{pins[asked[0]]}. Fix: drop --knob {asked[0]}"
+        )
     return [k for k in (editable if editable is not None else knobs) if k not in pins]
 
 
@@ -150,21 +167,37 @@ def check_init_options(
     flag, the rule and the value: budgets must be positive and finite, tolerances finite and
     >= 0, editable globs relative paths inside the repository; the study must be a directory."""
     if study_dir is not None and Path(study_dir).exists() and not Path(study_dir).is_dir():
-        raise ConfigError(f"--study {str(study_dir)!r}: rule: must be a directory (new or existing); it is a "
-                          f"file. Fix: pick another path.")
-    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
+        raise ConfigError(
+            f"--study {str(study_dir)!r}: rule: must be a directory (new or existing); it is a "
+            f"file. Fix: pick another path."
+        )
+    if trials is not None and (
+        isinstance(trials, bool) or not isinstance(trials, int) or trials < 1
+    ):
         raise ConfigError(f"--trials: rule: must be an integer >= 1; got {trials!r}.")
-    for flag, value, low in (("--time-budget", wall_time_s, "> 0"), ("--device-hours", device_hours, "> 0"),
-                             ("--loss-tolerance", loss_tolerance, ">= 0"), ("eval tolerance", eval_tolerance, ">= 0"),
-                             ("--long-check-budget", long_check_budget_s, "> 0")):
+    for flag, value, low in (
+        ("--time-budget", wall_time_s, "> 0"),
+        ("--device-hours", device_hours, "> 0"),
+        ("--loss-tolerance", loss_tolerance, ">= 0"),
+        ("eval tolerance", eval_tolerance, ">= 0"),
+        ("--long-check-budget", long_check_budget_s, "> 0"),
+    ):
         if value is None:
             continue
-        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        number = (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        )
         if not number or (value <= 0 if low == "> 0" else value < 0):
             raise ConfigError(f"{flag}: rule: must be a finite number {low}; got {value!r}.")
     for g in editable_globs or []:
         parts = PurePosixPath(g).parts if isinstance(g, str) else ()
-        if not isinstance(g, str) or not g.strip() or g.startswith(("/", "\\")) or ".." in parts or "\\" in g:
+        if (
+            not isinstance(g, str)
+            or not g.strip()
+            or g.startswith(("/", "\\"))
+            or ".." in parts
+            or "\\" in g
+        ):
             raise ConfigError(
                 f"--editable {g!r}: rule: a glob relative to the repository root, inside it (no absolute "
                 f"path, no '..', '/' as separator). Fix: e.g. --editable 'workloads/**'."

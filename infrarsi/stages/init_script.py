@@ -453,8 +453,12 @@ def script_workload(
             f"launch from, or fix the path"
         )
     src = read_script(script)
+    what = {
+        "hf_trainer": "a Hugging Face Trainer script",
+        "deepspeed": "calls deepspeed.initialize",
+    }.get(src.kind, "plain torch, no DeepSpeed")
     notes: list[str] = [
-        f"script: {line.script} ({'a Hugging Face Trainer script' if src.kind == 'hf_trainer' else 'calls deepspeed.initialize' if src.kind == 'deepspeed' else 'plain torch, no DeepSpeed'}), "
+        f"script: {line.script} ({what}), "
         f"launcher {line.launcher}, {line.workers} ranks on {line.nodes} node(s), device {device}"
     ]
     name = config_arg(line.args)

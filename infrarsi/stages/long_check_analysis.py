@@ -52,9 +52,18 @@ class HorizonPlan:
     """Estimated seconds independent of the horizon (each run's set-up and end checks, the restart)."""
 
 
-def plan_horizon(*, trial_steps: int, factor: float, budget_s: float, baseline_step_s: float,
-                 candidate_step_s: float, calibration_step_s: float | None, overhead_s: float,
-                 checkpoint: bool = True, start_s: float = 0.0) -> HorizonPlan:
+def plan_horizon(
+    *,
+    trial_steps: int,
+    factor: float,
+    budget_s: float,
+    baseline_step_s: float,
+    candidate_step_s: float,
+    calibration_step_s: float | None,
+    overhead_s: float,
+    checkpoint: bool = True,
+    start_s: float = 0.0,
+) -> HorizonPlan:
     """The horizon: ``ceil(factor x trial_steps)`` optimizer steps, capped so the estimated cost
     fits ``budget_s``. Estimated cost = ``fixed_s + horizon x per_step_s`` with ``per_step_s`` =
     baseline step + calibration step (when there is one) + candidate step x (1.5 with the
@@ -64,32 +73,62 @@ def plan_horizon(*, trial_steps: int, factor: float, budget_s: float, baseline_s
     group). Step times are seconds per optimizer step (the doctor's baseline median; the
     candidate's verified speed)."""
     runs = 2 + (calibration_step_s is not None) + (1 if checkpoint else 0)
-    per_step = baseline_step_s + (calibration_step_s or 0.0) + candidate_step_s * (1.5 if checkpoint else 1.0)
+    per_step = (
+        baseline_step_s
+        + (calibration_step_s or 0.0)
+        + candidate_step_s * (1.5 if checkpoint else 1.0)
+    )
     fixed = overhead_s * runs + start_s
     want = max(1, math.ceil(factor * trial_steps))
     afford = int((budget_s - fixed) // per_step) if per_step > 0 else want
     horizon = min(want, afford)
     horizon = max(horizon, 0)
-    return HorizonPlan(trial_steps=trial_steps, horizon_steps=horizon, checkpoint_step=max(1, horizon // 2),
-                       estimated_cost_s=fixed + horizon * per_step, capped_by_budget=afford < want,
-                       per_step_s=per_step, fixed_s=fixed)
+    return HorizonPlan(
+        trial_steps=trial_steps,
+        horizon_steps=horizon,
+        checkpoint_step=max(1, horizon // 2),
+        estimated_cost_s=fixed + horizon * per_step,
+        capped_by_budget=afford < want,
+        per_step_s=per_step,
+        fixed_s=fixed,
+    )
 
 
-def choose_plan(*, trial_steps: int, factor: float, budget_s: float, baseline_step_s: float,
-                candidate_step_s: float, calibration_step_s: float | None, overhead_s: float,
-                checkpoint: bool = True, start_s: float = 0.0) -> tuple[HorizonPlan, bool]:
+def choose_plan(
+    *,
+    trial_steps: int,
+    factor: float,
+    budget_s: float,
+    baseline_step_s: float,
+    candidate_step_s: float,
+    calibration_step_s: float | None,
+    overhead_s: float,
+    checkpoint: bool = True,
+    start_s: float = 0.0,
+) -> tuple[HorizonPlan, bool]:
     """(the plan, whether it runs the calibration). With the calibration when the budget buys at
     least ``MIN_CALIBRATED_FACTOR`` x the trial's steps with it (or buys no more without it);
     else without it: a horizon past the trial's is worth more than widening the tolerance, and
     the contract's narrower tolerance errs on the safe side (an honest candidate whose noise
     outgrew it fails, and the verdict says the tolerance was not calibrated for the horizon)."""
-    kw = dict(trial_steps=trial_steps, factor=factor, budget_s=budget_s, baseline_step_s=baseline_step_s,
-              candidate_step_s=candidate_step_s, overhead_s=overhead_s, checkpoint=checkpoint, start_s=start_s)
+    kw = dict(
+        trial_steps=trial_steps,
+        factor=factor,
+        budget_s=budget_s,
+        baseline_step_s=baseline_step_s,
+        candidate_step_s=candidate_step_s,
+        overhead_s=overhead_s,
+        checkpoint=checkpoint,
+        start_s=start_s,
+    )
     without = plan_horizon(calibration_step_s=None, **kw)  # type: ignore[arg-type]
     if calibration_step_s is None:
         return without, False
     with_cal = plan_horizon(calibration_step_s=calibration_step_s, **kw)  # type: ignore[arg-type]
-    if with_cal.horizon_steps >= MIN_CALIBRATED_FACTOR * trial_steps or with_cal.horizon_steps >= without.horizon_steps:
+    if (
+        with_cal.horizon_steps >= MIN_CALIBRATED_FACTOR * trial_steps
+        or with_cal.horizon_steps >= without.horizon_steps
+    ):
         return with_cal, True
     return without, False
 
@@ -113,7 +152,9 @@ def horizon_tolerance(contract_atol: float, calibration_diff: float | None) -> f
     return max(float(contract_atol), HONEST_CHANGE_FACTOR * float(calibration_diff or 0.0))
 
 
-def first_step_out(candidate: Sequence[float], baseline: Sequence[float], atol: float, rtol: float) -> int | None:
+def first_step_out(
+    candidate: Sequence[float], baseline: Sequence[float], atol: float, rtol: float
+) -> int | None:
     """The first step whose |candidate - baseline| > atol + rtol x |baseline|, or a non-finite
     candidate loss against a finite baseline; None when every common step is within."""
     for i, (x, b) in enumerate(zip(candidate, baseline, strict=False)):
@@ -132,21 +173,38 @@ def checkpoint_tolerance(dtype: str, run_to_run_spread: float | None) -> float:
     return max(base, LOSS_TOLERANCE_FACTOR * float(run_to_run_spread or 0.0))
 
 
-def checkpoint_verdict(trip: dict[str, Any] | None, uninterrupted: Sequence[float], atol: float) -> CheckpointVerdict:
+def checkpoint_verdict(
+    trip: dict[str, Any] | None, uninterrupted: Sequence[float], atol: float
+) -> CheckpointVerdict:
     """The verdict on a row's ``extra["checkpoint_round_trip"]`` (``checkpoint_trip.RoundTrip``)
     against the uninterrupted losses of the same run."""
     if not trip:
-        return CheckpointVerdict(status="skipped", reason="no checkpoint round trip was run", step=None, atol=atol,
-                                 max_abs_diff=None, continued_steps=0, save_s=0.0, restart_s=0.0,
-                                 checkpoint_bytes=0)
+        return CheckpointVerdict(
+            status="skipped",
+            reason="no checkpoint round trip was run",
+            step=None,
+            atol=atol,
+            max_abs_diff=None,
+            continued_steps=0,
+            save_s=0.0,
+            restart_s=0.0,
+            checkpoint_bytes=0,
+        )
     step = int(trip.get("step") or 0)
     cont = [float(x) for x in trip.get("loss") or []]
 
     def verdict(status: Verdict, reason: str, diff: float | None) -> CheckpointVerdict:
-        return CheckpointVerdict(status=status, reason=reason, step=step, atol=atol, max_abs_diff=diff,
-                                 continued_steps=len(cont), save_s=float(trip.get("save_s") or 0.0),
-                                 restart_s=float(trip.get("restart_s") or 0.0),
-                                 checkpoint_bytes=int(trip.get("checkpoint_bytes") or 0))
+        return CheckpointVerdict(
+            status=status,
+            reason=reason,
+            step=step,
+            atol=atol,
+            max_abs_diff=diff,
+            continued_steps=len(cont),
+            save_s=float(trip.get("save_s") or 0.0),
+            restart_s=float(trip.get("restart_s") or 0.0),
+            checkpoint_bytes=int(trip.get("checkpoint_bytes") or 0),
+        )
 
     if trip.get("skipped"):
         return verdict("skipped", str(trip["skipped"]), None)
@@ -155,18 +213,37 @@ def checkpoint_verdict(trip: dict[str, Any] | None, uninterrupted: Sequence[floa
     ref = [float(x) for x in uninterrupted[step:]]
     diff, at = max_abs_diff(cont, ref)
     if len(cont) < len(ref) or diff is None:
-        return verdict("failed", f"the run restarted from the step-{step} checkpoint trained {len(cont)} of the "
-                                 f"{len(ref)} steps after it (a non-finite loss stops it)", diff)
+        return verdict(
+            "failed",
+            f"the run restarted from the step-{step} checkpoint trained {len(cont)} of the "
+            f"{len(ref)} steps after it (a non-finite loss stops it)",
+            diff,
+        )
     out = first_step_out(cont, ref, atol, 0.0)
     if out is not None:
-        return verdict("failed", (
-            f"after the restart from the step-{step} checkpoint, step {step + out} loss {cont[out]:.6g} vs "
-            f"{ref[out]:.6g} uninterrupted (|diff| {abs(cont[out] - ref[out]):.3g} > tolerance {atol:.3g}; "
-            f"largest {diff:.3g} at step {step + int(at or 0)}): the checkpoint does not hold the whole "
-            f"training state (a counter, a schedule or a buffer the model keeps outside it?)"), diff)
+        return verdict(
+            "failed",
+            (
+                f"after the restart from the step-{step} checkpoint, step {step + out} loss {cont[out]:.6g} vs "
+                f"{ref[out]:.6g} uninterrupted (|diff| {abs(cont[out] - ref[out]):.3g} > tolerance {atol:.3g}; "
+                f"largest {diff:.3g} at step {step + int(at or 0)}): the checkpoint does not hold the whole "
+                f"training state (a counter, a schedule or a buffer the model keeps outside it?)"
+            ),
+            diff,
+        )
     return verdict("passed", "", diff)
 
 
-__all__ = ["CHECKPOINT_ATOL", "DEFAULT_HORIZON_FACTOR", "MIN_CALIBRATED_FACTOR", "HorizonPlan", "checkpoint_tolerance",
-           "checkpoint_verdict", "choose_plan",
-           "first_step_out", "horizon_tolerance", "max_abs_diff", "plan_horizon"]
+__all__ = [
+    "CHECKPOINT_ATOL",
+    "DEFAULT_HORIZON_FACTOR",
+    "MIN_CALIBRATED_FACTOR",
+    "HorizonPlan",
+    "checkpoint_tolerance",
+    "checkpoint_verdict",
+    "choose_plan",
+    "first_step_out",
+    "horizon_tolerance",
+    "max_abs_diff",
+    "plan_horizon",
+]

@@ -10,7 +10,8 @@ the first asks are the bank's best configs by step time relative to their own st
 (``WARM_START_CONFIGS`` of them, most similar workload first, configs that ran out of memory or used
 more than ``WARM_START_MAX_RELATIVE_MEMORY`` of their capacity left out). They are measured like any
 other trial (one this study's memory model expects not to fit runs as its memory-saving repair:
-``search.pickers.Pickers.warm_start``); nothing from the bank is told to the models as if it were measured here. Once the
+``search.pickers.Pickers.warm_start``); nothing from the bank is told to the models as if it were
+measured here. Once the
 queue is used up (or a warm-start config was already tried), asks are the optimizer's own.
 A bank config is re-validated in the new study's space first (``revalidate_config``): knobs the
 space lacks are dropped, knobs it lacks take the baseline's value; one still invalid (a value
@@ -67,8 +68,9 @@ def study_hardware(rows: Sequence[TrialResult]) -> dict[str, Any] | None:
     return None
 
 
-def revalidate_config(space: Any, config: Mapping[str, Any], baseline: Mapping[str, Any]
-                      ) -> tuple[dict[str, Any] | None, tuple[str, ...], str | None]:
+def revalidate_config(
+    space: Any, config: Mapping[str, Any], baseline: Mapping[str, Any]
+) -> tuple[dict[str, Any] | None, tuple[str, ...], str | None]:
     """A bank config made valid in ``space``, when the repair is obvious: knobs the space lacks are
     dropped, knobs the config lacks take the ``baseline``'s value (else the space's default).
     Returns ``(full config, repair moves, None)``, or ``(None, moves, reason)`` when it is still
@@ -88,10 +90,15 @@ def revalidate_config(space: Any, config: Mapping[str, Any], baseline: Mapping[s
         return None, tuple(moves), str(e)
 
 
-def bank_warm_start_selection(contract: Any, space: Any, rows: Sequence[TrialResult], *,
-                              bank_root: str | Path | None = None, limit: int = WARM_START_CONFIGS,
-                              baseline: Mapping[str, Any] | None = None
-                              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def bank_warm_start_selection(
+    contract: Any,
+    space: Any,
+    rows: Sequence[TrialResult],
+    *,
+    bank_root: str | Path | None = None,
+    limit: int = WARM_START_CONFIGS,
+    baseline: Mapping[str, Any] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(used, dropped)``: the bank's best configs for this study (module docstring), best
     first, as ``warm_start_rows`` dicts whose ``config`` is re-validated in ``space``
     (``revalidate_config``; ``repairs`` lists the moves), and the candidates dropped because no
@@ -105,14 +112,30 @@ def bank_warm_start_selection(contract: Any, space: Any, rows: Sequence[TrialRes
         bank = Bank(bank_root if bank_root is not None else contract.switches_in_force().bank)
         if not bank.files():
             return [], []
-        num_params = next((r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None)
-        candidates = bank.warm_start_rows(contract, space, study_hardware(rows), num_params=num_params)
+        num_params = next(
+            (r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None
+        )
+        candidates = bank.warm_start_rows(
+            contract, space, study_hardware(rows), num_params=num_params
+        )
     except Exception as e:  # a damaged or unreachable bank must not stop a study
-        log.warning("bank.warm_start_failed", bank=str(bank_root or contract.switches_in_force().bank), error=str(e))
+        log.warning(
+            "bank.warm_start_failed",
+            bank=str(bank_root or contract.switches_in_force().bank),
+            error=str(e),
+        )
         return [], []
     base = dict(baseline) if baseline is not None else dict(contract.workload.get("baseline") or {})
-    ok = [p for p in candidates if p["status"] == "ok" and p["relative_step_time"] is not None
-          and (p["relative_peak_memory"] is None or p["relative_peak_memory"] <= WARM_START_MAX_RELATIVE_MEMORY)]
+    ok = [
+        p
+        for p in candidates
+        if p["status"] == "ok"
+        and p["relative_step_time"] is not None
+        and (
+            p["relative_peak_memory"] is None
+            or p["relative_peak_memory"] <= WARM_START_MAX_RELATIVE_MEMORY
+        )
+    ]
     best_sim = max((p["similarity"] for p in ok), default=0.0)
     ok = [p for p in ok if p["similarity"] >= best_sim * 0.5]  # the most similar workloads only
     ok.sort(key=lambda p: (p["relative_step_time"], -p["similarity"]))
@@ -134,25 +157,53 @@ def bank_warm_start_selection(contract: Any, space: Any, rows: Sequence[TrialRes
     return out, dropped
 
 
-def bank_warm_start_configs(contract: Any, space: Any, rows: Sequence[TrialResult], *,
-                            bank_root: str | Path | None = None, limit: int = WARM_START_CONFIGS,
-                            baseline: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def bank_warm_start_configs(
+    contract: Any,
+    space: Any,
+    rows: Sequence[TrialResult],
+    *,
+    bank_root: str | Path | None = None,
+    limit: int = WARM_START_CONFIGS,
+    baseline: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """The used half of ``bank_warm_start_selection``."""
-    return bank_warm_start_selection(contract, space, rows, bank_root=bank_root, limit=limit, baseline=baseline)[0]
+    return bank_warm_start_selection(
+        contract, space, rows, bank_root=bank_root, limit=limit, baseline=baseline
+    )[0]
 
 
-def record_warm_start(study_dir: str | Path, used: list[dict[str, Any]], dropped: list[dict[str, Any]],
-                      bank: str | None, transfer: dict[str, Any] | None = None) -> None:
+def record_warm_start(
+    study_dir: str | Path,
+    used: list[dict[str, Any]],
+    dropped: list[dict[str, Any]],
+    bank: str | None,
+    transfer: dict[str, Any] | None = None,
+) -> None:
     """Write ``DIR/bank_warm_start.json`` (the report's audit reads it) when the selection
     differs from the recorded one; never raises (a read-only study only loses the record).
     ``transfer``: the bank's studies used inside the models (``bank_transfer_prior``'s summary)."""
     from infrarsi.study.paths import StudyPaths
 
     path = StudyPaths(Path(study_dir)).bank_warm_start
-    keep = ("config", "bank_config", "repairs", "reason", "relative_step_time", "relative_peak_memory",
-            "similarity", "source_study", "source_key", "trial_id", "hardware_fingerprint")
-    record = {"bank": bank, "used": [{k: p.get(k) for k in keep if k != "reason"} for p in used],
-              "dropped": [{k: p.get(k) for k in keep} for p in dropped], "transfer": transfer}
+    keep = (
+        "config",
+        "bank_config",
+        "repairs",
+        "reason",
+        "relative_step_time",
+        "relative_peak_memory",
+        "similarity",
+        "source_study",
+        "source_key",
+        "trial_id",
+        "hardware_fingerprint",
+    )
+    record = {
+        "bank": bank,
+        "used": [{k: p.get(k) for k in keep if k != "reason"} for p in used],
+        "dropped": [{k: p.get(k) for k in keep} for p in dropped],
+        "transfer": transfer,
+    }
     try:
         if path.exists():
             old = json.loads(path.read_text())
@@ -168,8 +219,14 @@ def record_warm_start(study_dir: str | Path, used: list[dict[str, Any]], dropped
         log.warning("bank.warm_start_record_failed", path=str(path), error=str(e))
 
 
-def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | Path,
-                    seed: int = 0, bank_root: str | Path | None = None) -> Optimizer:
+def build_optimizer(
+    contract: Any,
+    rows: list[TrialResult],
+    *,
+    study_dir: str | Path,
+    seed: int = 0,
+    bank_root: str | Path | None = None,
+) -> Optimizer:
     """An ``Optimizer`` over the study's space, told every logged trial except interrupted ones
     (doctor baselines included, so the search never re-measures the baseline). With a bank
     holding similar trials of other studies, the bank's best configs are its warm-start
@@ -178,26 +235,53 @@ def build_optimizer(contract: Any, rows: list[TrialResult], *, study_dir: str | 
     from infrarsi.stages.common import baseline_config, scoped_space
 
     d = Path(study_dir)
-    space = scoped_space(contract, d)  # the contract's editable knobs vary, the others stay at the baseline
+    space = scoped_space(
+        contract, d
+    )  # the contract's editable knobs vary, the others stay at the baseline
     cap = contract.memory_capacity.optimizer_memory_capacity_bytes
     baseline = baseline_config(contract, d)
-    warm, dropped = bank_warm_start_selection(contract, space, rows, bank_root=bank_root, baseline=baseline)
-    analytic = prior_for_workload(contract.workload_model(), enabled=contract.switches_in_force().analytic_prior)
+    warm, dropped = bank_warm_start_selection(
+        contract, space, rows, bank_root=bank_root, baseline=baseline
+    )
+    analytic = prior_for_workload(
+        contract.workload_model(), enabled=contract.switches_in_force().analytic_prior
+    )
     transfer, transfer_summary = None, None
     if analytic is not None and not bank_disabled(contract):
         transfer, transfer_summary = bank_transfer_prior(
-            contract, space, bank_root=bank_root if bank_root is not None else contract.switches_in_force().bank,
-            baseline=baseline, hardware=study_hardware(rows), revalidate=revalidate_config,
-            num_params=next((r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None))
+            contract,
+            space,
+            bank_root=bank_root if bank_root is not None else contract.switches_in_force().bank,
+            baseline=baseline,
+            hardware=study_hardware(rows),
+            revalidate=revalidate_config,
+            num_params=next(
+                (r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None
+            ),
+        )
     if not bank_disabled(contract) and d.is_dir():
-        record_warm_start(d, warm, dropped, str(bank_root or contract.switches_in_force().bank), transfer_summary)
+        record_warm_start(
+            d, warm, dropped, str(bank_root or contract.switches_in_force().bank), transfer_summary
+        )
     if warm or dropped:
-        log.info("bank.warm_start", configs=len(warm), dropped=len(dropped),
-                 repaired=sum(1 for p in warm if p["repairs"]), sources=sorted({str(p["source_study"]) for p in warm}))
+        log.info(
+            "bank.warm_start",
+            configs=len(warm),
+            dropped=len(dropped),
+            repaired=sum(1 for p in warm if p["repairs"]),
+            sources=sorted({str(p["source_study"]) for p in warm}),
+        )
     warm_start: list[Mapping[str, Any]] = [p["config"] for p in warm]
-    opt = Optimizer(space, memory_capacity=float(cap), seed=seed, baseline=baseline,
-                    prior=analytic, initial_configs=warm_start, transfer=transfer,
-                    initial_origins=[WarmStartOrigin.from_dict(p) for p in warm])
+    opt = Optimizer(
+        space,
+        memory_capacity=float(cap),
+        seed=seed,
+        baseline=baseline,
+        prior=analytic,
+        initial_configs=warm_start,
+        transfer=transfer,
+        initial_origins=[WarmStartOrigin.from_dict(p) for p in warm],
+    )
     for r in rows:
         if r.extra.get("interrupted") or not r.config:
             continue
@@ -230,13 +314,23 @@ def logged_row(study_dir: str | Path, tune_trial_id: str) -> TrialResult | None:
     from infrarsi.study.trial_log import rows as rows_from_table
 
     for r in rows_from_table(read_trials(Path(study_dir))):
-        if r.stage == "run" and r.extra.get("tune_trial_id") == tune_trial_id and not r.extra.get("interrupted"):
+        if (
+            r.stage == "run"
+            and r.extra.get("tune_trial_id") == tune_trial_id
+            and not r.extra.get("interrupted")
+        ):
             return r
     return None
 
 
-def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, proposal_key: str = "",
-                  study_dir: str | Path | None = None) -> Any:
+def make_searcher(
+    optimizer: Any,
+    *,
+    info_key: str,
+    proposals: Any = None,
+    proposal_key: str = "",
+    study_dir: str | Path | None = None,
+) -> Any:
     """An ``InfrarsiSearcher`` that also passes the optimizer's ``AskInfo`` for each suggested
     config to the trainable under ``info_key``, as ``AskInfo.to_dict()`` (the report draws
     predicted vs measured memory). With ``proposals`` (a ``ProposalQueue``), each suggestion
@@ -253,7 +347,9 @@ def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, propo
         untold: set[str] = set()
         """Tune trial ids of patched proposals: run and logged, never told to the knob models."""
 
-        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        def on_trial_complete(
+            self, trial_id: str, result: dict | None = None, error: bool = False
+        ) -> None:
             if trial_id in self.untold:
                 self.untold.discard(trial_id)
                 self.live.pop(trial_id, None)
@@ -267,8 +363,11 @@ def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, propo
                 return
             config = self.live.pop(trial_id)
             self.optimizer.drop_pending(config)
-            log.warning("run.trial_never_ran", tune_trial_id=trial_id,
-                        note="its Tune actor died before the executor ran it; not told as failed")
+            log.warning(
+                "run.trial_never_ran",
+                tune_trial_id=trial_id,
+                note="its Tune actor died before the executor ran it; not told as failed",
+            )
 
         def suggest(self, trial_id: str) -> dict[str, Any] | None:
             proposal = proposals.take() if proposals is not None else None
@@ -277,18 +376,29 @@ def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, propo
 
                 try:
                     if proposal.patch:  # patched code: not a point of the knob models
-                        full = self.optimizer.space.validate(proposal.config, where=f"proposal {proposal.proposal_id}")
+                        full = self.optimizer.space.validate(
+                            proposal.config, where=f"proposal {proposal.proposal_id}"
+                        )
                         self.untold.add(trial_id)
                     else:
                         full = self.optimizer.add_pending(proposal.config)
-                except UserInputError as e:  # checked when queued; a study edited since may refuse it
-                    log.warning("run.proposal_refused", proposal_id=proposal.proposal_id, error=str(e)[:300])
+                except (
+                    UserInputError
+                ) as e:  # checked when queued; a study edited since may refuse it
+                    log.warning(
+                        "run.proposal_refused", proposal_id=proposal.proposal_id, error=str(e)[:300]
+                    )
                     return self.suggest(trial_id)
                 self.live[trial_id] = full
                 proposed = self.optimizer.info(full)
-                log.info("run.proposal", proposal_id=proposal.proposal_id, proposer=proposal.proposer)
-                return {**full, info_key: proposed.to_dict() if proposed is not None else {},
-                        proposal_key: proposal.to_dict()}
+                log.info(
+                    "run.proposal", proposal_id=proposal.proposal_id, proposer=proposal.proposer
+                )
+                return {
+                    **full,
+                    info_key: proposed.to_dict() if proposed is not None else {},
+                    proposal_key: proposal.to_dict(),
+                }
             cfg = super().suggest(trial_id)
             if cfg is None or not isinstance(cfg, dict):
                 return cfg
@@ -300,4 +410,3 @@ def make_searcher(optimizer: Any, *, info_key: str, proposals: Any = None, propo
     searcher = _StudySearcher(optimizer=optimizer, metric="step_time_s", mode="min")
     searcher.untold = set()  # per instance, not the class attribute
     return searcher
-

@@ -42,8 +42,15 @@ def is_lost_actor(error: BaseException | None) -> bool:
 class RunProgress(Callback):
     """Tracks completed trials, the best step time and device-seconds; renders a progress bar."""
 
-    def __init__(self, *, total: int, done: int, baseline_step_time_s: float | None,
-                 enabled: bool = True, history: list[TrialResult] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        total: int,
+        done: int,
+        baseline_step_time_s: float | None,
+        enabled: bool = True,
+        history: list[TrialResult] | None = None,
+    ) -> None:
         self.total = total
         self.done = done
         self.baseline = baseline_step_time_s
@@ -87,11 +94,18 @@ class RunProgress(Callback):
     def __enter__(self) -> RunProgress:
         if self.enabled:
             self._progress = Progress(
-                TextColumn(f"{'run':<10}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                TimeElapsedColumn(), transient=False, console=Console(stderr=True),  # stdout: the result
+                TextColumn(f"{'run':<10}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                transient=False,
+                console=Console(stderr=True),  # stdout: the result
             )
             self._progress.start()
-            self._task = self._progress.add_task(self.describe(), total=self.total, completed=self.done)
+            self._task = self._progress.add_task(
+                self.describe(), total=self.total, completed=self.done
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -104,7 +118,9 @@ class RunProgress(Callback):
         if self._progress is not None:
             self._progress.update(self._task, completed=self.done, description=self.describe())
 
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
         self.done += 1
         self._account(result.get("status"), result.get("step_time_s"), result.get("device_seconds"))
         if self._progress is not None:
@@ -118,8 +134,13 @@ class RunProgress(Callback):
         except Exception as e:  # unreadable: count it as the harness's (stops the run)
             error = e
         if not is_lost_actor(error):
-            self.harness_errors.append(error if error is not None else RuntimeError(
-                f"Ray Tune trial {getattr(trial, 'trial_id', '?')} failed without a stored error"))
+            self.harness_errors.append(
+                error
+                if error is not None
+                else RuntimeError(
+                    f"Ray Tune trial {getattr(trial, 'trial_id', '?')} failed without a stored error"
+                )
+            )
 
     @property
     def errors(self) -> list[BaseException]:

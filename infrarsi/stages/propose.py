@@ -55,15 +55,30 @@ class ProposalFields:
         return f"{field_name} '{value}'" if self.style == "flag" else f'"{field_name}": {value}'
 
 
-CLI_FIELDS = ProposalFields(config="--config", why="--why", patch="--patch", proposal_id="PROPOSAL_ID", style="flag")
+CLI_FIELDS = ProposalFields(
+    config="--config", why="--why", patch="--patch", proposal_id="PROPOSAL_ID", style="flag"
+)
 """Field names of ``infrarsi propose`` (and of the Python API)."""
-TOOL_FIELDS = ProposalFields(config="config", why="why", patch="patch", proposal_id="proposal_id", style="json")
+TOOL_FIELDS = ProposalFields(
+    config="config", why="why", patch="patch", proposal_id="proposal_id", style="json"
+)
 """Field names of the MCP server's tools (``infrarsi mcp``)."""
 
 
-def propose(study_dir: str | Path, config: Mapping[str, Any], *, why: str, patch: str | Path | None = None,
-            patch_text: str | None = None, proposer: str = "python",
-            fields: ProposalFields = CLI_FIELDS) -> Proposal:
+EXAMPLE_WHY = "larger micro-batch: the GPU is underfed at mbs 1"
+"""The reason an error shows as an example of a proposal's ``why``."""
+
+
+def propose(
+    study_dir: str | Path,
+    config: Mapping[str, Any],
+    *,
+    why: str,
+    patch: str | Path | None = None,
+    patch_text: str | None = None,
+    proposer: str = "python",
+    fields: ProposalFields = CLI_FIELDS,
+) -> Proposal:
     """Check ``config`` (knob -> value; knobs left out keep the baseline's value) and a patch
     (``patch``: a diff file; ``patch_text``: the diff itself) against the study's contract and
     queue them. Bad input raises a ``UserInputError`` (exit 2) naming the field (as ``fields``
@@ -77,21 +92,29 @@ def propose(study_dir: str | Path, config: Mapping[str, Any], *, why: str, patch
     paths = StudyPaths(Path(study_dir).resolve())
     contract = Contract.load(paths.root)
     if not isinstance(why, str) or not why.strip():
-        raise ProposalError(f"propose {fields.why}: rule: a proposal says why it should be faster (kept in the log "
-                            f"and the report). Fix: {fields.example(fields.why, json.dumps('larger micro-batch: the GPU is underfed at mbs 1'))}.")
+        raise ProposalError(
+            f"propose {fields.why}: rule: a proposal says why it should be faster (kept in the log "
+            f"and the report). Fix: {fields.example(fields.why, json.dumps(EXAMPLE_WHY))}."
+        )
     if not isinstance(config, Mapping):
-        raise ProposalError(f"propose {fields.config}: rule: an object of knob -> value; got {type(config).__name__}. "
-                            f"Fix: {fields.example(fields.config, json.dumps({'micro_batch_size': 4}))}.")
+        raise ProposalError(
+            f"propose {fields.config}: rule: an object of knob -> value; got {type(config).__name__}. "
+            f"Fix: {fields.example(fields.config, json.dumps({'micro_batch_size': 4}))}."
+        )
     if patch is not None and patch_text is not None:
-        raise ProposalError(f"propose {fields.patch}: rule: one patch per proposal, given as a file or as text, not both.")
+        raise ProposalError(
+            f"propose {fields.patch}: rule: one patch per proposal, given as a file or as text, not both."
+        )
     space = load_space(contract, paths.root)
     base = baseline_config(contract, paths.root)
     full = space.validate({**base, **dict(config)}, where=f"propose {fields.config}")
     _check_scope(contract, space.names, base, full, fields)
     _check_active(space, config, full, fields)
     if (patch is not None or patch_text is not None) and config_patch(full) is not None:
-        raise ProposalError(f"propose {fields.patch}: rule: a proposal brings one patch, and its {fields.config} also "
-                            f"names code_patch={full.get('code_patch')!r}. Fix: drop one of them.")
+        raise ProposalError(
+            f"propose {fields.patch}: rule: a proposal brings one patch, and its {fields.config} also "
+            f"names code_patch={full.get('code_patch')!r}. Fix: drop one of them."
+        )
     queue = ProposalQueue(paths.root)
     with queue.locked():  # the id, the duplicate check and the files, one proposer at a time
         pid = _next_id(queue, paths)
@@ -107,11 +130,22 @@ def propose(study_dir: str | Path, config: Mapping[str, Any], *, why: str, patch
             if stored is not None:
                 (paths.root / stored).unlink(missing_ok=True)
             raise
-        return queue.add(Proposal(proposal_id=pid, config=full, why=why.strip(), proposer=proposer,
-                                  asked=dict(config), patch=stored, patch_paths=touched))
+        return queue.add(
+            Proposal(
+                proposal_id=pid,
+                config=full,
+                why=why.strip(),
+                proposer=proposer,
+                asked=dict(config),
+                patch=stored,
+                patch_paths=touched,
+            )
+        )
 
 
-def withdraw(study_dir: str | Path, proposal_id: str, *, fields: ProposalFields = CLI_FIELDS) -> Proposal:
+def withdraw(
+    study_dir: str | Path, proposal_id: str, *, fields: ProposalFields = CLI_FIELDS
+) -> Proposal:
     """Withdraw the queued proposal ``proposal_id``: it moves to ``proposals/withdrawn/`` (kept
     for the record) and no run trial takes it. One already taken by a run trial, or unknown,
     raises ``ProposalError`` naming what the queue holds."""
@@ -123,16 +157,25 @@ def withdraw(study_dir: str | Path, proposal_id: str, *, fields: ProposalFields 
         if p is not None:
             make_private_dir(withdrawn_dir(paths))
             try:
-                os.rename(queue.queued_dir / f"{proposal_id}.json", withdrawn_dir(paths) / f"{proposal_id}.json")
+                os.rename(
+                    queue.queued_dir / f"{proposal_id}.json",
+                    withdrawn_dir(paths) / f"{proposal_id}.json",
+                )
                 return p
             except FileNotFoundError:
                 pass  # a run trial took it meanwhile
     taken = {t.proposal_id for t in queue.taken()}
-    state = ("already taken by a run trial (it ran, or is running: see the trials)" if proposal_id in taken
-             else "already withdrawn" if (withdrawn_dir(paths) / f"{proposal_id}.json").exists()
-             else "not a proposal of this study")
-    raise ProposalError(f"withdraw {fields.proposal_id}: rule: only a queued proposal can be withdrawn; "
-                        f"{proposal_id!r} is {state}. Queued now: {sorted(queued) or 'none'}.")
+    state = (
+        "already taken by a run trial (it ran, or is running: see the trials)"
+        if proposal_id in taken
+        else "already withdrawn"
+        if (withdrawn_dir(paths) / f"{proposal_id}.json").exists()
+        else "not a proposal of this study"
+    )
+    raise ProposalError(
+        f"withdraw {fields.proposal_id}: rule: only a queued proposal can be withdrawn; "
+        f"{proposal_id!r} is {state}. Queued now: {sorted(queued) or 'none'}."
+    )
 
 
 def withdrawn_dir(paths: StudyPaths) -> Path:
@@ -142,13 +185,24 @@ def withdrawn_dir(paths: StudyPaths) -> Path:
 
 def _next_id(queue: ProposalQueue, paths: StudyPaths) -> str:
     """The queue's next id, past the withdrawn ones too (an id, and its patch file, is never reused)."""
-    n = max([int(f.stem.split("-")[1]) for f in withdrawn_dir(paths).glob("prop-*.json")
-             if f.stem.split("-")[1].isdigit()], default=0)
+    n = max(
+        [
+            int(f.stem.split("-")[1])
+            for f in withdrawn_dir(paths).glob("prop-*.json")
+            if f.stem.split("-")[1].isdigit()
+        ],
+        default=0,
+    )
     return f"prop-{max(int(queue.next_id().split('-')[1]), n + 1):04d}"
 
 
-def _check_scope(contract: Any, names: Sequence[str], base: Mapping[str, Any], full: Mapping[str, Any],
-                 fields: ProposalFields) -> None:
+def _check_scope(
+    contract: Any,
+    names: Sequence[str],
+    base: Mapping[str, Any],
+    full: Mapping[str, Any],
+    fields: ProposalFields,
+) -> None:
     """Refuse a change to a knob outside the contract's ``editable.knobs``."""
     editable = list(contract.editable.knobs)
     for name in names:
@@ -156,26 +210,38 @@ def _check_scope(contract: Any, names: Sequence[str], base: Mapping[str, Any], f
             raise ProposalError(
                 f"propose {fields.config}: knob {name!r}: out of scope: rule: a proposal may change only the "
                 f"contract's editable.knobs {editable}; {name} is pinned at the baseline's {base[name]!r}, "
-                f"proposed {full[name]!r}. Fix: leave {name} out (it keeps {base[name]!r}).")
+                f"proposed {full[name]!r}. Fix: leave {name} out (it keeps {base[name]!r})."
+            )
 
 
-def _check_active(space: Any, asked: Mapping[str, Any], full: Mapping[str, Any], fields: ProposalFields) -> None:
+def _check_active(
+    space: Any, asked: Mapping[str, Any], full: Mapping[str, Any], fields: ProposalFields
+) -> None:
     """Refuse a knob set to a value its ``when`` condition would drop (the knob is inactive under
     the rest of the config, so the trial would run its default instead of what was asked)."""
     for name in asked:
         knob = space.knob(name)
-        if knob.when is None or full[name] == knob.canonical(asked[name], file=f"propose {fields.config}"):
+        if knob.when is None or full[name] == knob.canonical(
+            asked[name], file=f"propose {fields.config}"
+        ):
             continue
         deps = {d: full[d] for d in sorted(knob.when.names)}
         raise ProposalError(
             f"propose {fields.config}: knob {name!r}: inactive: rule: a knob takes effect only where its "
             f"condition '{knob.when.text}' holds; with {deps} it does not, so {name} would run at its "
             f"default {knob.default!r}, not {asked[name]!r}. Fix: also set "
-            f"{', '.join(deps)} so that '{knob.when.text}' holds, or leave {name} out.")
+            f"{', '.join(deps)} so that '{knob.when.text}' holds, or leave {name} out."
+        )
 
 
-def _check_new(paths: StudyPaths, space: Any, queue: ProposalQueue, full: Mapping[str, Any], stored: str | None,
-               fields: ProposalFields) -> None:
+def _check_new(
+    paths: StudyPaths,
+    space: Any,
+    queue: ProposalQueue,
+    full: Mapping[str, Any],
+    stored: str | None,
+    fields: ProposalFields,
+) -> None:
     """Refuse a candidate (``Candidate.key``: the config and its proposal patch's digest) that is
     already queued, taken by a run trial still in flight, or already measured by a run trial (a
     ``failed`` row, which measured nothing, does not count; nor do doctor's calibration rows, which
@@ -187,13 +253,18 @@ def _check_new(paths: StudyPaths, space: Any, queue: ProposalQueue, full: Mappin
     history = rows(read_trials(paths.root))
     logged = {str((r.extra.get("proposal") or {}).get("proposal_id")) for r in history}
     waiting = [(q, "queued proposal") for q in queue.queued()]
-    waiting += [(t, "proposal in flight (taken by a run trial)") for t in queue.taken() if t.proposal_id not in logged]
+    waiting += [
+        (t, "proposal in flight (taken by a run trial)")
+        for t in queue.taken()
+        if t.proposal_id not in logged
+    ]
     for q, state in waiting:
         if _candidate_key(paths, _canonical(space, q.config), q.patch) == key:
             raise ProposalError(
                 f"propose {fields.config}: duplicate: rule: a candidate is queued once; {state} "
                 f"{q.proposal_id} ({q.why!r}) is the same {what}. Fix: change a knob or the patch"
-                + (f", or withdraw {q.proposal_id} first." if state.startswith("queued") else "."))
+                + (f", or withdraw {q.proposal_id} first." if state.startswith("queued") else ".")
+            )
     for r in history:
         if r.stage != "run" or r.status == "failed" or r.extra.get("interrupted"):
             continue
@@ -202,11 +273,16 @@ def _check_new(paths: StudyPaths, space: Any, queue: ProposalQueue, full: Mappin
             raise ProposalError(
                 f"propose {fields.config}: duplicate: rule: a candidate is run once; run trial "
                 f"{r.trial_id} ({r.status}, step_time_s={r.step_time_s}) already ran this {what}. Fix: "
-                f"propose another config (the study's state lists the trials), or let verify re-measure it.")
+                f"propose another config (the study's state lists the trials), or let verify re-measure it."
+            )
 
 
 def _candidate_key(paths: StudyPaths, config: Mapping[str, Any], patch: str | None) -> str:
-    refs = () if patch is None else (PatchRef(path=patch, sha256=file_sha256(paths.root / patch), source="proposal"),)
+    refs = (
+        ()
+        if patch is None
+        else (PatchRef(path=patch, sha256=file_sha256(paths.root / patch), source="proposal"),)
+    )
     return Candidate(config=dict(config), patches=refs).key
 
 
@@ -221,8 +297,9 @@ def _canonical(space: Any, config: Mapping[str, Any]) -> dict[str, Any]:
         return dict(config)
 
 
-def _store_patch_text(contract: Any, paths: StudyPaths, text: str, pid: str,
-                      fields: ProposalFields) -> tuple[list[str], str]:
+def _store_patch_text(
+    contract: Any, paths: StudyPaths, text: str, pid: str, fields: ProposalFields
+) -> tuple[list[str], str]:
     """``_check_and_store_patch`` for a diff given as text: it is written where it will be kept,
     checked there, and removed again on a refusal, whose message names the field, not the file."""
     dest = make_private_dir(paths.proposals / "patches") / f"{pid}.diff"
@@ -231,27 +308,39 @@ def _store_patch_text(contract: Any, paths: StudyPaths, text: str, pid: str,
         return _check_and_store_patch(contract, paths, dest, pid)
     except PatchError as e:
         dest.unlink(missing_ok=True)
-        text = str(e).replace(f"patch {dest}", f"propose {fields.patch}").replace(str(dest), f"the {fields.patch} text")
+        text = (
+            str(e)
+            .replace(f"patch {dest}", f"propose {fields.patch}")
+            .replace(str(dest), f"the {fields.patch} text")
+        )
         if fields.style == "json":  # an agent cannot widen the scope: the study's owner can
-            text = text.replace("run `infrarsi init --editable GLOB` into a new study",
-                                "ask the study's owner for a new study with wider editable globs")
+            text = text.replace(
+                "run `infrarsi init --editable GLOB` into a new study",
+                "ask the study's owner for a new study with wider editable globs",
+            )
         raise PatchError(text) from None
 
 
-def _check_and_store_patch(contract: Any, paths: StudyPaths, patch: Path, pid: str) -> tuple[list[str], str]:
+def _check_and_store_patch(
+    contract: Any, paths: StudyPaths, patch: Path, pid: str
+) -> tuple[list[str], str]:
     import git
 
     from infrarsi.execution.runner import default_code_dir
     from infrarsi.patches import Patch, check_applies, check_scope
 
     p = Patch.load(patch)
-    touched = check_scope(p, contract.editable.globs)  # forbidden paths, binary, symlinks, modes: refused
+    touched = check_scope(
+        p, contract.editable.globs
+    )  # forbidden paths, binary, symlinks, modes: refused
     code_root = Path(default_code_dir(contract.workload_model())).resolve()
     try:
         repo = git.Repo(str(code_root), search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise PatchError(f"propose --patch: the workload's code ({code_root}) is not in a git repository; "
-                         f"patches need it committed to git.") from None
+        raise PatchError(
+            f"propose --patch: the workload's code ({code_root}) is not in a git repository; "
+            f"patches need it committed to git."
+        ) from None
     check_applies(repo, p)
     dest_dir = make_private_dir(paths.proposals / "patches")
     dest = dest_dir / f"{pid}.diff"
@@ -280,36 +369,69 @@ def study_state(study_dir: str | Path, predict: Sequence[Mapping[str, Any]] = ()
     best = min(ok, key=lambda r: r.step_time_s or math.inf) if ok else None
     budget = int(contract.budgets.trials or 24)
     queue = ProposalQueue(paths.root)
-    by_proposal = {str(r.extra["proposal"].get("proposal_id")): r for r in history
-                   if isinstance(r.extra.get("proposal"), dict)}
+    by_proposal = {
+        str(r.extra["proposal"].get("proposal_id")): r
+        for r in history
+        if isinstance(r.extra.get("proposal"), dict)
+    }
     out: dict[str, Any] = {
         "study": str(paths.root),
         "workload": contract.workload_model().name,
-        "stages_done": [s for s, p in (("doctor", paths.doctor), ("verify", paths.verify)) if p.exists()],
+        "stages_done": [
+            s for s, p in (("doctor", paths.doctor), ("verify", paths.verify)) if p.exists()
+        ],
         "held_by": None if holder is None else holder.to_dict(),
         "baseline": {"config": baseline_config(contract, paths.root), "step_time_s": base_s},
         "trials": {
             "by_stage_and_status": _counts(history),
             "run": [_brief(r) for r in run],
         },
-        "best": None if best is None else {**_brief(best), "speedup_vs_baseline": (base_s / best.step_time_s) if base_s and best.step_time_s else None},
+        "best": None
+        if best is None
+        else {
+            **_brief(best),
+            "speedup_vs_baseline": (base_s / best.step_time_s)
+            if base_s and best.step_time_s
+            else None,
+        },
         "verified": _verified(paths),
-        "budget": {"run_trials": budget, "run_trials_used": len(run), "run_trials_left": max(0, budget - len(run)),
-                   "device_hours": contract.budgets.device_hours,
-                   "device_seconds_used": sum(float(r.device_seconds or 0.0) for r in history)},
-        "scope": {"editable_knobs": {k.name: list(k.values) for k in space.knobs if k.name in contract.editable.knobs},
-                  "editable_globs": list(contract.editable.globs),
-                  "memory_capacity_bytes": contract.memory_capacity.memory_capacity_bytes},
-        "proposals": {"queued": [p.to_dict() for p in queue.queued()],
-                      "taken": [{**p.to_dict(), "trial": _brief(by_proposal[p.proposal_id]) if p.proposal_id in by_proposal else None}
-                                for p in queue.taken()],
-                      "withdrawn": [json.loads(f.read_text()) for f in sorted(withdrawn_dir(paths).glob("prop-*.json"))]},
+        "budget": {
+            "run_trials": budget,
+            "run_trials_used": len(run),
+            "run_trials_left": max(0, budget - len(run)),
+            "device_hours": contract.budgets.device_hours,
+            "device_seconds_used": sum(float(r.device_seconds or 0.0) for r in history),
+        },
+        "scope": {
+            "editable_knobs": {
+                k.name: list(k.values) for k in space.knobs if k.name in contract.editable.knobs
+            },
+            "editable_globs": list(contract.editable.globs),
+            "memory_capacity_bytes": contract.memory_capacity.memory_capacity_bytes,
+        },
+        "proposals": {
+            "queued": [p.to_dict() for p in queue.queued()],
+            "taken": [
+                {
+                    **p.to_dict(),
+                    "trial": _brief(by_proposal[p.proposal_id])
+                    if p.proposal_id in by_proposal
+                    else None,
+                }
+                for p in queue.taken()
+            ],
+            "withdrawn": [
+                json.loads(f.read_text()) for f in sorted(withdrawn_dir(paths).glob("prop-*.json"))
+            ],
+        },
         "predictions": predictions(contract, paths, history, predict) if predict else [],
     }
     return json.loads(json.dumps(out, default=_jsonable))
 
 
-def predictions(contract: Any, paths: StudyPaths, history: list[Any], configs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def predictions(
+    contract: Any, paths: StudyPaths, history: list[Any], configs: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """The optimizer's predictions for ``configs`` (knobs left out: the baseline's), fitted on the
     study's log: step time (s), its sd (log), peak memory (bytes per device), P(fit), P(ok)."""
     from infrarsi.stages.common import baseline_config
@@ -317,15 +439,28 @@ def predictions(contract: Any, paths: StudyPaths, history: list[Any], configs: S
 
     base = baseline_config(contract, paths.root)
     opt = build_optimizer(contract, history, study_dir=paths.root)
-    full = [opt.space.validate({**base, **dict(c)}, where=f"predict config {i}") for i, c in enumerate(configs)]
+    full = [
+        opt.space.validate({**base, **dict(c)}, where=f"predict config {i}")
+        for i, c in enumerate(configs)
+    ]
     pred = opt.predict(full)
-    return [{"config": c, **{k: _finite(v[i]) for k, v in pred.items()}} for i, c in enumerate(full)]
+    return [
+        {"config": c, **{k: _finite(v[i]) for k, v in pred.items()}} for i, c in enumerate(full)
+    ]
 
 
 def _brief(r: Any) -> dict[str, Any]:
-    return {"trial_id": r.trial_id, "stage": r.stage, "status": r.status, "step_time_s": r.step_time_s,
-            "peak_memory_bytes": r.peak_memory_bytes, "mfu": r.mfu, "config": dict(r.config),
-            "proposal_id": (r.extra.get("proposal") or {}).get("proposal_id"), "error": (r.error or "")[:300]}
+    return {
+        "trial_id": r.trial_id,
+        "stage": r.stage,
+        "status": r.status,
+        "step_time_s": r.step_time_s,
+        "peak_memory_bytes": r.peak_memory_bytes,
+        "mfu": r.mfu,
+        "config": dict(r.config),
+        "proposal_id": (r.extra.get("proposal") or {}).get("proposal_id"),
+        "error": (r.error or "")[:300],
+    }
 
 
 def _counts(history: list[Any]) -> dict[str, dict[str, int]]:

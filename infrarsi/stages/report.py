@@ -61,14 +61,18 @@ def _write(path: Path, data: str | bytes) -> None:
     os.replace(tmp, path)
 
 
-def write_report(study_dir: str | Path, pdf: bool = False, *, wait_s: float | None = None) -> ReportPaths:
+def write_report(
+    study_dir: str | Path, pdf: bool = False, *, wait_s: float | None = None
+) -> ReportPaths:
     """Render the study's report, holding the study lock (a run or verify writing meanwhile would
     change what it reads; ``wait_s`` as in ``run_stage``); returns the paths written."""
     from infrarsi.study.lock import hold_study
 
     d = Path(study_dir)
     if not d.is_dir():
-        raise ContractError(f"study directory {d} does not exist; run `infrarsi init WORKLOAD --study {d}` first.")
+        raise ContractError(
+            f"study directory {d} does not exist; run `infrarsi init WORKLOAD --study {d}` first."
+        )
     with hold_study(d, "report", wait_s=wait_s):
         return _write_report(d, pdf)
 
@@ -102,10 +106,20 @@ def _pdf(html: Path, dest: Path, figs: list[Path]) -> Path:
     chrome = find_chromium()
     if chrome:
         with tempfile.TemporaryDirectory(prefix="infrarsi-chrome-") as prof:
-            cmd = [chrome, "--headless", "--no-sandbox", "--disable-gpu",
-                   "--disable-background-networking", "--disable-component-update",
-                   "--disable-sync", "--no-first-run", f"--user-data-dir={prof}",
-                   "--no-pdf-header-footer", f"--print-to-pdf={dest}", html.resolve().as_uri()]
+            cmd = [
+                chrome,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={prof}",
+                "--no-pdf-header-footer",
+                f"--print-to-pdf={dest}",
+                html.resolve().as_uri(),
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if proc.returncode == 0 and dest.exists() and dest.stat().st_size > 0:
             return dest

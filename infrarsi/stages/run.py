@@ -57,8 +57,17 @@ Tune's retries (Tune ends such a trial in error, and one whose actor dies as a r
 handed to it may not be retried at all): each runs the trials still missing, while the wall-time
 and device budgets last. What is still missing after them is ``run --resume``'s."""
 
-_REPORTED = ("status", "step_time_s", "peak_memory_bytes", "memory_censored", "tokens_per_s", "mfu",
-             "device_seconds", "trial_id", "error")
+_REPORTED = (
+    "status",
+    "step_time_s",
+    "peak_memory_bytes",
+    "memory_censored",
+    "tokens_per_s",
+    "mfu",
+    "device_seconds",
+    "trial_id",
+    "error",
+)
 
 
 def _make_trainable(executor_name: str, namespace: str, *, reserved: bool, concurrency: int):
@@ -80,9 +89,19 @@ def _make_trainable(executor_name: str, namespace: str, *, reserved: bool, concu
         if proposal:
             extra["proposal"] = dict(proposal)
         pg = get_current_placement_group() if reserved else None
-        row = cast(dict[str, Any], ray.get(executor.run_trial.remote(
-            cfg, "run", extra=extra, placement_group=pg, patch_file=(proposal or {}).get("patch"),
-            attempt_key=ctx.get_trial_id())))
+        row = cast(
+            dict[str, Any],
+            ray.get(
+                executor.run_trial.remote(
+                    cfg,
+                    "run",
+                    extra=extra,
+                    placement_group=pg,
+                    patch_file=(proposal or {}).get("patch"),
+                    attempt_key=ctx.get_trial_id(),
+                )
+            ),
+        )
         metrics = {k: row.get(k) for k in _REPORTED}
         st = row.get("step_time_s")
         metrics["step_time_s"] = float(st) if st is not None else float("nan")
@@ -91,22 +110,47 @@ def _make_trainable(executor_name: str, namespace: str, *, reserved: bool, concu
     return infrarsi_trial
 
 
-def run_stage(study_dir: str | Path, *, trials: int | None = None, resume: bool = False,
-              time_budget_s: float | None = None, address: str | None = None,
-              seed: int = 0, progress: bool = True, concurrency: int | None = None,
-              wait_s: float | None = None) -> dict[str, Any]:
+def run_stage(
+    study_dir: str | Path,
+    *,
+    trials: int | None = None,
+    resume: bool = False,
+    time_budget_s: float | None = None,
+    address: str | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    concurrency: int | None = None,
+    wait_s: float | None = None,
+) -> dict[str, Any]:
     """``_run_stage`` holding the study lock, taken by this driver process (the executor actor
     never takes it); ``wait_s``: how long to wait for another writer (None: refuse at once with
     ``StudyLockedError``)."""
     from infrarsi.study.lock import hold_study
 
     with hold_study(study_dir, "run", wait_s=wait_s):
-        return _run_stage(study_dir, trials=trials, resume=resume, time_budget_s=time_budget_s,
-                          address=address, seed=seed, progress=progress, concurrency=concurrency)
+        return _run_stage(
+            study_dir,
+            trials=trials,
+            resume=resume,
+            time_budget_s=time_budget_s,
+            address=address,
+            seed=seed,
+            progress=progress,
+            concurrency=concurrency,
+        )
 
 
-def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_budget_s: float | None,
-               address: str | None, seed: int, progress: bool, concurrency: int | None) -> dict[str, Any]:
+def _run_stage(
+    study_dir: str | Path,
+    *,
+    trials: int | None,
+    resume: bool,
+    time_budget_s: float | None,
+    address: str | None,
+    seed: int,
+    progress: bool,
+    concurrency: int | None,
+) -> dict[str, Any]:
     """Run the search. Returns a summary: trials run, best config, its step time and speedup,
     and the concurrency used (``concurrency``: at most that many trials at once; None: as many
     as the cluster holds)."""
@@ -129,7 +173,9 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
 
     paths = StudyPaths(Path(study_dir).resolve())
     contract = Contract.load(paths.root)
-    doctor = DoctorReport.load(paths.root)  # run needs the doctor's calibration (StudyError: run doctor)
+    doctor = DoctorReport.load(
+        paths.root
+    )  # run needs the doctor's calibration (StudyError: run doctor)
     _check_capacity(contract, doctor)
     history = rows_from_table(read_trials(paths.root))
     done_run = [r for r in history if r.stage == "run" and not r.extra.get("interrupted")]
@@ -141,8 +187,10 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
     budget = int(trials if trials is not None else (contract.budgets.trials or 24))
     remaining = max(0, budget - len(done_run))
     if concurrency is not None and concurrency < 1:
-        raise ConfigError(f"--concurrency: rule: at least 1 trial at a time, got {concurrency}. "
-                          f"Fix: --concurrency 1 or more, or leave it out to use what the cluster holds.")
+        raise ConfigError(
+            f"--concurrency: rule: at least 1 trial at a time, got {concurrency}. "
+            f"Fix: --concurrency 1 or more, or leave it out to use what the cluster holds."
+        )
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Ray Tune prints nothing: RunProgress draws the bar and the study's log holds the detail. The
     # new output engine prints its configuration box, the results path and a TensorBoard hint
@@ -154,11 +202,17 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
     spec = GroupSpec.from_resources(workload.resources)
     reserved = workload.backend != "surrogate"  # simulated trials hold no devices
     if reserved:
-        slots = require_slots(spec, alive_nodes(), source=workload.path or "the contract's workload")
+        slots = require_slots(
+            spec, alive_nodes(), source=workload.path or "the contract's workload"
+        )
         limit = concurrency or slots
         if limit > slots:
-            log.warning("run.concurrency_above_cluster", concurrency=limit, cluster_holds=slots,
-                        note="the extra trials wait for resources (an autoscaler may add nodes)")
+            log.warning(
+                "run.concurrency_above_cluster",
+                concurrency=limit,
+                cluster_holds=slots,
+                note="the extra trials wait for resources (an autoscaler may add nodes)",
+            )
     else:
         limit = concurrency or 1
     namespace = "infrarsi"
@@ -166,8 +220,13 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
     Executor = ray.remote(num_cpus=0)(_LoggedExecutor)
     here = ray.get_runtime_context().get_node_id()  # the log is written on the driver's node
     executor = Executor.options(
-        name=name, namespace=namespace, lifetime=None, max_concurrency=limit + 4,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False) if here else "DEFAULT",
+        name=name,
+        namespace=namespace,
+        lifetime=None,
+        max_concurrency=limit + 4,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
+        if here
+        else "DEFAULT",
     ).remote(str(paths.root), address=address, pin=False)  # each trial runs in its Tune reservation
     try:
         recovered = ray.get(executor.recover_inflight.remote())  # type: ignore[attr-defined]
@@ -179,33 +238,60 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
             log.info("run.budget_done", trials=len(done_run))
         else:
             baseline_s = _baseline_step(paths)
-            prog = RunProgress(total=budget, done=len(done_run), baseline_step_time_s=baseline_s,
-                               enabled=progress, history=done_run)
+            prog = RunProgress(
+                total=budget,
+                done=len(done_run),
+                baseline_step_time_s=baseline_s,
+                enabled=progress,
+                history=done_run,
+            )
             wall = time_budget_s if time_budget_s is not None else contract.budgets.wall_time_s
             stopper = prog.stopper(device_budget_s(contract))
             t_start = time.monotonic()
             with prog:
                 for round_ in range(1 + TOPUP_ROUNDS):
-                    searcher = make_searcher(optimizer, info_key=INFO_KEY, proposals=ProposalQueue(paths.root),
-                                             proposal_key=PROPOSAL_KEY, study_dir=paths.root)
+                    searcher = make_searcher(
+                        optimizer,
+                        info_key=INFO_KEY,
+                        proposals=ProposalQueue(paths.root),
+                        proposal_key=PROPOSAL_KEY,
+                        study_dir=paths.root,
+                    )
                     limiter = ConcurrencyLimiter(searcher, max_concurrent=limit)
-                    log.info("run.start", trials=remaining, concurrency=limit, reserved=reserved, round=round_)
+                    log.info(
+                        "run.start",
+                        trials=remaining,
+                        concurrency=limit,
+                        reserved=reserved,
+                        round=round_,
+                    )
                     prog.set_done(budget - remaining)
-                    wall_left = None if wall is None else max(1.0, wall - (time.monotonic() - t_start))
+                    wall_left = (
+                        None if wall is None else max(1.0, wall - (time.monotonic() - t_start))
+                    )
                     tuner = tune.Tuner(
                         tune.with_resources(
                             _make_trainable(name, namespace, reserved=reserved, concurrency=limit),
-                            trial_resources(spec) if reserved else {"cpu": 0, "memory": 1}),
+                            trial_resources(spec) if reserved else {"cpu": 0, "memory": 1},
+                        ),
                         tune_config=tune.TuneConfig(
                             # the limiter alone caps trials in flight (max_concurrent_trials too
                             # would wrap it again: Tune warns and ignores it)
-                            search_alg=limiter, num_samples=remaining, metric="step_time_s", mode="min",
-                            time_budget_s=wall_left, reuse_actors=True,
+                            search_alg=limiter,
+                            num_samples=remaining,
+                            metric="step_time_s",
+                            mode="min",
+                            time_budget_s=wall_left,
+                            reuse_actors=True,
                         ),
                         run_config=tune.RunConfig(
-                            name=f"run-{int(time.time())}-{round_}", storage_path=str(paths.root / "tune"),
-                            verbose=0, callbacks=[prog], stop=stopper,
-                            log_to_file=True, failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
+                            name=f"run-{int(time.time())}-{round_}",
+                            storage_path=str(paths.root / "tune"),
+                            verbose=0,
+                            callbacks=[prog],
+                            stop=stopper,
+                            log_to_file=True,
+                            failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
                         ),
                     )
                     grid = tuner.fit()
@@ -218,14 +304,28 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
                     lost = [e for e in (getattr(grid, "errors", None) or []) if is_lost_actor(e)]
                     remaining = budget - _counted_run_rows(paths)
                     wall_spent = wall is not None and time.monotonic() - t_start >= wall
-                    if not topup_needed(lost_actors=len(lost), remaining=remaining, round_=round_,
-                                        wall_spent=wall_spent, device_spent=stopper.stop_all()):
+                    if not topup_needed(
+                        lost_actors=len(lost),
+                        remaining=remaining,
+                        round_=round_,
+                        wall_spent=wall_spent,
+                        device_spent=stopper.stop_all(),
+                    ):
                         break
-                    log.warning("run.topup", trials=remaining, lost_actors=len(lost), round=round_ + 1,
-                                note="trial actors died beyond Tune's retries; running the budget they left")
+                    log.warning(
+                        "run.topup",
+                        trials=remaining,
+                        lost_actors=len(lost),
+                        round=round_ + 1,
+                        note="trial actors died beyond Tune's retries; running the budget they left",
+                    )
             if lost and remaining > 0:
-                log.warning("run.trial_actors_lost", trials=len(lost), left=remaining,
-                            note="their Tune actors died after retries; `infrarsi run DIR --resume` runs the budget left")
+                log.warning(
+                    "run.trial_actors_lost",
+                    trials=len(lost),
+                    left=remaining,
+                    note="their Tune actors died after retries; `infrarsi run DIR --resume` runs the budget left",
+                )
         optimizer.save(str(paths.optimizer_state))
     finally:
         try:
@@ -241,7 +341,9 @@ def _run_stage(study_dir: str | Path, *, trials: int | None, resume: bool, time_
     add_to_bank(paths.root, stage="run")  # the experience bank (never fails the stage)
     return {
         "trials": len([r for r in final if not r.extra.get("interrupted")]),
-        "statuses": {s: sum(1 for r in final if r.status == s) for s in sorted({r.status for r in final})},
+        "statuses": {
+            s: sum(1 for r in final if r.status == s) for s in sorted({r.status for r in final})
+        },
         "best_config": best.config if best else None,
         "best_patches": [p.to_dict() for p in Candidate.from_row(best).patches] if best else [],
         "best_step_time_s": best.step_time_s if best else None,
@@ -268,15 +370,27 @@ def fastest_clean_row(rows: list[Any]) -> Any:
     """The fastest ``ok`` run row of a candidate (config + patches) none of whose run trials
     broke an invariant (None when there is none): what ``run``'s summary names as the best."""
     broke = {Candidate.from_row(r).key for r in rows if r.status == "invariant_violation"}
-    ok = [r for r in rows if r.status == "ok" and r.step_time_s and Candidate.from_row(r).key not in broke]
+    ok = [
+        r
+        for r in rows
+        if r.status == "ok" and r.step_time_s and Candidate.from_row(r).key not in broke
+    ]
     return min(ok, key=lambda r: r.step_time_s or math.inf) if ok else None
 
 
-def topup_needed(*, lost_actors: int, remaining: int, round_: int, wall_spent: bool, device_spent: bool) -> bool:
+def topup_needed(
+    *, lost_actors: int, remaining: int, round_: int, wall_spent: bool, device_spent: bool
+) -> bool:
     """Whether ``run`` starts another Tune run after round ``round_`` (0 = the first): only when trial
     actors were lost, run trials are still missing from the budget, rounds are left
     (``TOPUP_ROUNDS``) and neither the wall-time nor the device budget is spent."""
-    return lost_actors > 0 and remaining > 0 and round_ < TOPUP_ROUNDS and not wall_spent and not device_spent
+    return (
+        lost_actors > 0
+        and remaining > 0
+        and round_ < TOPUP_ROUNDS
+        and not wall_spent
+        and not device_spent
+    )
 
 
 def _counted_run_rows(paths: StudyPaths) -> int:
@@ -284,8 +398,11 @@ def _counted_run_rows(paths: StudyPaths) -> int:
     from infrarsi.study.trial_log import read_trials
     from infrarsi.study.trial_log import rows as rows_from_table
 
-    return sum(1 for r in rows_from_table(read_trials(paths.root))
-               if r.stage == "run" and not r.extra.get("interrupted"))
+    return sum(
+        1
+        for r in rows_from_table(read_trials(paths.root))
+        if r.stage == "run" and not r.extra.get("interrupted")
+    )
 
 
 class _HarnessOnly:
@@ -304,7 +421,12 @@ def _check_capacity(contract: Any, doctor: DoctorReport) -> None:
 
     cap = contract.memory_capacity.memory_capacity_bytes
     device = doctor.device_memory_capacity_bytes
-    if cap and device and contract.workload_model().backend != "surrogate" and int(cap) > int(device):
+    if (
+        cap
+        and device
+        and contract.workload_model().backend != "surrogate"
+        and int(cap) > int(device)
+    ):
         raise ClusterError(
             f"contract.yaml: field `memory_capacity`: rule: at most the device's memory; the study says "
             f"{int(cap) / 2**30:.2f} GiB per device, the doctor measured devices of {int(device) / 2**30:.2f} GiB "

@@ -3,7 +3,8 @@
 Every stage in order on one study directory (init, doctor, run, verify, report). A stage whose
 output already exists is skipped, so re-running ``tune`` on the same directory resumes where it
 stopped (``run`` resumes from the log). Each stage adds the study to the experience bank as it
-ends, and ``tune`` once more at the end (``infrarsi.stages.bank_feed.add_to_bank``): the bank the contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
+ends, and ``tune`` once more at the end (``infrarsi.stages.bank_feed.add_to_bank``): the bank the
+contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
 disables it), which warm-starts later studies of similar workloads (other clusters, other sizes).
 Every event goes to the study's ``logs/infrarsi.jsonl`` (``infrarsi.structlog_config.study_log``)."""
 
@@ -52,7 +53,8 @@ def tune_stage(
     checkpoint: bool = True,
     pdf: bool = False,
 ) -> dict[str, Any]:
-    """Run every stage on ``study_dir`` (``concurrency``: the run stage's, see ``run_stage``); the init options (``memory_capacity_bytes``, the switches
+    """Run every stage on ``study_dir`` (``concurrency``: the run stage's, see ``run_stage``); the
+    init options (``memory_capacity_bytes``, the switches
     ``analytic_prior``, ``loss_guard``, ``bank``, ...) only apply when the study has no contract
     yet (see ``init_stage``); ``doctor_repeats`` and ``honest_change`` are the doctor's,
     ``top_k``, ``pairs`` and ``rounds`` verify's, ``horizon_factor`` and ``checkpoint`` the long
@@ -75,41 +77,91 @@ def tune_stage(
 
     paths = StudyPaths(Path(study_dir).resolve())
     if not paths.contract.exists():  # bad input fails before Ray starts
-        check_init_options(study_dir=paths.root, trials=trials, wall_time_s=time_budget_s,
-                           device_hours=device_hours, loss_tolerance=loss_tolerance, editable_globs=editable_globs,
-                           long_check_budget_s=long_check_budget_s)
+        check_init_options(
+            study_dir=paths.root,
+            trials=trials,
+            wall_time_s=time_budget_s,
+            device_hours=device_hours,
+            loss_tolerance=loss_tolerance,
+            editable_globs=editable_globs,
+            long_check_budget_s=long_check_budget_s,
+        )
     make_private_dir(paths.root)
-    with hold_study(paths.root, "tune", wait_s=wait_s), study_log(paths.root):  # the stages re-enter the lock
+    with (
+        hold_study(paths.root, "tune", wait_s=wait_s),
+        study_log(paths.root),
+    ):  # the stages re-enter the lock
         ensure_ray(address)
         if not paths.contract.exists():
             log.info("tune.stage", stage="init")
-            init_stage(workload_path, paths.root, request=request, space=space, editable_globs=editable_globs,
-                       editable_knobs=editable_knobs, memory_capacity_bytes=memory_capacity_bytes,
-                       trials=trials, wall_time_s=time_budget_s, device_hours=device_hours,
-                       loss_tolerance=loss_tolerance, analytic_prior=analytic_prior, loss_guard=loss_guard,
-                       bank=bank, long_check_budget_s=long_check_budget_s)
+            init_stage(
+                workload_path,
+                paths.root,
+                request=request,
+                space=space,
+                editable_globs=editable_globs,
+                editable_knobs=editable_knobs,
+                memory_capacity_bytes=memory_capacity_bytes,
+                trials=trials,
+                wall_time_s=time_budget_s,
+                device_hours=device_hours,
+                loss_tolerance=loss_tolerance,
+                analytic_prior=analytic_prior,
+                loss_guard=loss_guard,
+                bank=bank,
+                long_check_budget_s=long_check_budget_s,
+            )
             log.info("tune.init_done", study=str(paths.root))
         if not paths.doctor.exists():
             log.info("tune.stage", stage="doctor")
-            doctor_stage(paths.root, repeats=doctor_repeats, address=address, honest_change=honest_change)
+            doctor_stage(
+                paths.root, repeats=doctor_repeats, address=address, honest_change=honest_change
+            )
         existing = [r for r in rows(read_trials(paths.root)) if r.stage == "run"]
         log.info("tune.stage", stage="run")
-        run_summary = run_stage(paths.root, trials=trials, resume=bool(existing), time_budget_s=time_budget_s,
-                                address=address, seed=seed, progress=progress, concurrency=concurrency)
+        run_summary = run_stage(
+            paths.root,
+            trials=trials,
+            resume=bool(existing),
+            time_budget_s=time_budget_s,
+            address=address,
+            seed=seed,
+            progress=progress,
+            concurrency=concurrency,
+        )
         if not paths.verify.exists():
             log.info("tune.stage", stage="verify")
-            verify_stage(paths.root, top_k=top_k, pairs=pairs, rounds=rounds, address=address, seed=seed)
+            verify_stage(
+                paths.root, top_k=top_k, pairs=pairs, rounds=rounds, address=address, seed=seed
+            )
         verify = json.loads(paths.verify.read_text())
-        checked = (_long_check(paths, verify, address, horizon_factor=horizon_factor, checkpoint=checkpoint)
-                   if long_check else None)
+        checked = (
+            _long_check(
+                paths, verify, address, horizon_factor=horizon_factor, checkpoint=checkpoint
+            )
+            if long_check
+            else None
+        )
         log.info("tune.stage", stage="report")
         write_report(paths.root, pdf=pdf)
-        return {"run": run_summary, "verify": verify, "long_check": checked, "report_html": str(paths.report_html),
-                "report_md": str(paths.report_md), "bank": add_to_bank(paths.root)}
+        return {
+            "run": run_summary,
+            "verify": verify,
+            "long_check": checked,
+            "report_html": str(paths.report_html),
+            "report_md": str(paths.report_md),
+            "bank": add_to_bank(paths.root),
+        }
 
 
-def _long_check(paths: StudyPaths, verify: dict[str, Any], address: str | None, *,
-                horizon_factor: float | None = None, checkpoint: bool = True) -> dict[str, Any] | None:
+def _long_check(
+    paths: StudyPaths,
+    verify: dict[str, Any],
+    address: str | None,
+    *,
+    horizon_factor: float | None = None,
+    checkpoint: bool = True,
+) -> dict[str, Any] | None:
     """The long check of verify's accepted candidate, run unless ``long_check.json`` already
     holds that candidate's (None when verify accepted nothing); ``horizon_factor`` None: the
     long check's default."""
@@ -125,7 +177,9 @@ def _long_check(paths: StudyPaths, verify: dict[str, Any], address: str | None, 
             return done.to_json()
     log.info("tune.stage", stage="long-check")
     kw: dict[str, Any] = {} if horizon_factor is None else {"horizon_factor": horizon_factor}
-    return long_check_stage(paths.root, candidate=cand, address=address, checkpoint=checkpoint, **kw).to_json()
+    return long_check_stage(
+        paths.root, candidate=cand, address=address, checkpoint=checkpoint, **kw
+    ).to_json()
 
 
 def _full_key(paths: StudyPaths, cand: Any) -> str:

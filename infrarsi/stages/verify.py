@@ -87,8 +87,15 @@ def select_candidates(study_dir: Path, top_k: int) -> list[dict[str, Any]]:
         except Exception as e:  # the observed median is an honest fallback
             log.warning("verify.smoothing_failed", error=str(e))
     ranked = sorted(keys, key=lambda k: smoothed[k])[:top_k]
-    return [{"candidate": cands[k], "smoothed_step_time_s": smoothed[k],
-             "observed_step_time_s": observed[k], "observations": len(by_key[k])} for k in ranked]
+    return [
+        {
+            "candidate": cands[k],
+            "smoothed_step_time_s": smoothed[k],
+            "observed_step_time_s": observed[k],
+            "observations": len(by_key[k]),
+        }
+        for k in ranked
+    ]
 
 
 def _as_candidate(c: Any) -> Candidate:
@@ -100,21 +107,46 @@ def _as_candidate(c: Any) -> Candidate:
     return Candidate(config=dict(c))
 
 
-def verify_stage(study_dir: str | Path, *, top_k: int = 3, pairs: int = 3, rounds: int = 2,
-                 candidates: list[Any] | None = None, address: str | None = None,
-                 seed: int = 0, executor: Any = None, wait_s: float | None = None) -> dict[str, Any]:
+def verify_stage(
+    study_dir: str | Path,
+    *,
+    top_k: int = 3,
+    pairs: int = 3,
+    rounds: int = 2,
+    candidates: list[Any] | None = None,
+    address: str | None = None,
+    seed: int = 0,
+    executor: Any = None,
+    wait_s: float | None = None,
+) -> dict[str, Any]:
     """``_verify_stage`` holding the study lock (``wait_s``: how long to wait for another writer;
     None refuses at once with ``StudyLockedError``)."""
     from infrarsi.study.lock import hold_study
 
     with hold_study(study_dir, "verify", wait_s=wait_s):
-        return _verify_stage(study_dir, top_k=top_k, pairs=pairs, rounds=rounds, candidates=candidates,
-                             address=address, seed=seed, executor=executor)
+        return _verify_stage(
+            study_dir,
+            top_k=top_k,
+            pairs=pairs,
+            rounds=rounds,
+            candidates=candidates,
+            address=address,
+            seed=seed,
+            executor=executor,
+        )
 
 
-def _verify_stage(study_dir: str | Path, *, top_k: int, pairs: int, rounds: int,
-                  candidates: list[Any] | None, address: str | None,
-                  seed: int, executor: Any) -> dict[str, Any]:
+def _verify_stage(
+    study_dir: str | Path,
+    *,
+    top_k: int,
+    pairs: int,
+    rounds: int,
+    candidates: list[Any] | None,
+    address: str | None,
+    seed: int,
+    executor: Any,
+) -> dict[str, Any]:
     """Verify candidates and write ``verify.json``. ``candidates`` overrides the selection
     (``Candidate`` records, their dicts, or bare knob configs), e.g. to check one by hand.
     ``executor`` is an already open ``StudyExecutor`` to use (and leave open); by default verify
@@ -127,22 +159,35 @@ def _verify_stage(study_dir: str | Path, *, top_k: int, pairs: int, rounds: int,
     if candidates is None:
         chosen = select_candidates(paths.root, top_k)
     else:
-        chosen = [{"candidate": _as_candidate(c), "smoothed_step_time_s": None, "observed_step_time_s": None,
-                   "observations": 0} for c in candidates]
+        chosen = [
+            {
+                "candidate": _as_candidate(c),
+                "smoothed_step_time_s": None,
+                "observed_step_time_s": None,
+                "observations": 0,
+            }
+            for c in candidates
+        ]
     if not chosen:
-        empty = VerifyReport(noise_margin=noise_margin,
-                             reason="no ok run trial to verify (the baseline itself and candidates "
-                                    "that broke an invariant are never verified)")
+        empty = VerifyReport(
+            noise_margin=noise_margin,
+            reason="no ok run trial to verify (the baseline itself and candidates "
+            "that broke an invariant are never verified)",
+        )
         empty.save(paths.root)
         return empty.to_dict()
     if pairs < 2 or rounds < 1:
-        raise StudyError(f"verify: needs pairs >= 2 and rounds >= 1, got pairs={pairs}, rounds={rounds}.")
+        raise StudyError(
+            f"verify: needs pairs >= 2 and rounds >= 1, got pairs={pairs}, rounds={rounds}."
+        )
     ex = executor if executor is not None else StudyExecutor(paths.root, address=address)
     try:
         baseline_cfg = ex.full_config(dict(ex.workload.baseline))
         for c in chosen:
             cand: Candidate = c["candidate"]
-            c["candidate"] = Candidate(config=ex.full_config(dict(cand.config)), patches=cand.patches)
+            c["candidate"] = Candidate(
+                config=ex.full_config(dict(cand.config)), patches=cand.patches
+            )
             c.update({"rounds": [], "alive": True, "trial_ids": [], "ratios": []})
         for rnd in range(rounds):
             alive = [c for c in chosen if c["alive"]]
@@ -162,10 +207,12 @@ def _verify_stage(study_dir: str | Path, *, top_k: int, pairs: int, rounds: int,
         pairs=pairs,
         rounds=rounds,
         confidence=CONFIDENCE,
-        rule=(f"accept iff every candidate trial kept the invariants, every round's median paired "
-              f"ratio > 1 + noise_margin, and over all pairs the order-statistic interval of the "
-              f"median covers >= {CONFIDENCE:.0%} (exact, binomial) with its lower bound > 1 + "
-              f"noise_margin"),
+        rule=(
+            f"accept iff every candidate trial kept the invariants, every round's median paired "
+            f"ratio > 1 + noise_margin, and over all pairs the order-statistic interval of the "
+            f"median covers >= {CONFIDENCE:.0%} (exact, binomial) with its lower bound > 1 + "
+            f"noise_margin"
+        ),
     )
     report.save(paths.root)
     from infrarsi.stages.bank_feed import add_to_bank
@@ -174,8 +221,15 @@ def _verify_stage(study_dir: str | Path, *, top_k: int, pairs: int, rounds: int,
     return report.to_dict()
 
 
-def _verify_round(ex: Any, chosen: list[dict[str, Any]], alive: list[dict[str, Any]],
-                  baseline_cfg: dict[str, Any], rnd: int, pairs: int, noise_margin: float) -> None:
+def _verify_round(
+    ex: Any,
+    chosen: list[dict[str, Any]],
+    alive: list[dict[str, Any]],
+    baseline_cfg: dict[str, Any],
+    rnd: int,
+    pairs: int,
+    noise_margin: float,
+) -> None:
     """One round: ``pairs`` x (the baseline, then each alive candidate in a rotating order);
     each candidate's round record is appended, and a candidate failing it is no longer alive."""
     from infrarsi.stats import median_interval, paired_ratios
@@ -185,21 +239,31 @@ def _verify_round(ex: Any, chosen: list[dict[str, Any]], alive: list[dict[str, A
     cand_status: dict[int, list[str]] = {id(c): [] for c in alive}
     reasons: dict[int, list[str]] = {id(c): [] for c in alive}
     for p in range(pairs):
-        b = ex.run_trial(baseline_cfg, "verify", extra={"role": "baseline", "round": rnd, "pair": p})
+        b = ex.run_trial(
+            baseline_cfg, "verify", extra={"role": "baseline", "round": rnd, "pair": p}
+        )
         base_times.append(b["step_time_s"] if b["status"] == "ok" else None)
-        order = alive[p % len(alive):] + alive[: p % len(alive)]
+        order = alive[p % len(alive) :] + alive[: p % len(alive)]
         for c in order:
-            r = ex.run_candidate(c["candidate"], "verify",
-                                 extra={"role": "candidate", "round": rnd, "pair": p,
-                                        "candidate": chosen.index(c)})
+            r = ex.run_candidate(
+                c["candidate"],
+                "verify",
+                extra={"role": "candidate", "round": rnd, "pair": p, "candidate": chosen.index(c)},
+            )
             c["trial_ids"].append(r["trial_id"])
             cand_times[id(c)].append(r["step_time_s"] if r["status"] == "ok" else None)
             cand_status[id(c)].append(r["status"])
             if r["status"] != "ok":
                 reasons[id(c)].append(f"{r['trial_id']}: {r['status']}: {r['error'][:300]}")
     for c in alive:
-        pairs_ok = [(bt, ct) for bt, ct in zip(base_times, cand_times[id(c)], strict=True) if bt and ct]
-        ratios = paired_ratios([b for b, _ in pairs_ok], [x for _, x in pairs_ok]).tolist() if pairs_ok else []
+        pairs_ok = [
+            (bt, ct) for bt, ct in zip(base_times, cand_times[id(c)], strict=True) if bt and ct
+        ]
+        ratios = (
+            paired_ratios([b for b, _ in pairs_ok], [x for _, x in pairs_ok]).tolist()
+            if pairs_ok
+            else []
+        )
         c["ratios"].extend(ratios)
         rec = VerifyRound(round=rnd, ratios=ratios, statuses=cand_status[id(c)])
         if len(ratios) < 2 or reasons[id(c)]:
@@ -208,14 +272,18 @@ def _verify_round(ex: Any, chosen: list[dict[str, Any]], alive: list[dict[str, A
             med = median_interval(ratios).speedup
             rec.passed, rec.median_ratio = med > 1.0 + noise_margin, med
             if not rec.passed:
-                rec.reason = (f"round {rnd}: median paired ratio {med:.3f} does not clear 1 + noise margin "
-                              f"{1 + noise_margin:.3f}")
+                rec.reason = (
+                    f"round {rnd}: median paired ratio {med:.3f} does not clear 1 + noise margin "
+                    f"{1 + noise_margin:.3f}"
+                )
         c["rounds"].append(rec)
         if not rec.passed:
             c["alive"] = False
 
 
-def _summary(c: dict[str, Any], baseline_cfg: dict[str, Any], rounds: int, noise_margin: float) -> VerifiedCandidate:
+def _summary(
+    c: dict[str, Any], baseline_cfg: dict[str, Any], rounds: int, noise_margin: float
+) -> VerifiedCandidate:
     """A candidate's record in ``verify.json``: the candidate (config, patches with digests), the
     interval over all its pairs with its exact coverage, and the decision with its reason."""
     from infrarsi.stats import median_interval
@@ -229,11 +297,15 @@ def _summary(c: dict[str, Any], baseline_cfg: dict[str, Any], rounds: int, noise
     elif iv is None:
         reason = "fewer than two valid pairs"
     elif not iv.reaches_confidence:
-        reason = (f"{iv.n_pairs} pairs: the widest interval covers only {iv.coverage:.1%} < "
-                  f"{CONFIDENCE:.0%}; run at least 6 pairs in all (--pairs x --rounds)")
+        reason = (
+            f"{iv.n_pairs} pairs: the widest interval covers only {iv.coverage:.1%} < "
+            f"{CONFIDENCE:.0%}; run at least 6 pairs in all (--pairs x --rounds)"
+        )
     elif not iv.ci_low > 1.0 + noise_margin:
-        reason = (f"lower bound {iv.ci_low:.3f} of the {iv.label()} does not clear 1 + noise margin "
-                  f"{1 + noise_margin:.3f}")
+        reason = (
+            f"lower bound {iv.ci_low:.3f} of the {iv.label()} does not clear 1 + noise margin "
+            f"{1 + noise_margin:.3f}"
+        )
     else:
         reason = ""
     return VerifiedCandidate(
@@ -252,5 +324,7 @@ def _summary(c: dict[str, Any], baseline_cfg: dict[str, Any], rounds: int, noise
         trial_ids=c["trial_ids"],
         smoothed_step_time_s=c["smoothed_step_time_s"],
         observed_step_time_s=c["observed_step_time_s"],
-        diff_vs_baseline={k: [baseline_cfg.get(k), v] for k, v in cand.config.items() if baseline_cfg.get(k) != v},
+        diff_vs_baseline={
+            k: [baseline_cfg.get(k), v] for k, v in cand.config.items() if baseline_cfg.get(k) != v
+        },
     )

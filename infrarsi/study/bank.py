@@ -69,24 +69,54 @@ from infrarsi.study.signatures import (
 from infrarsi.study.switches import BANK_ENV, bank_from_environment
 from infrarsi.study.trial_log import read_results
 
-FINGERPRINT_KEYS = ("device", "device_kind", "device_name", "gpu_name", "cpu", "cpu_count",
-                    "gpus_per_node", "devices_per_node", "memory_per_device_bytes", "interconnect",
-                    "simulated")
+FINGERPRINT_KEYS = (
+    "device",
+    "device_kind",
+    "device_name",
+    "gpu_name",
+    "cpu",
+    "cpu_count",
+    "gpus_per_node",
+    "devices_per_node",
+    "memory_per_device_bytes",
+    "interconnect",
+    "simulated",
+)
 """Hardware keys that identify a machine type (host names and measured rates are left out)."""
 
-LEGACY_SCHEMA = pa.schema([
-    ("study_id", pa.string()), ("study", pa.string()), ("contract_hash", pa.string()),
-    ("added_at", pa.float64()), ("workload_name", pa.string()), ("model_family", pa.string()),
-    ("model_size", pa.string()), ("num_params", pa.int64()), ("tokens_per_step", pa.int64()),
-    ("world_size", pa.int64()), ("nodes", pa.int64()), ("space_name", pa.string()),
-    ("space_hash", pa.string()), ("hardware_fingerprint", pa.string()), ("hardware", pa.string()),
-    ("trial_id", pa.string()), ("stage", pa.string()), ("config", pa.string()),
-    ("status", pa.string()), ("step_time_s", pa.float64()), ("baseline_step_time_s", pa.float64()),
-    ("relative_step_time", pa.float64()), ("tokens_per_s", pa.float64()),
-    ("peak_memory_bytes", pa.int64()), ("memory_censored", pa.bool_()),
-    ("memory_capacity_bytes", pa.int64()), ("relative_peak_memory", pa.float64()),
-    ("device_seconds", pa.float64()), ("simulated", pa.bool_()),
-])
+LEGACY_SCHEMA = pa.schema(
+    [
+        ("study_id", pa.string()),
+        ("study", pa.string()),
+        ("contract_hash", pa.string()),
+        ("added_at", pa.float64()),
+        ("workload_name", pa.string()),
+        ("model_family", pa.string()),
+        ("model_size", pa.string()),
+        ("num_params", pa.int64()),
+        ("tokens_per_step", pa.int64()),
+        ("world_size", pa.int64()),
+        ("nodes", pa.int64()),
+        ("space_name", pa.string()),
+        ("space_hash", pa.string()),
+        ("hardware_fingerprint", pa.string()),
+        ("hardware", pa.string()),
+        ("trial_id", pa.string()),
+        ("stage", pa.string()),
+        ("config", pa.string()),
+        ("status", pa.string()),
+        ("step_time_s", pa.float64()),
+        ("baseline_step_time_s", pa.float64()),
+        ("relative_step_time", pa.float64()),
+        ("tokens_per_s", pa.float64()),
+        ("peak_memory_bytes", pa.int64()),
+        ("memory_censored", pa.bool_()),
+        ("memory_capacity_bytes", pa.int64()),
+        ("relative_peak_memory", pa.float64()),
+        ("device_seconds", pa.float64()),
+        ("simulated", pa.bool_()),
+    ]
+)
 """The columns of banks written before the signatures (still read: the rest read as nulls)."""
 
 SCHEMA = pa.schema([*LEGACY_SCHEMA, pa.field("study_dir", pa.string()), *signature_fields()])
@@ -102,8 +132,10 @@ def default_root() -> Path | str:
     (parsed by ``infrarsi.study.switches``); ``ConfigError`` when ``$INFRARSI_BANK`` turns it off."""
     root = bank_from_environment()
     if root is None:
-        raise ConfigError(f"environment variable {BANK_ENV}: rule: a bank location is needed here; value: "
-                          f"{os.environ.get(BANK_ENV)!r} (off). Fix: pass the bank's directory or URI, or unset {BANK_ENV}.")
+        raise ConfigError(
+            f"environment variable {BANK_ENV}: rule: a bank location is needed here; value: "
+            f"{os.environ.get(BANK_ENV)!r} (off). Fix: pass the bank's directory or URI, or unset {BANK_ENV}."
+        )
     return root if "://" in root else Path(root)
 
 
@@ -122,14 +154,18 @@ def open_filesystem(location: str | Path) -> tuple[pafs.FileSystem, str]:
     try:
         import fsspec  # an optional dependency: any fsspec protocol
     except ImportError:
-        raise ConfigError(f"bank {text!r}: rule: a local path, or a URI pyarrow can open (file://, s3://, gs://, "
-                          f"hdfs://) or fsspec can (with fsspec installed); pyarrow: {pyarrow_error}. "
-                          f"Fix: `pip install fsspec` (and the protocol's package), or use a supported URI.") from None
+        raise ConfigError(
+            f"bank {text!r}: rule: a local path, or a URI pyarrow can open (file://, s3://, gs://, "
+            f"hdfs://) or fsspec can (with fsspec installed); pyarrow: {pyarrow_error}. "
+            f"Fix: `pip install fsspec` (and the protocol's package), or use a supported URI."
+        ) from None
     try:
         ffs, fpath = fsspec.core.url_to_fs(text)
     except (ValueError, ImportError) as e:
-        raise ConfigError(f"bank {text!r}: rule: a URI pyarrow or fsspec can open; pyarrow: {pyarrow_error}; "
-                          f"fsspec: {e}. Fix: install the protocol's package, or use another URI.") from None
+        raise ConfigError(
+            f"bank {text!r}: rule: a URI pyarrow or fsspec can open; pyarrow: {pyarrow_error}; "
+            f"fsspec: {e}. Fix: install the protocol's package, or use another URI."
+        ) from None
     return pafs.PyFileSystem(pafs.FSSpecHandler(ffs)), str(fpath).rstrip("/") or "/"
 
 
@@ -139,7 +175,9 @@ def study_key(contract: Contract) -> str:
     content = contract.content()
     for k in ("amendments", "invariants", "memory_capacity_bytes"):
         content.pop(k, None)
-    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[
+        :16
+    ]
 
 
 def hardware_fingerprint(hardware: Mapping[str, Any] | str | None) -> str:
@@ -156,7 +194,9 @@ def hardware_fingerprint(hardware: Mapping[str, Any] | str | None) -> str:
 def _space_info(space: Any) -> tuple[str, list[str]]:
     """(name, knob names) of a SearchSpace, a path, YAML text or a dict."""
     data: Any = space
-    if isinstance(space, Path) or (isinstance(space, str) and "\n" not in space and Path(space).exists()):
+    if isinstance(space, Path) or (
+        isinstance(space, str) and "\n" not in space and Path(space).exists()
+    ):
         data = yaml.safe_load(Path(space).read_text())
     elif isinstance(space, str):
         data = yaml.safe_load(space)
@@ -170,14 +210,22 @@ def _space_info(space: Any) -> tuple[str, list[str]]:
     return str(getattr(data, "name", "")), names
 
 
-def _baseline_step_time(study_dir: Path, rows: list[TrialResult], baseline: Mapping[str, Any]) -> float | None:
+def _baseline_step_time(
+    study_dir: Path, rows: list[TrialResult], baseline: Mapping[str, Any]
+) -> float | None:
     doctor = DoctorReport.load_if_present(study_dir)
     if doctor is not None and doctor.baseline_step_time_s:
         return doctor.baseline_step_time_s
     for stage in ("doctor", "verify", "run"):
-        vals = [r.step_time_s for r in rows if r.stage == stage and r.ok and r.step_time_s
-                and all(r.config.get(k) == v for k, v in baseline.items())
-                and (stage != "verify" or r.extra.get("role") == "baseline")]
+        vals = [
+            r.step_time_s
+            for r in rows
+            if r.stage == stage
+            and r.ok
+            and r.step_time_s
+            and all(r.config.get(k) == v for k, v in baseline.items())
+            and (stage != "verify" or r.extra.get("role") == "baseline")
+        ]
         if vals:
             return float(statistics.median(vals))
     return None
@@ -221,8 +269,10 @@ class Bank:
         contract = Contract.load(d, check_files=False)
         rows = read_results(d)
         if not rows:
-            raise StudyError(f"{d}: the study has no logged trials to add to the bank; run "
-                             f"`infrarsi doctor`/`run` first.")
+            raise StudyError(
+                f"{d}: the study has no logged trials to add to the bank; run "
+                f"`infrarsi doctor`/`run` first."
+            )
         table = pa.Table.from_pylist(self._records(d, contract, rows), schema=SCHEMA)
         key = study_key(contract)
         self._write(table, f"{key}.parquet")
@@ -233,57 +283,100 @@ class Bank:
 
     ingest = add_study
 
-    def _records(self, d: Path, contract: Contract, rows: list[TrialResult]) -> list[dict[str, Any]]:
+    def _records(
+        self, d: Path, contract: Contract, rows: list[TrialResult]
+    ) -> list[dict[str, Any]]:
         wl = contract.workload
         base = _baseline_step_time(d, rows, wl.get("baseline", {}))
         cap = contract.memory_capacity.memory_capacity_bytes
-        space_name, _ = _space_info(Path(contract.search_space_path)) if Path(
-            contract.search_space_path).exists() else ("", [])
+        space_name, _ = (
+            _space_info(Path(contract.search_space_path))
+            if Path(contract.search_space_path).exists()
+            else ("", [])
+        )
         key = study_key(contract)
         now = time.time()
-        n_params = next((r.extra.get("num_params") or r.extra.get("model_params") for r in rows
-                         if r.extra.get("num_params") or r.extra.get("model_params")), None)
+        n_params = next(
+            (
+                r.extra.get("num_params") or r.extra.get("model_params")
+                for r in rows
+                if r.extra.get("num_params") or r.extra.get("model_params")
+            ),
+            None,
+        )
         doctor = DoctorReport.load_if_present(d)
         try:
             workload = contract.workload_model()
         except Exception:  # an embedded workload this version cannot parse: no signatures from it
             workload = None
-        wl_sig = (WorkloadSignature.from_workload(workload, num_params=int(n_params) if n_params else None)
-                  if workload is not None else WorkloadSignature(name=wl.get("name")))
-        global_batch = (workload.tokens_per_step // workload.data.seq_len) if workload is not None else None
+        wl_sig = (
+            WorkloadSignature.from_workload(
+                workload, num_params=int(n_params) if n_params else None
+            )
+            if workload is not None
+            else WorkloadSignature(name=wl.get("name"))
+        )
+        global_batch = (
+            (workload.tokens_per_step // workload.data.seq_len) if workload is not None else None
+        )
         recs = []
         for r in rows:
             n_r = r.extra.get("num_params") or r.extra.get("model_params") or n_params
             cap_r = cap or r.extra.get("memory_capacity_bytes")
-            hw_sig = HardwareSignature.from_study(r.hardware, workload=workload, nodes=r.nodes or None,
-                                                  doctor_hardware=doctor.hardware if doctor else None,
-                                                  simulated=bool(r.simulated))
-            layout = ParallelLayout.from_config(r.config, world_size=r.world_size or (
-                workload.world_size if workload is not None else None), nodes=r.nodes, global_batch=global_batch)
-            recs.append({
-                "study_id": key, "study": contract.study, "contract_hash": contract.contract_hash,
-                "added_at": now, "workload_name": wl.get("name"),
-                "model_family": (wl.get("model") or {}).get("family"),
-                "model_size": (wl.get("model") or {}).get("size"),
-                "num_params": int(n_r) if n_r else None,
-                "tokens_per_step": contract.invariants.tokens_per_step,
-                "world_size": r.world_size or None, "nodes": r.nodes,
-                "space_name": space_name, "space_hash": contract.search_space_hash,
-                "hardware_fingerprint": hardware_fingerprint(r.hardware),
-                "hardware": json.dumps(r.hardware, sort_keys=True, default=str),
-                "trial_id": r.trial_id, "stage": r.stage,
-                "config": json.dumps(r.config, sort_keys=True, default=str), "status": r.status,
-                "step_time_s": r.step_time_s, "baseline_step_time_s": base,
-                "relative_step_time": (r.step_time_s / base) if (r.ok and r.step_time_s and base) else None,
-                "tokens_per_s": r.tokens_per_s, "peak_memory_bytes": r.peak_memory_bytes,
-                "memory_censored": bool(r.memory_censored),
-                "memory_capacity_bytes": int(cap_r) if cap_r else None,
-                "relative_peak_memory": (r.peak_memory_bytes / float(cap_r))
-                if (r.peak_memory_bytes and cap_r) else None,
-                "device_seconds": r.device_seconds, "simulated": bool(r.simulated),
-                "study_dir": str(d.resolve()),
-                **hw_sig.columns(), **wl_sig.columns(), **layout.columns(),
-            })
+            hw_sig = HardwareSignature.from_study(
+                r.hardware,
+                workload=workload,
+                nodes=r.nodes or None,
+                doctor_hardware=doctor.hardware if doctor else None,
+                simulated=bool(r.simulated),
+            )
+            layout = ParallelLayout.from_config(
+                r.config,
+                world_size=r.world_size or (workload.world_size if workload is not None else None),
+                nodes=r.nodes,
+                global_batch=global_batch,
+            )
+            recs.append(
+                {
+                    "study_id": key,
+                    "study": contract.study,
+                    "contract_hash": contract.contract_hash,
+                    "added_at": now,
+                    "workload_name": wl.get("name"),
+                    "model_family": (wl.get("model") or {}).get("family"),
+                    "model_size": (wl.get("model") or {}).get("size"),
+                    "num_params": int(n_r) if n_r else None,
+                    "tokens_per_step": contract.invariants.tokens_per_step,
+                    "world_size": r.world_size or None,
+                    "nodes": r.nodes,
+                    "space_name": space_name,
+                    "space_hash": contract.search_space_hash,
+                    "hardware_fingerprint": hardware_fingerprint(r.hardware),
+                    "hardware": json.dumps(r.hardware, sort_keys=True, default=str),
+                    "trial_id": r.trial_id,
+                    "stage": r.stage,
+                    "config": json.dumps(r.config, sort_keys=True, default=str),
+                    "status": r.status,
+                    "step_time_s": r.step_time_s,
+                    "baseline_step_time_s": base,
+                    "relative_step_time": (r.step_time_s / base)
+                    if (r.ok and r.step_time_s and base)
+                    else None,
+                    "tokens_per_s": r.tokens_per_s,
+                    "peak_memory_bytes": r.peak_memory_bytes,
+                    "memory_censored": bool(r.memory_censored),
+                    "memory_capacity_bytes": int(cap_r) if cap_r else None,
+                    "relative_peak_memory": (r.peak_memory_bytes / float(cap_r))
+                    if (r.peak_memory_bytes and cap_r)
+                    else None,
+                    "device_seconds": r.device_seconds,
+                    "simulated": bool(r.simulated),
+                    "study_dir": str(d.resolve()),
+                    **hw_sig.columns(),
+                    **wl_sig.columns(),
+                    **layout.columns(),
+                }
+            )
         return recs
 
     def _write(self, table: pa.Table, name: str) -> None:
@@ -310,7 +403,9 @@ class Bank:
     def files(self) -> list[str]:
         """The bank's complete Parquet files, paths on its filesystem (``*.tmp`` leftovers ignored)."""
         infos = self.fs.get_file_info(pafs.FileSelector(self.base, allow_not_found=True))
-        return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
+        return sorted(
+            i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet")
+        )
 
     def table(self) -> pa.Table:
         """Every row in the bank with ``SCHEMA``'s columns (an empty table for an empty bank;
@@ -325,8 +420,15 @@ class Bank:
             return SCHEMA.empty_table()
         return pa.concat_tables(tables)
 
-    def query(self, *, device: str | None = None, workload: str | None = None, status: str | None = None,
-              study: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    def query(
+        self,
+        *,
+        device: str | None = None,
+        workload: str | None = None,
+        status: str | None = None,
+        study: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
         """Rows as dicts (``config`` and ``hardware`` parsed), newest study first then by trial.
 
         ``device``: a case-insensitive substring of the device name, kind or fingerprint;
@@ -339,11 +441,20 @@ class Bank:
                 continue
             if study and study not in (rec["study"], rec["study_id"]):
                 continue
-            if device and not _contains(device, rec.get("hw_device_name"), rec.get("hw_device_kind"),
-                                        rec.get("hardware_fingerprint"), rec.get("hardware")):
+            if device and not _contains(
+                device,
+                rec.get("hw_device_name"),
+                rec.get("hw_device_kind"),
+                rec.get("hardware_fingerprint"),
+                rec.get("hardware"),
+            ):
                 continue
-            if workload and not _contains(workload, rec.get("workload_name"), rec.get("wl_entry_point"),
-                                          rec.get("model_family")):
+            if workload and not _contains(
+                workload,
+                rec.get("workload_name"),
+                rec.get("wl_entry_point"),
+                rec.get("model_family"),
+            ):
                 continue
             rec["config"] = json.loads(rec["config"]) if rec.get("config") else {}
             rec["hardware"] = json.loads(rec["hardware"]) if rec.get("hardware") else {}
@@ -355,8 +466,21 @@ class Bank:
         """What the bank holds: ``location``, ``files``, ``studies``, ``rows``, ``rows_by_status``,
         ``hardware`` (device name or kind -> rows), ``workloads`` (name -> rows), ``legacy_rows``
         (rows written before the signatures)."""
-        recs = self.table().select(["study_id", "status", "hw_device_name", "hw_device_kind", "hardware",
-                                    "workload_name", "wl_name"]).to_pylist()
+        recs = (
+            self.table()
+            .select(
+                [
+                    "study_id",
+                    "status",
+                    "hw_device_name",
+                    "hw_device_kind",
+                    "hardware",
+                    "workload_name",
+                    "wl_name",
+                ]
+            )
+            .to_pylist()
+        )
         hw: Counter[str] = Counter()
         for r in recs:
             name = r["hw_device_name"] or r["hw_device_kind"]
@@ -365,10 +489,15 @@ class Bank:
                 name = h.get("device_name") or h.get("device_kind") or h.get("device") or "unknown"
             hw[str(name)] += 1
         return {
-            "location": self.uri, "files": len(self.files()), "studies": len({r["study_id"] for r in recs}),
-            "rows": len(recs), "rows_by_status": dict(sorted(Counter(str(r["status"]) for r in recs).items())),
+            "location": self.uri,
+            "files": len(self.files()),
+            "studies": len({r["study_id"] for r in recs}),
+            "rows": len(recs),
+            "rows_by_status": dict(sorted(Counter(str(r["status"]) for r in recs).items())),
             "hardware": dict(hw.most_common()),
-            "workloads": dict(Counter(str(r["workload_name"] or r["wl_name"]) for r in recs).most_common()),
+            "workloads": dict(
+                Counter(str(r["workload_name"] or r["wl_name"]) for r in recs).most_common()
+            ),
             "legacy_rows": sum(1 for r in recs if r["wl_name"] is None),
         }
 
@@ -415,7 +544,9 @@ class Bank:
         fp = hardware_fingerprint(hardware)
         out = []
         for rec in self.table().to_pylist():
-            if rec["status"] not in ("ok", "oom") or (rec.get("simulated") and not _is_sim(hardware)):
+            if rec["status"] not in ("ok", "oom") or (
+                rec.get("simulated") and not _is_sim(hardware)
+            ):
                 continue
             if not include_same_hardware and rec["hardware_fingerprint"] == fp:
                 continue
@@ -429,19 +560,31 @@ class Bank:
                 continue
             raw = json.loads(rec["config"])
             cfg = {k: v for k, v in raw.items() if k in knobs} if knobs else dict(raw)
-            dist = _logdist(tps, rec["tokens_per_step"]) + _logdist(ws, rec["world_size"]) \
+            dist = (
+                _logdist(tps, rec["tokens_per_step"])
+                + _logdist(ws, rec["world_size"])
                 + _logdist(num_params, rec["num_params"])
-            out.append({
-                "config": cfg, "bank_config": raw, "status": rec["status"],
-                "relative_step_time": rec["relative_step_time"],
-                "relative_peak_memory": rec["relative_peak_memory"],
-                "memory_censored": bool(rec["memory_censored"]),
-                "similarity": math.exp(-dist), "source_study": rec["study"], "source_key": rec["study_id"],
-                "trial_id": rec["trial_id"], "hardware_fingerprint": rec["hardware_fingerprint"],
-                "same_hardware": rec["hardware_fingerprint"] == fp,
-                "step_time_s": rec["step_time_s"], "peak_memory_bytes": rec["peak_memory_bytes"],
-                "memory_capacity_bytes": rec["memory_capacity_bytes"], "study_dir": rec["study_dir"],
-            })
+            )
+            out.append(
+                {
+                    "config": cfg,
+                    "bank_config": raw,
+                    "status": rec["status"],
+                    "relative_step_time": rec["relative_step_time"],
+                    "relative_peak_memory": rec["relative_peak_memory"],
+                    "memory_censored": bool(rec["memory_censored"]),
+                    "similarity": math.exp(-dist),
+                    "source_study": rec["study"],
+                    "source_key": rec["study_id"],
+                    "trial_id": rec["trial_id"],
+                    "hardware_fingerprint": rec["hardware_fingerprint"],
+                    "same_hardware": rec["hardware_fingerprint"] == fp,
+                    "step_time_s": rec["step_time_s"],
+                    "peak_memory_bytes": rec["peak_memory_bytes"],
+                    "memory_capacity_bytes": rec["memory_capacity_bytes"],
+                    "study_dir": rec["study_dir"],
+                }
+            )
         out.sort(key=lambda x: (-x["similarity"], x["relative_step_time"] or math.inf))
         return out[:max_rows]
 
@@ -462,18 +605,24 @@ def scale_prior(
     so a caller can down-weight or inflate the noise of distant priors.
     """
     if not (baseline_step_time_s > 0 and memory_capacity_bytes > 0):
-        raise ValueError(f"`baseline_step_time_s > 0 and memory_capacity_bytes > 0` must hold, but "
-                         f"got ({baseline_step_time_s}, {memory_capacity_bytes}).")
+        raise ValueError(
+            f"`baseline_step_time_s > 0 and memory_capacity_bytes > 0` must hold, but "
+            f"got ({baseline_step_time_s}, {memory_capacity_bytes})."
+        )
     out = []
     for r in rows:
         rel_t, rel_m = r.get("relative_step_time"), r.get("relative_peak_memory")
-        out.append({
-            "config": dict(r["config"]), "status": r["status"],
-            "step_time_s": rel_t * baseline_step_time_s if rel_t is not None else None,
-            "peak_memory_bytes": rel_m * memory_capacity_bytes if rel_m is not None else None,
-            "memory_censored": bool(r.get("memory_censored")),
-            "similarity": r.get("similarity", 1.0), "source_study": r.get("source_study"),
-        })
+        out.append(
+            {
+                "config": dict(r["config"]),
+                "status": r["status"],
+                "step_time_s": rel_t * baseline_step_time_s if rel_t is not None else None,
+                "peak_memory_bytes": rel_m * memory_capacity_bytes if rel_m is not None else None,
+                "memory_censored": bool(r.get("memory_censored")),
+                "similarity": r.get("similarity", 1.0),
+                "source_study": r.get("source_study"),
+            }
+        )
     return out
 
 
@@ -495,9 +644,20 @@ def _workload_features(workload: Any) -> tuple[str | None, int | None, int | Non
         res = workload.get("resources") or {}
         ws = int(res.get("workers", 1)) * int(res.get("devices_per_worker", 1)) if res else None
         return (workload.get("model") or {}).get("family"), workload.get("tokens_per_step"), ws
-    return (getattr(getattr(workload, "model", None), "family", None),
-            getattr(workload, "tokens_per_step", None), getattr(workload, "world_size", None))
+    return (
+        getattr(getattr(workload, "model", None), "family", None),
+        getattr(workload, "tokens_per_step", None),
+        getattr(workload, "world_size", None),
+    )
 
 
-__all__ = ["LEGACY_SCHEMA", "SCHEMA", "Bank", "default_root", "hardware_fingerprint", "open_filesystem", "scale_prior",
-           "study_key"]
+__all__ = [
+    "LEGACY_SCHEMA",
+    "SCHEMA",
+    "Bank",
+    "default_root",
+    "hardware_fingerprint",
+    "open_filesystem",
+    "scale_prior",
+    "study_key",
+]

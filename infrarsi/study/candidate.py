@@ -63,8 +63,12 @@ class PatchRef:
     """The proposal that brought it (``prop-0001``...), when there is one."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "source": self.source,
-                "proposal_id": self.proposal_id}
+        return {
+            "path": self.path,
+            "sha256": self.sha256,
+            "source": self.source,
+            "proposal_id": self.proposal_id,
+        }
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | str) -> PatchRef:
@@ -73,9 +77,12 @@ class PatchRef:
             return cls(path=raw, sha256="", source=patch_source(raw))
         path = str(raw["path"])
         src = raw.get("source") or patch_source(path)
-        return cls(path=path, sha256=str(raw.get("sha256") or ""),
-                   source="proposal" if src == "proposal" else "knob",
-                   proposal_id=raw.get("proposal_id"))
+        return cls(
+            path=path,
+            sha256=str(raw.get("sha256") or ""),
+            source="proposal" if src == "proposal" else "knob",
+            proposal_id=raw.get("proposal_id"),
+        )
 
 
 def config_key(config: Mapping[str, Any]) -> str:
@@ -99,7 +106,9 @@ class Candidate:
         same patch text with the same knobs are one candidate; the same knobs with another patch,
         or none, are another."""
         digests = [p.sha256 or f"path:{p.path}" for p in self.patches]
-        return json.dumps({"config": dict(self.config), "patches": digests}, sort_keys=True, default=str)
+        return json.dumps(
+            {"config": dict(self.config), "patches": digests}, sort_keys=True, default=str
+        )
 
     @property
     def proposal_patch(self) -> str | None:
@@ -121,7 +130,9 @@ class Candidate:
         """A short human label: the patches by file name, or ``no patch``."""
         if not self.patches:
             return "no patch"
-        return " + ".join(f"{Path(p.path).name} ({p.sha256[:12] or 'no digest'})" for p in self.patches)
+        return " + ".join(
+            f"{Path(p.path).name} ({p.sha256[:12] or 'no digest'})" for p in self.patches
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (``from_dict`` inverts it)."""
@@ -129,8 +140,10 @@ class Candidate:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Candidate:
-        return cls(config=dict(raw.get("config") or {}),
-                   patches=tuple(PatchRef.from_dict(p) for p in raw.get("patches") or ()))
+        return cls(
+            config=dict(raw.get("config") or {}),
+            patches=tuple(PatchRef.from_dict(p) for p in raw.get("patches") or ()),
+        )
 
     @classmethod
     def from_row(cls, row: Any) -> Candidate:
@@ -143,8 +156,14 @@ class Candidate:
         refs = []
         for i, p in enumerate(paths):
             src = patch_source(p)
-            refs.append(PatchRef(path=str(p), sha256=str(digests[i]) if i < len(digests) else "",
-                                 source=src, proposal_id=pid if src == "proposal" else None))
+            refs.append(
+                PatchRef(
+                    path=str(p),
+                    sha256=str(digests[i]) if i < len(digests) else "",
+                    source=src,
+                    proposal_id=pid if src == "proposal" else None,
+                )
+            )
         return cls(config=dict(row.config), patches=tuple(refs))
 
 

@@ -54,13 +54,16 @@ class MemoryCapacity:
     def describe(self) -> str:
         """E.g. ``4.00 GiB per device (--memory-capacity)`` or ``unlimited (...)``."""
         if self.memory_capacity_bytes is None:
-            return ("unlimited (no --memory-capacity, no workload memory_capacity, no device memory "
-                    "measured; the optimizer models it as 1e15 bytes)")
+            return (
+                "unlimited (no --memory-capacity, no workload memory_capacity, no device memory "
+                "measured; the optimizer models it as 1e15 bytes)"
+            )
         return f"{format_bytes(self.memory_capacity_bytes)} per device ({self.source})"
 
 
-def resolve_memory_capacity(*, flag_bytes: int | None, workload: Workload | None,
-                            device_bytes: int | None) -> MemoryCapacity:
+def resolve_memory_capacity(
+    *, flag_bytes: int | None, workload: Workload | None, device_bytes: int | None
+) -> MemoryCapacity:
     """The study's memory capacity: ``flag_bytes`` (``--memory-capacity``), else the workload's
     ``memory_capacity``, else ``device_bytes`` (the device's memory as the doctor measured it),
     else unlimited (module docstring)."""
@@ -74,4 +77,9 @@ def resolve_memory_capacity(*, flag_bytes: int | None, workload: Workload | None
     return MemoryCapacity(None, "unlimited")
 
 
-__all__ = ["UNLIMITED_MEMORY_CAPACITY_BYTES", "CapacitySource", "MemoryCapacity", "resolve_memory_capacity"]
+__all__ = [
+    "UNLIMITED_MEMORY_CAPACITY_BYTES",
+    "CapacitySource",
+    "MemoryCapacity",
+    "resolve_memory_capacity",
+]

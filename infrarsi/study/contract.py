@@ -148,7 +148,9 @@ class Budgets(_Strict):
     @property
     def long_check_budget_s(self) -> float:
         """The long check's budget in force, seconds: ``long_check_s``, else the default."""
-        return DEFAULT_LONG_CHECK_BUDGET_S if self.long_check_s is None else float(self.long_check_s)
+        return (
+            DEFAULT_LONG_CHECK_BUDGET_S if self.long_check_s is None else float(self.long_check_s)
+        )
 
 
 class Amendment(_Strict):
@@ -257,7 +259,9 @@ class Contract(_Strict):
                     f"--knob (editable.knobs): rule: must be knobs of the search space {space_path}; "
                     f"{unknown} are not (valid: {knobs}). Fix: pick knobs from that list."
                 )
-        capacity = resolve_memory_capacity(flag_bytes=memory_capacity_bytes, workload=wl, device_bytes=None)
+        capacity = resolve_memory_capacity(
+            flag_bytes=memory_capacity_bytes, workload=wl, device_bytes=None
+        )
         git_sha, dirty = _git_head(wl_path.parent) if wl_path else (None, False)
         name = study or (Path(study_dir).resolve().name if study_dir else wl.name)
         c = cls(
@@ -287,8 +291,12 @@ class Contract(_Strict):
             ),
             memory_capacity_bytes=capacity.memory_capacity_bytes,
             switches=switches if switches is not None else StudySwitches.resolve(),
-            budgets=Budgets(trials=trials, wall_time_s=wall_time_s, device_hours=device_hours,
-                            long_check_s=long_check_s),
+            budgets=Budgets(
+                trials=trials,
+                wall_time_s=wall_time_s,
+                device_hours=device_hours,
+                long_check_s=long_check_s,
+            ),
             created_at=_now(),
             infrarsi_version=_version(),
         ).freeze()
@@ -320,8 +328,9 @@ class Contract(_Strict):
         """A copy with ``contract_hash`` set over the current content."""
         content = self.content()
         sections = {k: _sha256(_canonical(v))[:16] for k, v in content.items()}
-        return self.model_copy(update={"contract_hash": _sha256(_canonical(content)),
-                                       "section_hashes": sections})
+        return self.model_copy(
+            update={"contract_hash": _sha256(_canonical(content)), "section_hashes": sections}
+        )
 
     def workload_model(self) -> Workload:
         """The embedded workload as a ``Workload`` (path set to the original file)."""
@@ -410,8 +419,12 @@ class Contract(_Strict):
                 changes[f"invariants.{name}"] = [old, value]
                 setattr(inv, name, value)
 
-        for name, val in (("loss_atol", loss_atol), ("loss_rtol", loss_rtol),
-                          ("eval_atol", eval_atol), ("eval_rtol", eval_rtol)):
+        for name, val in (
+            ("loss_atol", loss_atol),
+            ("loss_rtol", loss_rtol),
+            ("eval_atol", eval_atol),
+            ("eval_rtol", eval_rtol),
+        ):
             if val is not None:
                 if not (val >= 0 and val == val):
                     raise ContractError(f"calibration {name}={val!r}: a tolerance must be >= 0.")
@@ -484,50 +497,71 @@ class Contract(_Strict):
         d = Path(study_dir)
         path = d / CONTRACT_FILE
         if not path.exists():
-            raise ContractError(f"{path} does not exist; run `infrarsi init WORKLOAD --study {d}` first.")
+            raise ContractError(
+                f"{path} does not exist; run `infrarsi init WORKLOAD --study {d}` first."
+            )
         try:
             data = yaml.safe_load(path.read_text())
         except (OSError, UnicodeDecodeError) as e:
-            raise ContractError(f"{path}: cannot be read as UTF-8 text ({e}); the contract was edited or "
-                                f"damaged. Restore it, or re-run init in a new study directory.") from None
+            raise ContractError(
+                f"{path}: cannot be read as UTF-8 text ({e}); the contract was edited or "
+                f"damaged. Restore it, or re-run init in a new study directory."
+            ) from None
         except yaml.YAMLError as e:
-            raise ContractError(f"{path}: not valid YAML ({e}); the contract was edited. "
-                                f"Re-run init in a new study directory.") from e
+            raise ContractError(
+                f"{path}: not valid YAML ({e}); the contract was edited. "
+                f"Re-run init in a new study directory."
+            ) from e
         if not isinstance(data, dict):
             raise ContractError(f"{path}: a contract must be a mapping; got {type(data).__name__}.")
         odd = [k for k in data if not isinstance(k, str)]
         if odd:
-            raise ContractError(f"{path}: field {odd[0]!r}: field names must be strings; the contract was "
-                                f"edited. Restore it, or re-run init in a new study directory.")
+            raise ContractError(
+                f"{path}: field {odd[0]!r}: field names must be strings; the contract was "
+                f"edited. Restore it, or re-run init in a new study directory."
+            )
         frozen = None
         if (d / FROZEN_FILE).exists():
             try:
                 frozen = json.loads((d / FROZEN_FILE).read_text())
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise ContractError(f"{d / FROZEN_FILE}: the frozen copy of the contract cannot be read ({e}); "
-                                    f"it was edited or damaged. Restore it, or re-run init in a new study "
-                                    f"directory.") from None
+                raise ContractError(
+                    f"{d / FROZEN_FILE}: the frozen copy of the contract cannot be read ({e}); "
+                    f"it was edited or damaged. Restore it, or re-run init in a new study "
+                    f"directory."
+                ) from None
             if not isinstance(frozen, dict):
-                raise ContractError(f"{d / FROZEN_FILE}: the frozen copy of the contract must be a JSON object; "
-                                    f"got {type(frozen).__name__}. Restore it, or re-run init.")
+                raise ContractError(
+                    f"{d / FROZEN_FILE}: the frozen copy of the contract must be a JSON object; "
+                    f"got {type(frozen).__name__}. Restore it, or re-run init."
+                )
         stored_hash = data.get("contract_hash", "")
         try:
             c = cls(**data)
         except ValidationError as e:
             hint = _describe_diff(frozen, data) if frozen else ""
-            raise ContractError(f"{path}: malformed contract ({e.error_count()} errors: "
-                                f"{e.errors()[0]['loc']}: {e.errors()[0]['msg']}). {hint}") from None
+            raise ContractError(
+                f"{path}: malformed contract ({e.error_count()} errors: "
+                f"{e.errors()[0]['loc']}: {e.errors()[0]['msg']}). {hint}"
+            ) from None
         actual = c.compute_hash()
         problems = []
         if frozen is not None and frozen.get("contract_hash") != stored_hash:
-            problems.append(f"contract_hash was edited (frozen {frozen.get('contract_hash')!r}, "
-                            f"file {stored_hash!r})")
+            problems.append(
+                f"contract_hash was edited (frozen {frozen.get('contract_hash')!r}, "
+                f"file {stored_hash!r})"
+            )
         if actual != stored_hash or (frozen is not None and actual != frozen.get("contract_hash")):
-            diff = _describe_diff(frozen, c.content()) if frozen else describe_sections(c.content(), c.section_hashes)
+            diff = (
+                _describe_diff(frozen, c.content())
+                if frozen
+                else describe_sections(c.content(), c.section_hashes)
+            )
             problems.append(f"content does not match its hash: {diff}")
         if problems:
             raise ContractError(
-                f"{path}: the contract changed after init and is refused: " + "; ".join(problems)
+                f"{path}: the contract changed after init and is refused: "
+                + "; ".join(problems)
                 + ". A contract is frozen: restore the original, or run `infrarsi init` into a "
                 "new study directory."
             )
@@ -594,4 +628,13 @@ def _calibratable(path: str) -> bool:
     return any(path == c or path.startswith(c + ".") for c in _CALIBRATABLE)
 
 
-__all__ = ["DEFAULT_LONG_CHECK_BUDGET_S", "SPACE_COPY", "TIMING_RULES", "Amendment", "Budgets", "Contract", "EditableScope", "Invariants"]
+__all__ = [
+    "DEFAULT_LONG_CHECK_BUDGET_S",
+    "SPACE_COPY",
+    "TIMING_RULES",
+    "Amendment",
+    "Budgets",
+    "Contract",
+    "EditableScope",
+    "Invariants",
+]

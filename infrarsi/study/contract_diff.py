@@ -38,11 +38,12 @@ def field_diff(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any
     return [] if old == new else [(prefix or "(root)", old, new)]
 
 
-
 def describe_sections(content: dict[str, Any], section_hashes: dict[str, str]) -> str:
     """Which top-level fields of ``content`` no longer match their recorded section hashes."""
     now = {k: sha256(canonical(v))[:16] for k, v in content.items()}
-    changed = sorted(k for k in set(now) | set(section_hashes) if now.get(k) != section_hashes.get(k))
+    changed = sorted(
+        k for k in set(now) | set(section_hashes) if now.get(k) != section_hashes.get(k)
+    )
     where = f"changed section(s): {changed}" if changed else "the section hashes were edited too"
     return f"{where} (the frozen copy .contract.frozen.json is missing, so no field-level diff)"
 

@@ -195,12 +195,16 @@ class DoctorReport(_Record):
     def read(cls, path: str | Path, *, require: tuple[str, ...] = ()) -> DoctorReport:
         """Parse the report at ``path``; ``StudyError`` naming file, field, rule, value and fix."""
         p = Path(path)
-        fix = f"Fix: re-run `infrarsi doctor {p.parent}` (it rewrites {p.name}), or restore the file."
+        fix = (
+            f"Fix: re-run `infrarsi doctor {p.parent}` (it rewrites {p.name}), or restore the file."
+        )
         report = read_json_record(p, cls, "the doctor's report", fix)
         for name in require:
             if getattr(report, name) is None:
-                raise StudyError(f"{p}: field {name!r}: rule: required once doctor succeeded; value: "
-                                 f"<absent>. {fix}")
+                raise StudyError(
+                    f"{p}: field {name!r}: rule: required once doctor succeeded; value: "
+                    f"<absent>. {fix}"
+                )
         return report
 
     @classmethod

@@ -98,31 +98,40 @@ def check_invariants(
     # --- tokens per step (harness-counted) and per-step tokens seen
     want_tok = inv.tokens_per_step
     if result.tokens_per_step is None:
-        reasons.append(f"tokens_per_step: expected {want_tok}, harness counted nothing "
-                       f"(token counting missing: cannot prove the batch is intact)")
+        reasons.append(
+            f"tokens_per_step: expected {want_tok}, harness counted nothing "
+            f"(token counting missing: cannot prove the batch is intact)"
+        )
     seqs = result.extra.get("sequences_per_step")
     wl_seq = contract.workload.get("data", {}).get("seq_len")
     if result.tokens_per_step is not None and result.tokens_per_step != want_tok:
         seq_counts = result.extra.get("sequences_seen") or ([seqs] if seqs is not None else [])
         want_seqs = want_tok // int(wl_seq) if wl_seq else None
-        seqs_intact = bool(seq_counts) and want_seqs is not None and all(
-            int(n) == want_seqs for n in seq_counts)
+        seqs_intact = (
+            bool(seq_counts)
+            and want_seqs is not None
+            and all(int(n) == want_seqs for n in seq_counts)
+        )
         if result.tokens_per_step > want_tok:
             kind = "grown batch: the tokens per optimizer step changed"
         elif seqs_intact:
-            kind = ("training on fewer tokens: every sequence is there but shorter, "
-                    "tokens were dropped")
+            kind = (
+                "training on fewer tokens: every sequence is there but shorter, tokens were dropped"
+            )
         elif seq_counts:
             kind = "shrunk batch: fewer sequences per optimizer step"
         else:
             kind = "shrunk batch or fewer tokens: the tokens per optimizer step changed"
-        reasons.append(f"tokens_per_step: expected {want_tok}, harness counted "
-                       f"{result.tokens_per_step} ({kind})")
+        reasons.append(
+            f"tokens_per_step: expected {want_tok}, harness counted "
+            f"{result.tokens_per_step} ({kind})"
+        )
     if seqs is not None and wl_seq:
         want_seqs = want_tok // int(wl_seq)
         if int(seqs) != want_seqs:
-            reasons.append(f"sequences_per_step: expected {want_seqs}, harness counted {seqs} "
-                           f"(shrunk batch)")
+            reasons.append(
+                f"sequences_per_step: expected {want_seqs}, harness counted {seqs} (shrunk batch)"
+            )
     seq_list = result.extra.get("sequences_seen")
     if isinstance(seq_list, (list, tuple)) and seq_list and wl_seq:
         want_seqs = want_tok // int(wl_seq)
@@ -130,43 +139,66 @@ def check_invariants(
         if off_steps:
             i, n = off_steps[0]
             what = "shrunk batch" if n < want_seqs else "grown batch"
-            reasons.append(f"sequences_seen: step {i} fed {n} sequences to the model, contract "
-                           f"fixes {want_seqs} ({len(off_steps)} of {len(seq_list)} steps differ: "
-                           f"{what})")
+            reasons.append(
+                f"sequences_seen: step {i} fed {n} sequences to the model, contract "
+                f"fixes {want_seqs} ({len(off_steps)} of {len(seq_list)} steps differ: "
+                f"{what})"
+            )
     seen = result.extra.get("tokens_seen")
     if isinstance(seen, (list, tuple)) and seen:
         short = [(i, int(t)) for i, t in enumerate(seen) if int(t) != want_tok]
         if short:
             i, t = short[0]
-            reasons.append(f"tokens_seen: step {i} fed {t} tokens to the model, contract fixes "
-                           f"{want_tok} ({len(short)} of {len(seen)} steps differ: training on "
-                           f"fewer tokens)" if t < want_tok else
-                           f"tokens_seen: step {i} fed {t} tokens, contract fixes {want_tok} "
-                           f"({len(short)} of {len(seen)} steps differ: token count changed)")
-        if not stopped and len(seen) != inv.optimizer_steps and result.optimizer_steps == inv.optimizer_steps:
-            reasons.append(f"tokens_seen: {len(seen)} steps recorded, expected "
-                           f"{inv.optimizer_steps} (token count incomplete)")
+            reasons.append(
+                f"tokens_seen: step {i} fed {t} tokens to the model, contract fixes "
+                f"{want_tok} ({len(short)} of {len(seen)} steps differ: training on "
+                f"fewer tokens)"
+                if t < want_tok
+                else f"tokens_seen: step {i} fed {t} tokens, contract fixes {want_tok} "
+                f"({len(short)} of {len(seen)} steps differ: token count changed)"
+            )
+        if (
+            not stopped
+            and len(seen) != inv.optimizer_steps
+            and result.optimizer_steps == inv.optimizer_steps
+        ):
+            reasons.append(
+                f"tokens_seen: {len(seen)} steps recorded, expected "
+                f"{inv.optimizer_steps} (token count incomplete)"
+            )
 
     varied = result.extra.get("tokens_per_step_varied")
     if isinstance(varied, (list, tuple)) and not seen:
         off = sorted({int(t) for t in varied if int(t) != want_tok})
         if off:
-            what = ("training on fewer tokens" if min(off) < want_tok else "token count changed")
-            reasons.append(f"tokens_seen: some steps fed {off} tokens to the model, contract "
-                           f"fixes {want_tok} ({what})")
+            what = "training on fewer tokens" if min(off) < want_tok else "token count changed"
+            reasons.append(
+                f"tokens_seen: some steps fed {off} tokens to the model, contract "
+                f"fixes {want_tok} ({what})"
+            )
 
     # --- optimizer steps
     want_steps = len(result.loss) if stopped else inv.optimizer_steps
     if result.optimizer_steps is None:
-        reasons.append(f"optimizer_steps: expected {want_steps}, harness counted nothing "
-                       f"(step counting missing)")
+        reasons.append(
+            f"optimizer_steps: expected {want_steps}, harness counted nothing "
+            f"(step counting missing)"
+        )
     elif result.optimizer_steps != want_steps:
-        what = "skipped optimizer steps" if result.optimizer_steps < want_steps else "extra optimizer steps"
-        reasons.append(f"optimizer_steps: expected {want_steps}, harness counted "
-                       f"{result.optimizer_steps} ({what})")
+        what = (
+            "skipped optimizer steps"
+            if result.optimizer_steps < want_steps
+            else "extra optimizer steps"
+        )
+        reasons.append(
+            f"optimizer_steps: expected {want_steps}, harness counted "
+            f"{result.optimizer_steps} ({what})"
+        )
     if result.loss and len(result.loss) != want_steps:
-        reasons.append(f"loss: {len(result.loss)} per-step values, expected {want_steps} "
-                       f"(one per optimizer step; steps skipped or loss not from training)")
+        reasons.append(
+            f"loss: {len(result.loss)} per-step values, expected {want_steps} "
+            f"(one per optimizer step; steps skipped or loss not from training)"
+        )
 
     # --- loss per step vs baseline
     reasons += _loss_reasons(result, ref, contract)
@@ -175,14 +207,19 @@ def check_invariants(
     wl_loss = result.extra.get("workload_loss")
     if isinstance(wl_loss, (list, tuple)) and wl_loss and result.loss:
         atol, rtol = inv.loss_tolerance()
-        pairs = [(i, float(w), float(h)) for i, (w, h) in enumerate(zip(wl_loss, result.loss, strict=False))
-                 if math.isfinite(float(w)) and math.isfinite(float(h))]
+        pairs = [
+            (i, float(w), float(h))
+            for i, (w, h) in enumerate(zip(wl_loss, result.loss, strict=False))
+            if math.isfinite(float(w)) and math.isfinite(float(h))
+        ]
         fake = [(i, w, h) for i, w, h in pairs if abs(w - h) > atol + rtol * abs(h)]
         if fake:
             i, w, h = max(fake, key=lambda t: abs(t[1] - t[2]))
-            reasons.append(f"workload_loss: step {i} the workload reported {w:.6g}, the harness "
-                           f"computed {h:.6g} from the same logits ({len(fake)} of {len(pairs)} "
-                           f"steps differ: fake loss reported)")
+            reasons.append(
+                f"workload_loss: step {i} the workload reported {w:.6g}, the harness "
+                f"computed {h:.6g} from the same logits ({len(fake)} of {len(pairs)} "
+                f"steps differ: fake loss reported)"
+            )
 
     # --- eval loss vs baseline (reference model code on a held-out batch)
     ref_eval = ref.eval_loss if ref is not None and not stopped else None
@@ -192,9 +229,11 @@ def check_invariants(
         if result.eval_loss is None:
             reasons.append("eval_loss: missing, but the baseline has one (eval check not run)")
         elif math.isfinite(result.eval_loss) and abs(result.eval_loss - ref_eval) > tol:
-            reasons.append(f"eval_loss: {result.eval_loss:.6g} vs baseline {ref_eval:.6g} "
-                           f"(|diff| {abs(result.eval_loss - ref_eval):.3g} > tolerance "
-                           f"{tol:.3g}: the trained parameters differ from the baseline's)")
+            reasons.append(
+                f"eval_loss: {result.eval_loss:.6g} vs baseline {ref_eval:.6g} "
+                f"(|diff| {abs(result.eval_loss - ref_eval):.3g} > tolerance "
+                f"{tol:.3g}: the trained parameters differ from the baseline's)"
+            )
 
     # --- replica divergence
     spread = result.extra.get("param_checksum_spread")
@@ -204,13 +243,18 @@ def check_invariants(
         scale = max(max(abs(v) for v in vals), 1e-30)
         spread = (max(vals) - min(vals)) / scale
     if spread is None and result.extra.get("param_checksums_agree") is False:
-        reasons.append("replicas diverged: the ranks' parameter checksums disagree after "
-                       "training (param_checksums_agree is false): gradient all-reduce skipped?")
-    if spread is not None and (not math.isfinite(float(spread))
-                               or float(spread) > inv.replica_checksum_rtol):
-        reasons.append(f"replicas diverged: parameter checksums differ across ranks by "
-                       f"{float(spread):.3g} (relative; tolerance {inv.replica_checksum_rtol:.1g}): "
-                       f"gradient all-reduce skipped?")
+        reasons.append(
+            "replicas diverged: the ranks' parameter checksums disagree after "
+            "training (param_checksums_agree is false): gradient all-reduce skipped?"
+        )
+    if spread is not None and (
+        not math.isfinite(float(spread)) or float(spread) > inv.replica_checksum_rtol
+    ):
+        reasons.append(
+            f"replicas diverged: parameter checksums differ across ranks by "
+            f"{float(spread):.3g} (relative; tolerance {inv.replica_checksum_rtol:.1g}): "
+            f"gradient all-reduce skipped?"
+        )
 
     return (not reasons), reasons
 
@@ -236,9 +280,11 @@ def _loss_reasons(result: TrialResult, ref: Reference | None, contract: Contract
     if worst is None:
         return []
     _, i, x, b, tol = worst
-    return [f"loss: step {i} is {x:.6g} vs baseline {b:.6g} (|diff| {abs(x - b):.3g} "
-            f"> tolerance {tol:.3g}; {n_bad} of {min(len(result.loss), len(ref.loss))} "
-            f"steps off: fake or wrong loss, or changed numerics such as dtype)"]
+    return [
+        f"loss: step {i} is {x:.6g} vs baseline {b:.6g} (|diff| {abs(x - b):.3g} "
+        f"> tolerance {tol:.3g}; {n_bad} of {min(len(result.loss), len(ref.loss))} "
+        f"steps off: fake or wrong loss, or changed numerics such as dtype)"
+    ]
 
 
 __all__ = ["Reference", "check_invariants"]

@@ -33,8 +33,10 @@ def read_json_record(path: Path, model: type[M], what: str, fix: str) -> M:
     except json.JSONDecodeError as e:
         raise StudyError(f"{path}: rule: {what} must be JSON; it is not ({e}). {fix}") from None
     if not isinstance(data, dict):
-        raise StudyError(f"{path}: rule: {what} must be a JSON object; got "
-                         f"{type(data).__name__} {short_repr(data)}. {fix}")
+        raise StudyError(
+            f"{path}: rule: {what} must be a JSON object; got "
+            f"{type(data).__name__} {short_repr(data)}. {fix}"
+        )
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -42,4 +44,6 @@ def read_json_record(path: Path, model: type[M], what: str, fix: str) -> M:
         field = ".".join(str(x) for x in err["loc"]) or "(top level)"
         value = "<absent>" if err["type"] == "missing" else short_repr(err.get("input"))
         more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise StudyError(f"{path}: field {field!r}: rule: {err['msg']}; value: {value}{more}. {fix}") from None
+        raise StudyError(
+            f"{path}: field {field!r}: rule: {err['msg']}; value: {value}{more}. {fix}"
+        ) from None

@@ -51,7 +51,9 @@ from infrarsi.study.processes import pid_alive, process_started_at
 
 log = structlog.get_logger(__name__)
 
-LockStage = Literal["doctor", "run", "verify", "long_check", "report", "apply", "tune", "bank", "propose"]
+LockStage = Literal[
+    "doctor", "run", "verify", "long_check", "report", "apply", "tune", "bank", "propose"
+]
 """What a holder is doing (``propose``: the proposal queue's own lock, ``proposals/queue.lock``)."""
 
 HEARTBEAT_S = 5.0
@@ -425,9 +427,14 @@ class StudyLock:
         """Mark the lock lost and log who holds it now (another process took it over: this one
         stalled past the heartbeat timeout)."""
         self.lost = True
-        log.error("study_lock.lost", lock=str(self.path), stage=self.stage, pid=os.getpid(),
-                  now_held_by=current.to_dict() if current else None,
-                  note="another process took the lock over (this one stalled past the heartbeat timeout)")
+        log.error(
+            "study_lock.lost",
+            lock=str(self.path),
+            stage=self.stage,
+            pid=os.getpid(),
+            now_held_by=current.to_dict() if current else None,
+            note="another process took the lock over (this one stalled past the heartbeat timeout)",
+        )
 
     def release(self) -> None:
         """Stop the heartbeat and remove the lock file (if it is still ours)."""

@@ -179,17 +179,29 @@ class LongCheckResult:
             raise StudyError(f"{source}: rule: a JSON object; got {type(data).__name__}. {fix}")
         for name, allowed in (("status", VERDICTS),):
             if data.get(name) not in allowed:
-                raise StudyError(f"{source}: field {name!r}: rule: one of {list(allowed)}; value: "
-                                 f"{data.get(name)!r}. {fix}")
+                raise StudyError(
+                    f"{source}: field {name!r}: rule: one of {list(allowed)}; value: "
+                    f"{data.get(name)!r}. {fix}"
+                )
         ck = data.get("checkpoint")
         if not isinstance(ck, dict) or ck.get("status") not in VERDICTS:
-            raise StudyError(f"{source}: field 'checkpoint.status': rule: one of {list(VERDICTS)}; value: "
-                             f"{ck.get('status') if isinstance(ck, dict) else ck!r}. {fix}")
+            raise StudyError(
+                f"{source}: field 'checkpoint.status': rule: one of {list(VERDICTS)}; value: "
+                f"{ck.get('status') if isinstance(ck, dict) else ck!r}. {fix}"
+            )
         try:
             cal = data.get("calibration")
-            return cls(**{**{k: v for k, v in data.items() if k in {f.name for f in dataclasses.fields(cls)}},
-                          "checkpoint": CheckpointVerdict(**ck),
-                          "calibration": Calibration(**cal) if isinstance(cal, dict) else None})
+            return cls(
+                **{
+                    **{
+                        k: v
+                        for k, v in data.items()
+                        if k in {f.name for f in dataclasses.fields(cls)}
+                    },
+                    "checkpoint": CheckpointVerdict(**ck),
+                    "calibration": Calibration(**cal) if isinstance(cal, dict) else None,
+                }
+            )
         except TypeError as e:
             raise StudyError(f"{source}: rule: the long check's fields ({e}). {fix}") from None
 
@@ -201,8 +213,10 @@ class LongCheckResult:
         try:
             data = json.loads(paths.long_check.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            raise StudyError(f"{paths.long_check}: rule: readable JSON ({e}). Fix: re-run "
-                             f"`infrarsi long-check {paths.root}`.") from None
+            raise StudyError(
+                f"{paths.long_check}: rule: readable JSON ({e}). Fix: re-run "
+                f"`infrarsi long-check {paths.root}`."
+            ) from None
         return cls.from_json(data, source=str(paths.long_check))
 
 

@@ -13,7 +13,8 @@ Layout::
     DIR/proposals/         proposals from agents or people: queued/, taken/, patches/ (``infrarsi.study.proposals``)
     DIR/optimizer.json     inspection snapshot of the optimizer at the end of run (see below)
     DIR/verify.json        verified candidates (verify)
-    DIR/long_check.json    the accepted candidate past the trial's horizon (long check; ``infrarsi.study.long_check_report``)
+    DIR/long_check.json    the accepted candidate past the trial's horizon (long check;
+                           ``infrarsi.study.long_check_report``)
     DIR/bank_warm_start.json the experience bank's configs chosen to warm-start the search, and those dropped
     DIR/report.md, DIR/report.html
 
@@ -59,7 +60,9 @@ def make_private_dir(path: str | os.PathLike[str]) -> Path:
             d.mkdir(mode=STUDY_DIR_MODE)
         except FileExistsError:  # made meanwhile by another process: leave it
             return d
-        os.chmod(d, STUDY_DIR_MODE)  # the umask narrows mkdir's mode; never widens it: set it exactly
+        os.chmod(
+            d, STUDY_DIR_MODE
+        )  # the umask narrows mkdir's mode; never widens it: set it exactly
     return d
 
 
@@ -153,15 +156,19 @@ def require_study(study_dir: str | os.PathLike[str]) -> StudyPaths:
     (``init`` makes one: it writes ``contract.yaml``), before any stage looks for its outputs."""
     root = Path(study_dir)
     paths = StudyPaths(root)
-    fix = (f"Fix: pass a study directory (one `infrarsi init WORKLOAD --study DIR` or `infrarsi tune` "
-           f"made), or make one with `infrarsi init WORKLOAD --study {root}`.")
+    fix = (
+        f"Fix: pass a study directory (one `infrarsi init WORKLOAD --study DIR` or `infrarsi tune` "
+        f"made), or make one with `infrarsi init WORKLOAD --study {root}`."
+    )
     if not root.exists():
         raise NotAStudyError(f"{root}: not a study: the directory does not exist. {fix}")
     if not root.is_dir():
         raise NotAStudyError(f"{root}: not a study: it is a file, not a directory. {fix}")
     if not paths.contract.is_file():
-        raise NotAStudyError(f"{root}: not a study: rule: a study directory holds contract.yaml; this one "
-                             f"does not. {fix}")
+        raise NotAStudyError(
+            f"{root}: not a study: rule: a study directory holds contract.yaml; this one "
+            f"does not. {fix}"
+        )
     return paths
 
 
@@ -175,12 +182,16 @@ def write_error(study_dir: str | os.PathLike[str], path: Path, e: OSError, what:
     readable, and ``run --resume`` logs a trial that was in flight as interrupted."""
     study = str(study_dir)
     if e.errno in _DISK_FULL:
-        fix = (f"the disk holding it is full (or over quota): free space there, or move the study "
-               f"directory {study!r} to a larger disk")
+        fix = (
+            f"the disk holding it is full (or over quota): free space there, or move the study "
+            f"directory {study!r} to a larger disk"
+        )
     elif e.errno in _NOT_WRITABLE:
-        fix = (f"it is not writable by this user: make the study directory {study!r} and the "
-               f"folders in it writable (chmod -R u+w; chattr -i if it was made immutable), or "
-               f"use a new study directory")
+        fix = (
+            f"it is not writable by this user: make the study directory {study!r} and the "
+            f"folders in it writable (chmod -R u+w; chattr -i if it was made immutable), or "
+            f"use a new study directory"
+        )
     else:
         fix = f"check the disk and the permissions of the study directory {study!r}"
     return LogError(
@@ -234,7 +245,9 @@ class TrialIds:
         except FileExistsError:
             return False
         except OSError as e:
-            raise write_error(self.reserve_dir.parent, path, e, f"reserve trial id {trial_id!r}") from e
+            raise write_error(
+                self.reserve_dir.parent, path, e, f"reserve trial id {trial_id!r}"
+            ) from e
         with os.fdopen(fd, "w") as f:
             f.write(f"{socket.gethostname()} {os.getpid()} {time.time():.3f}\n")
         return True
@@ -264,15 +277,22 @@ class InflightMarkers:
             make_private_dir(self.dir)
             write_json_atomic(
                 path,
-                {"trial_id": trial_id, "stage": stage, "config": config,
-                 "world_size": world_size, "started_at": time.time(), "pid": os.getpid(),
-                 "host": socket.gethostname()},
+                {
+                    "trial_id": trial_id,
+                    "stage": stage,
+                    "config": config,
+                    "world_size": world_size,
+                    "started_at": time.time(),
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                },
             )
         except OSError as e:
             raise write_error(self.dir.parent, path, e, f"mark trial {trial_id!r} in flight") from e
         stop = threading.Event()
-        beat = threading.Thread(target=_heartbeat, args=(path, stop), daemon=True,
-                                name=f"infrarsi-inflight-{trial_id}")
+        beat = threading.Thread(
+            target=_heartbeat, args=(path, stop), daemon=True, name=f"infrarsi-inflight-{trial_id}"
+        )
         self._beats[trial_id] = (stop, beat)
         beat.start()
 
@@ -303,7 +323,10 @@ class InflightMarkers:
         from infrarsi.study.processes import pid_alive
 
         now = time.time() if now is None else now
-        if not marker.get("host") or now - float(marker.get("last_alive_at") or 0.0) > MARKER_STALE_S:
+        if (
+            not marker.get("host")
+            or now - float(marker.get("last_alive_at") or 0.0) > MARKER_STALE_S
+        ):
             return False
         if marker["host"] != socket.gethostname():
             return True
@@ -323,8 +346,13 @@ class InflightMarkers:
             try:
                 marker = json.loads(p.read_text())
             except (OSError, json.JSONDecodeError):
-                marker = {"trial_id": p.stem, "stage": "run", "config": {}, "world_size": 0,
-                          "started_at": mtime}
+                marker = {
+                    "trial_id": p.stem,
+                    "stage": "run",
+                    "config": {},
+                    "world_size": 0,
+                    "started_at": mtime,
+                }
             marker["last_alive_at"] = mtime
             out.append(marker)
         return out

@@ -82,14 +82,21 @@ class ProposalQueue:
 
     def next_id(self) -> str:
         """The next unused proposal id."""
-        used = [p.stem for d in (self.queued_dir, self.taken_dir) if d.is_dir() for p in d.glob("prop-*.json")]
+        used = [
+            p.stem
+            for d in (self.queued_dir, self.taken_dir)
+            if d.is_dir()
+            for p in d.glob("prop-*.json")
+        ]
         n = max((int(u.split("-")[1]) for u in used if u.split("-")[1].isdigit()), default=0)
         return f"prop-{n + 1:04d}"
 
     def add(self, proposal: Proposal) -> Proposal:
         """Queue ``proposal`` (its id must be new)."""
         make_private_dir(self.queued_dir)
-        stamped = Proposal.from_dict({**proposal.to_dict(), "created_at": proposal.created_at or time.time()})
+        stamped = Proposal.from_dict(
+            {**proposal.to_dict(), "created_at": proposal.created_at or time.time()}
+        )
         write_json_atomic(self.queued_dir / f"{proposal.proposal_id}.json", stamped.to_dict())
         return stamped
 
@@ -107,7 +114,10 @@ class ProposalQueue:
         for p in self.queued():
             make_private_dir(self.taken_dir)
             try:
-                os.rename(self.queued_dir / f"{p.proposal_id}.json", self.taken_dir / f"{p.proposal_id}.json")
+                os.rename(
+                    self.queued_dir / f"{p.proposal_id}.json",
+                    self.taken_dir / f"{p.proposal_id}.json",
+                )
             except FileNotFoundError:
                 continue  # taken meanwhile
             return p

@@ -48,8 +48,12 @@ class _Signature:
     @classmethod
     def arrow_fields(cls) -> list[pa.Field]:
         """The bank schema's fields for this signature."""
-        types = {"str | None": pa.string(), "int | None": pa.int64(), "float | None": pa.float64(),
-                 "bool | None": pa.bool_()}
+        types = {
+            "str | None": pa.string(),
+            "int | None": pa.int64(),
+            "float | None": pa.float64(),
+            "bool | None": pa.bool_(),
+        }
         return [pa.field(cls.PREFIX + f.name, types[str(f.type)]) for f in fields(cls)]  # type: ignore[arg-type]
 
 
@@ -83,11 +87,20 @@ class HardwareSignature(_Signature):
     """True for a surrogate (simulated) study."""
 
     @classmethod
-    def from_study(cls, hardware: Mapping[str, Any] | None, *, workload: Any = None,
-                   doctor_hardware: Mapping[str, Any] | None = None, nodes: int | None = None,
-                   simulated: bool | None = None) -> HardwareSignature:
+    def from_study(
+        cls,
+        hardware: Mapping[str, Any] | None,
+        *,
+        workload: Any = None,
+        doctor_hardware: Mapping[str, Any] | None = None,
+        nodes: int | None = None,
+        simulated: bool | None = None,
+    ) -> HardwareSignature:
         """From a trial row's ``hardware`` dict, completed by the doctor's and the workload's."""
-        hw = {**dict(doctor_hardware or {}), **{k: v for k, v in dict(hardware or {}).items() if v is not None}}
+        hw = {
+            **dict(doctor_hardware or {}),
+            **{k: v for k, v in dict(hardware or {}).items() if v is not None},
+        }
         res = getattr(workload, "resources", None)
         world = int(getattr(workload, "world_size", 0) or 0)
         n_nodes = nodes or (int(res.nodes) if res is not None else None) or None
@@ -97,17 +110,26 @@ class HardwareSignature(_Signature):
             name = hw.get("device_name") or sur.get("gpu", "h100_sxm")
         else:
             per_node = max(1, world // n_nodes) if world and n_nodes else None
-            name = (hw.get("device_name") or hw.get("gpu_name") or hw.get("device_kind")
-                    or (hw.get("cpu") if hw.get("device") == "cpu" else None))
+            name = (
+                hw.get("device_name")
+                or hw.get("gpu_name")
+                or hw.get("device_kind")
+                or (hw.get("cpu") if hw.get("device") == "cpu" else None)
+            )
         mem = hw.get("memory_per_device_bytes") or hw.get("device_memory_bytes")
         return cls(
             device_kind=_text(hw.get("device") or (res.device if res is not None else None)),
-            device_name=_text(name), memory_per_device_bytes=_int(mem),
-            devices_per_node=_int(hw.get("devices_per_node") or hw.get("gpus_per_node") or per_node),
-            nodes=_int(n_nodes), interconnect=_text(hw.get("interconnect")),
+            device_name=_text(name),
+            memory_per_device_bytes=_int(mem),
+            devices_per_node=_int(
+                hw.get("devices_per_node") or hw.get("gpus_per_node") or per_node
+            ),
+            nodes=_int(n_nodes),
+            interconnect=_text(hw.get("interconnect")),
             driver_version=_text(hw.get("driver") or hw.get("driver_version")),
             cuda_version=_text(hw.get("cuda") or hw.get("cuda_version")),
-            torch_version=_text(hw.get("torch")), deepspeed_version=_text(hw.get("deepspeed")),
+            torch_version=_text(hw.get("torch")),
+            deepspeed_version=_text(hw.get("deepspeed")),
             simulated=bool(simulated if simulated is not None else hw.get("simulated", False)),
         )
 
@@ -151,18 +173,30 @@ class WorkloadSignature(_Signature):
         try:
             arch = _architecture(wl)
         except Exception as e:  # an unknown flavour or an unimportable job: keep what the YAML says
-            log.info("bank.architecture_unknown", workload=getattr(wl, "name", None), error=str(e)[:200])
+            log.info(
+                "bank.architecture_unknown", workload=getattr(wl, "name", None), error=str(e)[:200]
+            )
         model = wl.model
         script = getattr(wl, "script", None)
         return cls(
-            name=_text(wl.name), family=_text(model.family) if model is not None else None,
-            entry_point=(_text(model.entry_point) if model is not None
-                         else _text(f"script:{script.path}") if script is not None else None),
+            name=_text(wl.name),
+            family=_text(model.family) if model is not None else None,
+            entry_point=(
+                _text(model.entry_point)
+                if model is not None
+                else _text(f"script:{script.path}")
+                if script is not None
+                else None
+            ),
             size=_text(model.size) if model is not None and model.entry_point is None else None,
-            num_params=_int(arch.get("num_params") or num_params), n_layers=_int(arch.get("n_layers")),
-            hidden=_int(arch.get("hidden")), n_heads=_int(arch.get("n_heads")),
-            num_experts=_int(arch.get("num_experts")), top_k=_int(arch.get("top_k")),
-            seq_len_tokens=_int(wl.data.seq_len), tokens_per_step=_int(wl.tokens_per_step),
+            num_params=_int(arch.get("num_params") or num_params),
+            n_layers=_int(arch.get("n_layers")),
+            hidden=_int(arch.get("hidden")),
+            n_heads=_int(arch.get("n_heads")),
+            num_experts=_int(arch.get("num_experts")),
+            top_k=_int(arch.get("top_k")),
+            seq_len_tokens=_int(wl.data.seq_len),
+            tokens_per_step=_int(wl.tokens_per_step),
         )
 
 
@@ -192,17 +226,35 @@ class ParallelLayout(_Signature):
     """Micro-steps per optimizer step: global batch over (micro-batch x data parallel)."""
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, world_size: int | None, nodes: int | None,
-                    global_batch: int | None = None) -> ParallelLayout:
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        world_size: int | None,
+        nodes: int | None,
+        global_batch: int | None = None,
+    ) -> ParallelLayout:
         """From a trial's config, world size and nodes (``global_batch``: sequences per step)."""
         tp, pp = _int(config.get("tp")) or 1, _int(config.get("pp")) or 1
         ep = _int(config.get("expert_parallel", config.get("ep")))
         dp = world_size // (tp * pp) if world_size and world_size % (tp * pp) == 0 else None
         mbs = _int(config.get("micro_batch_size"))
-        gas = global_batch // (mbs * dp) if global_batch and mbs and dp and global_batch % (mbs * dp) == 0 else None
-        return cls(world_size=_int(world_size), nodes=_int(nodes), data_parallel=dp, tensor_parallel=tp,
-                   pipeline_parallel=pp, expert_parallel=ep, zero_stage=_int(config.get("zero_stage")),
-                   micro_batch_size=mbs, gradient_accumulation_steps=gas)
+        gas = (
+            global_batch // (mbs * dp)
+            if global_batch and mbs and dp and global_batch % (mbs * dp) == 0
+            else None
+        )
+        return cls(
+            world_size=_int(world_size),
+            nodes=_int(nodes),
+            data_parallel=dp,
+            tensor_parallel=tp,
+            pipeline_parallel=pp,
+            expert_parallel=ep,
+            zero_stage=_int(config.get("zero_stage")),
+            micro_batch_size=mbs,
+            gradient_accumulation_steps=gas,
+        )
 
 
 def _architecture(wl: Any) -> dict[str, Any]:
@@ -211,24 +263,47 @@ def _architecture(wl: Any) -> dict[str, Any]:
         from infrarsi.execution.surrogate.model import MODELS
 
         m = MODELS[str(wl.surrogate.get("model", wl.job_model().size))]
-        return {"n_layers": m.n_layers, "hidden": m.hidden, "n_heads": m.n_heads, "num_experts": 0, "top_k": 0,
-                "num_params": int(m.num_params)}
+        return {
+            "n_layers": m.n_layers,
+            "hidden": m.hidden,
+            "n_heads": m.n_heads,
+            "num_experts": 0,
+            "top_k": 0,
+            "num_params": int(m.num_params),
+        }
     if wl.job_model().entry_point is not None:
         from infrarsi.execution.job_loader import load_job
         from infrarsi.execution.runner import default_code_dir
         from infrarsi.job import JobContext
 
         entry, args = wl.job_model().entry()
-        ctx = JobContext(args=args, options={}, device=wl.resources.device, rank=0, world_size=wl.world_size,
-                         seq_len=wl.data.seq_len, reference=True)
+        ctx = JobContext(
+            args=args,
+            options={},
+            device=wl.resources.device,
+            rank=0,
+            world_size=wl.world_size,
+            seq_len=wl.data.seq_len,
+            reference=True,
+        )
         s = load_job(default_code_dir(wl), entry, ctx).shape
-        return {"n_layers": s.n_layers, "hidden": s.dim, "n_heads": s.n_heads or None,
-                "num_experts": s.num_experts, "top_k": s.top_k}
+        return {
+            "n_layers": s.n_layers,
+            "hidden": s.dim,
+            "n_heads": s.n_heads or None,
+            "num_experts": s.num_experts,
+            "top_k": s.top_k,
+        }
     from infrarsi.workload_prior import _model_args
 
     a = _model_args(wl)
-    return {"n_layers": a.n_layers, "hidden": a.dim, "n_heads": a.n_heads,
-            "num_experts": int(getattr(a, "num_experts", 0) or 0), "top_k": int(getattr(a, "top_k", 0) or 0)}
+    return {
+        "n_layers": a.n_layers,
+        "hidden": a.dim,
+        "n_heads": a.n_heads,
+        "num_experts": int(getattr(a, "num_experts", 0) or 0),
+        "top_k": int(getattr(a, "top_k", 0) or 0),
+    }
 
 
 def _text(v: Any) -> str | None:
@@ -246,7 +321,11 @@ def _int(v: Any) -> int | None:
 
 def signature_fields() -> list[pa.Field]:
     """Every signature column of the bank schema."""
-    return [*HardwareSignature.arrow_fields(), *WorkloadSignature.arrow_fields(), *ParallelLayout.arrow_fields()]
+    return [
+        *HardwareSignature.arrow_fields(),
+        *WorkloadSignature.arrow_fields(),
+        *ParallelLayout.arrow_fields(),
+    ]
 
 
 __all__ = ["HardwareSignature", "ParallelLayout", "WorkloadSignature", "signature_fields"]

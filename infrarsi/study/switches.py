@@ -49,8 +49,10 @@ def parse_switch(text: str, *, what: str) -> bool:
         return True
     if word in OFF_WORDS:
         return False
-    raise ConfigError(f"{what}: rule: one of {', '.join(ON_WORDS)} (on) or {', '.join(OFF_WORDS)} (off); "
-                      f"value: {text!r}. Fix: set it to on or off.")
+    raise ConfigError(
+        f"{what}: rule: one of {', '.join(ON_WORDS)} (on) or {', '.join(OFF_WORDS)} (off); "
+        f"value: {text!r}. Fix: set it to on or off."
+    )
 
 
 def parse_bank(text: str, *, what: str) -> str | None:
@@ -60,15 +62,23 @@ def parse_bank(text: str, *, what: str) -> str | None:
     with no scheme or no path."""
     value = text.strip()
     if not value:
-        raise ConfigError(f"{what}: rule: a local directory, a filesystem URI (s3://bucket/bank, file:///path) "
-                          f"or one of {', '.join(OFF_WORDS)}; value: {text!r}. Fix: name the bank, or `off`.")
+        raise ConfigError(
+            f"{what}: rule: a local directory, a filesystem URI (s3://bucket/bank, file:///path) "
+            f"or one of {', '.join(OFF_WORDS)}; value: {text!r}. Fix: name the bank, or `off`."
+        )
     if is_off(value):
         return None
     if "://" in value:
         scheme, _, rest = value.partition("://")
-        if not scheme or not rest.strip("/") or not scheme.replace("+", "").replace("-", "").isalnum():
-            raise ConfigError(f"{what}: rule: a URI needs a scheme and a path (s3://bucket/bank, "
-                              f"file:///abs/path); value: {text!r}. Fix: name the bank's location in full.")
+        if (
+            not scheme
+            or not rest.strip("/")
+            or not scheme.replace("+", "").replace("-", "").isalnum()
+        ):
+            raise ConfigError(
+                f"{what}: rule: a URI needs a scheme and a path (s3://bucket/bank, "
+                f"file:///abs/path); value: {text!r}. Fix: name the bank's location in full."
+            )
         return value
     return str(Path(value).expanduser().resolve())
 
@@ -82,7 +92,9 @@ def bank_from_environment(environ: Mapping[str, str] | None = None) -> str | Non
     """The bank ``$INFRARSI_BANK`` names (None: off), else ``DEFAULT_BANK``."""
     env = os.environ if environ is None else environ
     text = _env(BANK_ENV, env)
-    return parse_bank(text if text is not None else DEFAULT_BANK, what=f"environment variable {BANK_ENV}")
+    return parse_bank(
+        text if text is not None else DEFAULT_BANK, what=f"environment variable {BANK_ENV}"
+    )
 
 
 class StudySwitches(BaseModel):
@@ -100,14 +112,26 @@ class StudySwitches(BaseModel):
     local directory or a filesystem URI (``s3://...``, ``file://...``); None: off."""
 
     @classmethod
-    def resolve(cls, *, analytic_prior: bool | None = None, loss_guard: bool | None = None,
-                bank: str | None = None, environ: Mapping[str, str] | None = None) -> StudySwitches:
+    def resolve(
+        cls,
+        *,
+        analytic_prior: bool | None = None,
+        loss_guard: bool | None = None,
+        bank: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> StudySwitches:
         """The switches init records: each given value (``bank`` as text, ``off`` allowed), else
         its environment variable, else its default (module docstring)."""
         return cls(
-            analytic_prior=_switch_from_environment(PRIOR_ENV, environ) if analytic_prior is None else analytic_prior,
-            loss_guard=_switch_from_environment(LOSS_GUARD_ENV, environ) if loss_guard is None else loss_guard,
-            bank=bank_from_environment(environ) if bank is None else parse_bank(bank, what="--bank"),
+            analytic_prior=_switch_from_environment(PRIOR_ENV, environ)
+            if analytic_prior is None
+            else analytic_prior,
+            loss_guard=_switch_from_environment(LOSS_GUARD_ENV, environ)
+            if loss_guard is None
+            else loss_guard,
+            bank=bank_from_environment(environ)
+            if bank is None
+            else parse_bank(bank, what="--bank"),
         )
 
 
@@ -121,5 +145,14 @@ def prior_from_environment(environ: Mapping[str, str] | None = None) -> bool:
     return _switch_from_environment(PRIOR_ENV, environ)
 
 
-__all__ = ["DEFAULT_BANK", "OFF_WORDS", "ON_WORDS", "StudySwitches", "bank_from_environment", "is_off",
-           "parse_bank", "parse_switch", "prior_from_environment"]
+__all__ = [
+    "DEFAULT_BANK",
+    "OFF_WORDS",
+    "ON_WORDS",
+    "StudySwitches",
+    "bank_from_environment",
+    "is_off",
+    "parse_bank",
+    "parse_switch",
+    "prior_from_environment",
+]

@@ -66,7 +66,10 @@ def trial_schema() -> pa.Schema:
     """The Arrow schema of one trial row, derived from ``TrialResult``."""
     hints = typing.get_type_hints(TrialResult)
     return pa.schema(
-        [pa.field(f.name, _arrow_type(f.name, hints[f.name])) for f in dataclasses.fields(TrialResult)]
+        [
+            pa.field(f.name, _arrow_type(f.name, hints[f.name]))
+            for f in dataclasses.fields(TrialResult)
+        ]
     )
 
 
@@ -86,7 +89,9 @@ def _row(result: TrialResult, schema: pa.Schema) -> dict[str, list[Any]]:
         elif pa.types.is_string(fld.type) and isinstance(value, dict):
             value = json.dumps(value, sort_keys=True, default=_json_default)
         elif pa.types.is_list(fld.type) and value is not None:
-            value = [float(v) if pa.types.is_floating(fld.type.value_type) else str(v) for v in value]
+            value = [
+                float(v) if pa.types.is_floating(fld.type.value_type) else str(v) for v in value
+            ]
         row[fld.name] = [value]
     return row
 
@@ -116,7 +121,9 @@ class TrialLogWriter:
     def _open(self) -> None:
         folder = trials_dir(self.study_dir)
         try:
-            make_private_dir(self.study_dir)  # `infrarsi trial --log DIR` may make the study directory
+            make_private_dir(
+                self.study_dir
+            )  # `infrarsi trial --log DIR` may make the study directory
             make_private_dir(folder)
         except OSError as e:
             raise write_error(self.study_dir, folder, e, "create the trial log folder") from e
@@ -153,8 +160,12 @@ class TrialLogWriter:
             if path is not None:
                 with contextlib.suppress(OSError):  # a reader drops a torn tail anyway
                     os.truncate(path, start)  # drop the torn row: never a half-logged trial
-            raise write_error(self.study_dir, path or trials_dir(self.study_dir), e,
-                              f"log trial {result.trial_id!r}") from e
+            raise write_error(
+                self.study_dir,
+                path or trials_dir(self.study_dir),
+                e,
+                f"log trial {result.trial_id!r}",
+            ) from e
 
     def _abandon(self) -> None:
         """Drop the current segment without an end-of-stream marker (after a failed write)."""
@@ -228,8 +239,11 @@ def _from_cell(value: Any) -> Any:
     return value
 
 
-_NOT_NULL = frozenset(f.name for f in dataclasses.fields(TrialResult)
-                      if f.default not in (None, dataclasses.MISSING) or f.default_factory is not dataclasses.MISSING)
+_NOT_NULL = frozenset(
+    f.name
+    for f in dataclasses.fields(TrialResult)
+    if f.default not in (None, dataclasses.MISSING) or f.default_factory is not dataclasses.MISSING
+)
 """TrialResult fields whose default is not None: a null cell (a column missing from an older
 segment) takes the field's default."""
 
@@ -239,8 +253,7 @@ def rows(table: pa.Table) -> list[TrialResult]:
     fields that are never None take the field's default)."""
     out = []
     for record in table.to_pylist():
-        data = {k: _from_cell(v) for k, v in record.items()
-                if not (v is None and k in _NOT_NULL)}
+        data = {k: _from_cell(v) for k, v in record.items() if not (v is None and k in _NOT_NULL)}
         out.append(TrialResult.from_dict(data))
     return out
 

@@ -27,7 +27,8 @@ def four_slots(problem: BenchProblem) -> tuple[list[TrialEvent], list[Tell]]:
 
 
 def test_trials_start_when_a_slot_frees_and_are_told_in_completion_order(
-        four_slots: tuple[list[TrialEvent], list[Tell]]) -> None:
+    four_slots: tuple[list[TrialEvent], list[Tell]],
+) -> None:
     events, tells = four_slots
     assert [e.index for e in events] == list(range(len(events))) and len(tells) == len(events) == 10
     ends = sorted(e.end_sim_s for e in events)
@@ -35,11 +36,15 @@ def test_trials_start_when_a_slot_frees_and_are_told_in_completion_order(
     assert [t.told for t in tells] == list(range(1, 11))
     tell_times = {0.0} | {t.sim_wall_s for t in tells}
     for e in events:
-        assert e.end_sim_s > e.start_sim_s and e.start_sim_s in tell_times  # asked at the start or right after a tell
+        assert (
+            e.end_sim_s > e.start_sim_s and e.start_sim_s in tell_times
+        )  # asked at the start or right after a tell
     assert [e.start_sim_s for e in events[:4]] == [0.0] * 4  # the empty cluster fills at once
 
 
-def test_never_more_than_the_slots_in_flight(four_slots: tuple[list[TrialEvent], list[Tell]]) -> None:
+def test_never_more_than_the_slots_in_flight(
+    four_slots: tuple[list[TrialEvent], list[Tell]],
+) -> None:
     events, tells = four_slots
     assert max(e.in_flight_at_ask for e in events) == 3
     for e in events:  # at every start, what runs then (this one included)
@@ -49,16 +54,24 @@ def test_never_more_than_the_slots_in_flight(four_slots: tuple[list[TrialEvent],
 
 
 def test_a_config_asked_while_others_are_pending_is_not_one_of_them(
-        problem: BenchProblem, four_slots: tuple[list[TrialEvent], list[Tell]]) -> None:
+    problem: BenchProblem, four_slots: tuple[list[TrialEvent], list[Tell]]
+) -> None:
     events, _ = four_slots
     with_pending = [e for e in events if e.pending_keys_at_ask]
-    assert len(with_pending) >= 6 and {e.phase for e in with_pending} - {"baseline", "design"}  # model picks too
+    assert len(with_pending) >= 6 and {e.phase for e in with_pending} - {
+        "baseline",
+        "design",
+    }  # model picks too
     for e in with_pending:
-        assert len(e.pending_keys_at_ask) == e.in_flight_at_ask  # the optimizer knows every running trial
+        assert (
+            len(e.pending_keys_at_ask) == e.in_flight_at_ask
+        )  # the optimizer knows every running trial
         assert problem.space.key(e.config) not in e.pending_keys_at_ask
     running_keys = [problem.space.key(e.config) for e in events]
     for e in events:  # configs running at the same time are distinct
-        same_time = [running_keys[o.index] for o in events if o.start_sim_s <= e.start_sim_s < o.end_sim_s]
+        same_time = [
+            running_keys[o.index] for o in events if o.start_sim_s <= e.start_sim_s < o.end_sim_s
+        ]
         assert len(same_time) == len(set(same_time))
 
 
@@ -85,8 +98,13 @@ def test_quick_run_writes_the_documented_fields(tmp_path: Path) -> None:
     row = saved["summary"]["surrogate_1node"]
     assert row["seeds"] == 1 and row["n_trials"] == 4
     for c in ("c1", "c4"):
-        for field in ("ratio_at_n_median", "makespan_sim_wall_s_median", "reach_sim_wall_s_median",
-                      "device_s_median", "within_sim_wall_s_q75"):
+        for field in (
+            "ratio_at_n_median",
+            "makespan_sim_wall_s_median",
+            "reach_sim_wall_s_median",
+            "device_s_median",
+            "within_sim_wall_s_q75",
+        ):
             assert field in row[c]
         assert row[c]["ratio_at_n_median"] >= 1.0
     assert row["c1"]["max_in_flight"] == 1 and row["c4"]["max_in_flight"] <= 4
@@ -101,6 +119,12 @@ def test_quick_run_writes_the_documented_fields(tmp_path: Path) -> None:
     assert "| surrogate_1node | 1 | 4 |" in md and meta["command"] in md
     assert {"median", "both_reached", "only_c1", "only_c4"} <= set(row["within_time_ratio"])
     (tmp_path / "concurrency.md").write_text(md + "\n## Notes\n\nkept\n")
-    again = main(["--summarise-only", "--out", str(tmp_path)])  # no new runs: the same summary, notes kept
-    assert again["summary"] == saved["summary"] and again["runs"] == saved["runs"] and again["meta"]["summarised"]
+    again = main(
+        ["--summarise-only", "--out", str(tmp_path)]
+    )  # no new runs: the same summary, notes kept
+    assert (
+        again["summary"] == saved["summary"]
+        and again["runs"] == saved["runs"]
+        and again["meta"]["summarised"]
+    )
     assert (tmp_path / "concurrency.md").read_text().endswith("## Notes\n\nkept\n")

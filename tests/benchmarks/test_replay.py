@@ -22,9 +22,12 @@ def test_a_replay_repeats_itself_and_compare_finds_a_change(tmp_path: Path) -> N
     (tmp_path / "changed.json").write_text(json.dumps(changed))
     assert main(["--out", str(second), "--compare", str(tmp_path / "changed.json"), *args]) == 1
     assert differences(changed, configs) == [
-        f"tabular_dense_debug/0: trial 2 differs: {run[2]} != {configs['tabular_dense_debug/0'][2]}"]
+        f"tabular_dense_debug/0: trial 2 differs: {run[2]} != {configs['tabular_dense_debug/0'][2]}"
+    ]
 
 
 def test_differences_names_missing_and_shorter_runs() -> None:
     assert differences({"p/0": [{"a": 1}]}, {}) == ["p/0: only in before"]
-    assert differences({"p/0": [{"a": 1}]}, {"p/0": [{"a": 1}, {"a": 2}]}) == ["p/0: 1 trials before, 2 after"]
+    assert differences({"p/0": [{"a": 1}]}, {"p/0": [{"a": 1}, {"a": 2}]}) == [
+        "p/0: 1 trials before, 2 after"
+    ]

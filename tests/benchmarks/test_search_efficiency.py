@@ -24,7 +24,10 @@ def test_quick_run_writes_results(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "search_efficiency.json").read_text())
     assert saved["summary"] == json.loads(json.dumps(result["summary"]))
     assert "| ramp |" in (tmp_path / "search_efficiency.md").read_text()
-    runs = [json.loads(x) for x in (tmp_path / "search_efficiency_runs.main.jsonl").read_text().splitlines()]
+    runs = [
+        json.loads(x)
+        for x in (tmp_path / "search_efficiency_runs.main.jsonl").read_text().splitlines()
+    ]
     assert len(runs) == 6 and all(len(r["trials"]) == 12 for r in runs)
     main(["--quick", "--out", str(tmp_path)])  # a rerun skips finished runs
     assert len((tmp_path / "search_efficiency_runs.main.jsonl").read_text().splitlines()) == 6
@@ -45,9 +48,13 @@ def test_ramp_stops_raising_at_oom() -> None:
         cfg = ramp.ask()
         d = p.trial(cfg, 0, i)
         ramp.tell(cfg, Observation(d.status, d.step_time_s, d.peak_memory_bytes))
-        seen.append((cfg["activation_checkpointing"], cfg["zero_stage"], cfg["micro_batch_size"], d.status))
+        seen.append(
+            (cfg["activation_checkpointing"], cfg["zero_stage"], cfg["micro_batch_size"], d.status)
+        )
     for (ck, z, m, status), (ck2, z2, m2, _) in itertools.pairwise(seen):
-        if status == "oom":  # the next trial starts a new ramp (another stage) at a small micro-batch
+        if (
+            status == "oom"
+        ):  # the next trial starts a new ramp (another stage) at a small micro-batch
             assert (ck2, z2) != (ck, z) and m2 <= m
 
 
@@ -55,16 +62,24 @@ def test_wide_problem_is_above_the_candidate_cap_with_the_same_oracle() -> None:
     from infrarsi.search import OptimizerSettings
 
     wide, narrow = PROBLEMS["surrogate_2node_wide"](), PROBLEMS["surrogate_2node"]()
-    assert len(wide.truth) > OptimizerSettings().candidate_cap >= len(narrow.truth)  # so its sampled path runs
-    assert math.isclose(wide.oracle_time, narrow.oracle_time)  # a superset space with the same best config
+    assert (
+        len(wide.truth) > OptimizerSettings().candidate_cap >= len(narrow.truth)
+    )  # so its sampled path runs
+    assert math.isclose(
+        wide.oracle_time, narrow.oracle_time
+    )  # a superset space with the same best config
 
 
 def test_ask_latency_writes_windows(tmp_path: Path) -> None:
     from benchmarks.ask_latency import main as latency_main
 
-    result = latency_main(["--trials", "6", "--seeds", "1", "--problems", "surrogate_1node", "--out", str(tmp_path)])
+    result = latency_main(
+        ["--trials", "6", "--seeds", "1", "--problems", "surrogate_1node", "--out", str(tmp_path)]
+    )
     (window,) = result["problems"]["surrogate_1node"]["windows"]
-    assert window["observations"] == "1-25" and window["asks"] == 5  # the process's first ask is left out
+    assert (
+        window["observations"] == "1-25" and window["asks"] == 5
+    )  # the process's first ask is left out
     assert 0.0 < window["median_s"] <= window["p90_s"] <= window["max_s"]
     assert result["first_ask_s"] > 0.0 and result["meta"]["speed_probe_s"] > 0.0
     text = (tmp_path / "ask_latency.md").read_text()

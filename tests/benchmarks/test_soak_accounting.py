@@ -10,23 +10,44 @@ from benchmarks.soak_accounting import FIELDS, account, tune_reported_ids
 from infrarsi.result import TrialResult
 
 
-def _row(tid: str, status: str = "ok", *, tune: str | None = None, interrupted: bool = False,
-         device: float = 10.0, stage: str = "run") -> TrialResult:
+def _row(
+    tid: str,
+    status: str = "ok",
+    *,
+    tune: str | None = None,
+    interrupted: bool = False,
+    device: float = 10.0,
+    stage: str = "run",
+) -> TrialResult:
     extra: dict[str, object] = {}
     if tune:
         extra["tune_trial_id"] = tune
     if interrupted:
         extra.update(interrupted=True, device_seconds_lower_bound=True)
-    return TrialResult(trial_id=tid, stage=stage, config={}, status="failed" if interrupted else status,
-                       device_seconds=device, extra=extra)
+    return TrialResult(
+        trial_id=tid,
+        stage=stage,
+        config={},
+        status="failed" if interrupted else status,
+        device_seconds=device,
+        extra=extra,
+    )
 
 
 def test_a_clean_log_has_nothing_lost_or_duplicated_and_meets_its_budget() -> None:
-    rows = [_row("doctor-0000", stage="doctor"), _row("run-0000", tune="a_00000"),
-            _row("run-0001", "oom", tune="a_00001", device=4.0),
-            _row("run-0002", interrupted=True, device=1.5), _row("run-0003", tune="b_00000")]
-    acc = account(rows, requested=3, markers_seen=["run-0001", "run-0002"],
-                  tune_reported=["a_00000", "a_00001", "b_00000"])
+    rows = [
+        _row("doctor-0000", stage="doctor"),
+        _row("run-0000", tune="a_00000"),
+        _row("run-0001", "oom", tune="a_00001", device=4.0),
+        _row("run-0002", interrupted=True, device=1.5),
+        _row("run-0003", tune="b_00000"),
+    ]
+    acc = account(
+        rows,
+        requested=3,
+        markers_seen=["run-0001", "run-0002"],
+        tune_reported=["a_00000", "a_00001", "b_00000"],
+    )
     assert acc["trials_lost"] == 0 and acc["trials_duplicated"] == 0, acc
     assert acc["trials_started"] == 4 and acc["trials_counted"] == 3 and acc["budget_met"]
     assert acc["trials_interrupted"] == 1
@@ -35,21 +56,41 @@ def test_a_clean_log_has_nothing_lost_or_duplicated_and_meets_its_budget() -> No
     assert acc["device_seconds_total"] == 25.5  # doctor rows are not the run's
 
 
-def test_a_gap_in_the_ids_a_marker_seen_or_left_and_a_reported_tune_trial_without_a_row_are_lost() -> None:
+def test_a_gap_in_the_ids_a_marker_seen_or_left_and_a_reported_tune_trial_without_a_row_are_lost() -> (
+    None
+):
     rows = [_row("run-0000", tune="a_00000"), _row("run-0002", tune="a_00002")]
-    acc = account(rows, requested=2, markers_seen=["run-0005"], leftover_markers=["run-0004"],
-                  tune_reported=["a_00000", "a_00002", "a_00003"])
+    acc = account(
+        rows,
+        requested=2,
+        markers_seen=["run-0005"],
+        leftover_markers=["run-0004"],
+        tune_reported=["a_00000", "a_00002", "a_00003"],
+    )
     # run-0001 (a gap), run-0003 (below a seen id), run-0004 (left over: also counted as a
     # marker), run-0005 (seen in flight), and Tune trial a_00003 (reported, no row)
-    assert acc["lost_ids"] == ["run-0001", "run-0003", "run-0004", "run-0005", "tune:a_00003",
-                               "marker:run-0004"]
+    assert acc["lost_ids"] == [
+        "run-0001",
+        "run-0003",
+        "run-0004",
+        "run-0005",
+        "tune:a_00003",
+        "marker:run-0004",
+    ]
     assert acc["trials_lost"] == 6 and acc["trials_started"] == 6
 
 
-def test_an_id_logged_twice_or_a_tune_trial_run_twice_is_duplicated_but_an_interrupted_copy_is_not() -> None:
-    rows = [_row("run-0000", tune="a_00000"), _row("run-0000", tune="a_00000"),
-            _row("run-0001", tune="a_00001"), _row("run-0002", tune="a_00001"),
-            _row("run-0003", tune="a_00002", interrupted=True), _row("run-0004", tune="a_00002")]
+def test_an_id_logged_twice_or_a_tune_trial_run_twice_is_duplicated_but_an_interrupted_copy_is_not() -> (
+    None
+):
+    rows = [
+        _row("run-0000", tune="a_00000"),
+        _row("run-0000", tune="a_00000"),
+        _row("run-0001", tune="a_00001"),
+        _row("run-0002", tune="a_00001"),
+        _row("run-0003", tune="a_00002", interrupted=True),
+        _row("run-0004", tune="a_00002"),
+    ]
     acc = account(rows, requested=5)
     assert acc["duplicated_ids"] == ["run-0000", "tune:a_00000", "tune:a_00001"]
     assert acc["trials_duplicated"] == 3

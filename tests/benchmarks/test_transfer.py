@@ -12,13 +12,20 @@ from benchmarks.transfer import (
 
 
 def test_trials_to_threshold_is_the_first_trial_within_3_percent() -> None:
-    assert trials_to_threshold([None, 1.5, 1.031, 1.03, 1.2]) == 4  # 1-based; a later worse best does not undo it
+    assert (
+        trials_to_threshold([None, 1.5, 1.031, 1.03, 1.2]) == 4
+    )  # 1-based; a later worse best does not undo it
     assert trials_to_threshold([None, 1.1]) is None  # censored
     assert trials_to_threshold([1.0]) == 1
 
 
 def test_censored_runs_count_as_budget_plus_one() -> None:
-    assert censored_median([2, 4, None], budget=10) == {"median": 4.0, "censored": 1, "n": 3, "median_censored": False}
+    assert censored_median([2, 4, None], budget=10) == {
+        "median": 4.0,
+        "censored": 1,
+        "n": 3,
+        "median_censored": False,
+    }
     out = censored_median([None, None, 3], budget=10)
     assert out["median"] == 11.0 and out["median_censored"]
 
@@ -44,10 +51,22 @@ def test_ci_note_says_whether_the_interval_meets_misses_or_straddles_a_target() 
 
 def test_the_bank_audit_is_kept_once_per_task_and_arm_unless_a_run_differs() -> None:
     audit = {"bank": "/tmp/a", "at": 1.0, "used": [{"config": {"tp": 2}}]}
-    runs = [{"task": "gpu", "arm": "bank", "seed": s, "bank_warm_start": {**audit, "bank": f"/tmp/{s}", "at": s}}
-            for s in (1, 0)]
+    runs = [
+        {
+            "task": "gpu",
+            "arm": "bank",
+            "seed": s,
+            "bank_warm_start": {**audit, "bank": f"/tmp/{s}", "at": s},
+        }
+        for s in (1, 0)
+    ]
     runs.append({"task": "gpu", "arm": "bank", "seed": 2, "bank_warm_start": {**audit, "used": []}})
     runs.append({"task": "gpu", "arm": "cold", "seed": 0, "bank_warm_start": None})
     hoisted = hoist_bank_audits(runs)
     assert hoisted == {"gpu/bank": {**audit, "bank": "/tmp/0", "at": 0}, "gpu/cold": None}
-    assert [("bank_warm_start" in r) for r in runs] == [False, False, True, False]  # seed 2 differs: kept
+    assert [("bank_warm_start" in r) for r in runs] == [
+        False,
+        False,
+        True,
+        False,
+    ]  # seed 2 differs: kept

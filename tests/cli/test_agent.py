@@ -17,7 +17,9 @@ def _invoke(*args: str):
 
 
 def test_propose_queues_and_state_shows_it_as_json(study: Path) -> None:
-    res = _invoke("propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "fuller GEMMs")
+    res = _invoke(
+        "propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "fuller GEMMs"
+    )
     assert res.exit_code == 0, res.output
     assert "prop-0001" in res.output
     res = _invoke("state", str(study), "--json")
@@ -27,14 +29,19 @@ def test_propose_queues_and_state_shows_it_as_json(study: Path) -> None:
     assert state["budget"]["run_trials_left"] == 4
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--config", "{not json"], "--config"),
-    (["--config", "[1, 2]"], "JSON object"),
-    (["--config", '{"activation_checkpointing": "none"}'], "editable.knobs"),
-    (["--config", '{"micro_batch_size": 3}'], "micro_batch_size"),
-    (["--config", "{}", "--patch", "/no/such.diff"], "does not exist"),
-])
-def test_a_broken_proposal_exits_2_naming_the_rule(study: Path, args: list[str], needle: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--config", "{not json"], "--config"),
+        (["--config", "[1, 2]"], "JSON object"),
+        (["--config", '{"activation_checkpointing": "none"}'], "editable.knobs"),
+        (["--config", '{"micro_batch_size": 3}'], "micro_batch_size"),
+        (["--config", "{}", "--patch", "/no/such.diff"], "does not exist"),
+    ],
+)
+def test_a_broken_proposal_exits_2_naming_the_rule(
+    study: Path, args: list[str], needle: str
+) -> None:
     refused(_invoke("propose", str(study), *args, "--why", "because"), needle)
 
 
@@ -48,17 +55,33 @@ def test_state_predicts_in_text_on_a_new_study(study: Path) -> None:
     res = _invoke("state", str(study), "--predict", '{"micro_batch_size": 4}')
     assert res.exit_code == 0, res.output
     out = res.output.replace("\n", "")
-    assert '"micro_batch_size": 4' in out and "step time not predicted yet" in out and "P(fit) " in out
+    assert (
+        '"micro_batch_size": 4' in out and "step time not predicted yet" in out and "P(fit) " in out
+    )
 
 
 def test_withdraw_takes_a_queued_proposal_back_and_exits_2_for_any_other(study: Path) -> None:
-    assert _invoke("propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "fuller GEMMs").exit_code == 0
+    assert (
+        _invoke(
+            "propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "fuller GEMMs"
+        ).exit_code
+        == 0
+    )
     res = _invoke("withdraw", str(study), "prop-0001")
     assert res.exit_code == 0 and "withdrew prop-0001" in res.output, res.output
     refused(_invoke("withdraw", str(study), "prop-0001"), "already withdrawn", "Queued now: none")
 
 
 def test_propose_refuses_a_duplicate_with_exit_2(study: Path) -> None:
-    assert _invoke("propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "fuller GEMMs").exit_code == 0
-    refused(_invoke("propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "again"),
-            "duplicate", "prop-0001", "withdraw prop-0001")
+    assert (
+        _invoke(
+            "propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "fuller GEMMs"
+        ).exit_code
+        == 0
+    )
+    refused(
+        _invoke("propose", str(study), "--config", '{"micro_batch_size": 2}', "--why", "again"),
+        "duplicate",
+        "prop-0001",
+        "withdraw prop-0001",
+    )

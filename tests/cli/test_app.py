@@ -63,8 +63,14 @@ def test_root_help_documents_every_exit_code() -> None:
 
 
 STUDY_COMMANDS = [
-    ["doctor"], ["run"], ["verify"], ["report"], ["apply", "--repo", "."], ["state"],
-    ["propose", "--why", "because"], ["mcp"],
+    ["doctor"],
+    ["run"],
+    ["verify"],
+    ["report"],
+    ["apply", "--repo", "."],
+    ["state"],
+    ["propose", "--why", "because"],
+    ["mcp"],
 ]
 
 
@@ -79,7 +85,9 @@ def test_a_missing_directory_is_not_a_study(cmd: list[str], tmp_path: Path) -> N
     refused(_invoke(cmd[0], str(tmp_path / "nowhere"), *cmd[1:]), "nowhere", "does not exist")
 
 
-def test_ctrl_c_exits_130_and_says_how_to_resume(study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_exits_130_and_says_how_to_resume(
+    study: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import infrarsi.stages.run
 
     def interrupted(*args: object, **kwargs: object) -> None:
@@ -111,7 +119,9 @@ def test_an_error_is_printed_verbatim_not_as_markup() -> None:
     try:
         res = _invoke("probe-markup")
     finally:
-        app.registered_commands[:] = [c for c in app.registered_commands if c.name != "probe-markup"]
+        app.registered_commands[:] = [
+            c for c in app.registered_commands if c.name != "probe-markup"
+        ]
     assert res.exit_code == 2
     assert "one of [bold] or [min, max]; Fix: --x '[1, 2]'" in res.output
 
@@ -119,13 +129,25 @@ def test_an_error_is_printed_verbatim_not_as_markup() -> None:
 def _piped(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "infrarsi", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "infrarsi", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
 
 
 def test_piped_errors_are_never_wrapped(tmp_path: Path) -> None:
-    proc = _piped("init", "workloads/dense_debug.yaml", "--study", str(tmp_path / "a-rather-long-study-name"),
-                  "--memory-capacity", "160")
+    proc = _piped(
+        "init",
+        "workloads/dense_debug.yaml",
+        "--study",
+        str(tmp_path / "a-rather-long-study-name"),
+        "--memory-capacity",
+        "160",
+    )
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and len(lines[0]) > 80, proc.stderr
@@ -143,7 +165,9 @@ def test_piped_tables_are_not_folded_at_80_columns() -> None:
         con.file.close()
 
 
-def test_quiet_by_default_verbose_shows_every_event_and_the_study_log_keeps_them(study: Path) -> None:
+def test_quiet_by_default_verbose_shows_every_event_and_the_study_log_keeps_them(
+    study: Path,
+) -> None:
     """A command given a study logs every event to DIR/logs/infrarsi.jsonl; the terminal shows
     info events only with -v (warnings always)."""
     import json
@@ -168,7 +192,9 @@ def test_quiet_by_default_verbose_shows_every_event_and_the_study_log_keeps_them
     assert "probe.info_event" not in quiet.output and "probe.warning_event" in quiet.output
     assert quiet.stdout == "result\n"
     assert "probe.info_event" in loud.output and "probe.warning_event" in loud.output
-    events = [json.loads(line) for line in (study / "logs" / "infrarsi.jsonl").read_text().splitlines()]
+    events = [
+        json.loads(line) for line in (study / "logs" / "infrarsi.jsonl").read_text().splitlines()
+    ]
     assert [e["event"] for e in events] == ["probe.info_event", "probe.warning_event"] * 2
     assert events[0]["step_time_s"] == 1.5 and events[0]["logger"] == "probe"
 
@@ -191,7 +217,9 @@ def test_env_help_refuses_a_variable_the_root_help_does_not_list() -> None:
         env_help("x", "INFRARSI_UNKNOWN")
 
 
-def test_print_json_writes_one_line_dataclasses_as_objects(capsys: pytest.CaptureFixture[str]) -> None:
+def test_print_json_writes_one_line_dataclasses_as_objects(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     import json
     from dataclasses import dataclass
 

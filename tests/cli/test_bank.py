@@ -36,13 +36,29 @@ def test_ingest_query_stats_round_trip_is_idempotent(tmp_path: Path, uri: bool) 
     assert res.exit_code == 0, res.output
     stats = json.loads(res.output)
     assert (stats["studies"], stats["rows"], stats["files"]) == (2, 30, 2)
-    assert stats["hardware"] == {"box-a": 15, "box-b": 15} and stats["workloads"] == {"dense_debug": 30}
+    assert stats["hardware"] == {"box-a": 15, "box-b": 15} and stats["workloads"] == {
+        "dense_debug": 30
+    }
     assert stats["rows_by_status"]["ok"] == 24
-    res = _invoke("bank", "query", "--bank", bank, "--device", "box-b", "--status", "ok", "--limit", "50", "--json")
+    res = _invoke(
+        "bank",
+        "query",
+        "--bank",
+        bank,
+        "--device",
+        "box-b",
+        "--status",
+        "ok",
+        "--limit",
+        "50",
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     rows = json.loads(res.output)
     assert len(rows) == 12 and {r["study"] for r in rows} == {"b"}
-    assert any(r["config"] == BEST for r in rows) and all(r["hw_device_name"] == "box-b" for r in rows)
+    assert any(r["config"] == BEST for r in rows) and all(
+        r["hw_device_name"] == "box-b" for r in rows
+    )
     res = _invoke("bank", "query", "--bank", bank, "--workload", "dense", "--limit", "2")
     assert res.exit_code == 0, res.output
     assert "2 rows" in _flat(res.output)
@@ -53,22 +69,32 @@ def test_ingest_query_stats_round_trip_is_idempotent(tmp_path: Path, uri: bool) 
 def test_ingest_defaults_to_the_studys_bank(tmp_path: Path) -> None:
     from infrarsi.study.switches import StudySwitches
 
-    s = make_study(tmp_path, "a", switches=StudySwitches(analytic_prior=True, loss_guard=True,
-                                                        bank=str(tmp_path / "its-bank")))
+    s = make_study(
+        tmp_path,
+        "a",
+        switches=StudySwitches(
+            analytic_prior=True, loss_guard=True, bank=str(tmp_path / "its-bank")
+        ),
+    )
     res = _invoke("bank", "ingest", str(s))
     assert res.exit_code == 0, res.output
     assert "15 rows" in _flat(res.output) and (tmp_path / "its-bank").is_dir()
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["ingest", "{tmp}/nothing-here"], "a study directory"),
-    (["ingest", "{study}", "--bank", "off"], "not off"),
-    (["ingest", "{study}", "--bank", "nosuchprotocol-xyz://b/x"], "Fix"),
-    (["query", "--bank", "{tmp}/b", "--status", "great"], "--status"),
-    (["query", "--bank", "{tmp}/b", "--limit", "-1"], "--limit"),
-    (["stats", "--bank", "s3://"], "scheme and a path"),
-])
-def test_bad_input_exits_2_with_the_rule_and_fix(tmp_path: Path, args: list[str], needle: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["ingest", "{tmp}/nothing-here"], "a study directory"),
+        (["ingest", "{study}", "--bank", "off"], "not off"),
+        (["ingest", "{study}", "--bank", "nosuchprotocol-xyz://b/x"], "Fix"),
+        (["query", "--bank", "{tmp}/b", "--status", "great"], "--status"),
+        (["query", "--bank", "{tmp}/b", "--limit", "-1"], "--limit"),
+        (["stats", "--bank", "s3://"], "scheme and a path"),
+    ],
+)
+def test_bad_input_exits_2_with_the_rule_and_fix(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
     s = make_study(tmp_path, "a")
     res = _invoke("bank", *[a.format(tmp=tmp_path, study=s) for a in args])
     assert res.exit_code == 2, res.output

@@ -32,9 +32,24 @@ def _invoke(*args: str, env: dict[str, str] | None = None):
 
 def test_init_records_the_switches_given(tmp_path: Path) -> None:
     study = tmp_path / "s"
-    env = {"INFRARSI_PRIOR": "on", "INFRARSI_LOSS_GUARD": "on", "INFRARSI_BANK": str(tmp_path / "env-bank")}
-    res = _invoke("init", DENSE, "--study", str(study), "--no-analytic-prior", "--no-loss-guard", "--bank", "off",
-                  "--memory-capacity", "160MiB", env=env)
+    env = {
+        "INFRARSI_PRIOR": "on",
+        "INFRARSI_LOSS_GUARD": "on",
+        "INFRARSI_BANK": str(tmp_path / "env-bank"),
+    }
+    res = _invoke(
+        "init",
+        DENSE,
+        "--study",
+        str(study),
+        "--no-analytic-prior",
+        "--no-loss-guard",
+        "--bank",
+        "off",
+        "--memory-capacity",
+        "160MiB",
+        env=env,
+    )
     assert res.exit_code == 0, res.output
     assert "160.00 MiB per device (--memory-capacity)" in res.output
     data = yaml.safe_load((study / "contract.yaml").read_text())
@@ -45,21 +60,33 @@ def test_init_records_the_switches_given(tmp_path: Path) -> None:
 
 def test_init_takes_the_environment_as_default(tmp_path: Path) -> None:
     study = tmp_path / "s"
-    env = {"INFRARSI_PRIOR": "off", "INFRARSI_LOSS_GUARD": "", "INFRARSI_BANK": str(tmp_path / "env-bank")}
+    env = {
+        "INFRARSI_PRIOR": "off",
+        "INFRARSI_LOSS_GUARD": "",
+        "INFRARSI_BANK": str(tmp_path / "env-bank"),
+    }
     res = _invoke("init", DENSE, "--study", str(study), env=env)
     assert res.exit_code == 0, res.output
     sw = Contract.load(study).switches
-    assert sw is not None and (sw.analytic_prior, sw.loss_guard, sw.bank) == (False, True, str(tmp_path / "env-bank"))
+    assert sw is not None and (sw.analytic_prior, sw.loss_guard, sw.bank) == (
+        False,
+        True,
+        str(tmp_path / "env-bank"),
+    )
     assert "unlimited" in res.output  # dense_debug sets no capacity: said so, not hidden
 
 
-@pytest.mark.parametrize(("args", "env", "needle"), [
-    (["--bank", "s3://"], {}, "--bank"),
-    ([], {"INFRARSI_PRIOR": "maybe"}, "INFRARSI_PRIOR"),
-    ([], {"INFRARSI_LOSS_GUARD": "sometimes"}, "INFRARSI_LOSS_GUARD"),
-])
-def test_bad_switch_values_exit_2_and_name_them(tmp_path: Path, args: list[str], env: dict[str, str],
-                                                needle: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        (["--bank", "s3://"], {}, "--bank"),
+        ([], {"INFRARSI_PRIOR": "maybe"}, "INFRARSI_PRIOR"),
+        ([], {"INFRARSI_LOSS_GUARD": "sometimes"}, "INFRARSI_LOSS_GUARD"),
+    ],
+)
+def test_bad_switch_values_exit_2_and_name_them(
+    tmp_path: Path, args: list[str], env: dict[str, str], needle: str
+) -> None:
     res = _invoke("init", DENSE, "--study", str(tmp_path / "s"), *args, env=env)
     assert res.exit_code == 2, res.output
     assert needle in res.output
@@ -71,9 +98,13 @@ DENSE_SPACE = ROOT / "search_spaces" / "deepspeed_dense.yaml"
 SPACE_RAW = yaml.safe_load(DENSE_SPACE.read_text())
 KNOB_FIELDS = ["name", "type", "values", "range", "log", "memory", "when", "default", "grid"]
 WORKLOAD_RAW = {**yaml.safe_load(Path(DENSE).read_text()), "search_space": str(DENSE_SPACE)}
-WORKLOAD_SECTIONS = {"model": ["family", "size", "overrides", "entry_point"], "data": ["kind", "seq_len", "dtype"],
-                     "steps": ["warmup", "measured"], "resources": ["workers", "nodes", "device"],
-                     "baseline": ["zero_stage", "micro_batch_size"]}
+WORKLOAD_SECTIONS = {
+    "model": ["family", "size", "overrides", "entry_point"],
+    "data": ["kind", "seq_len", "dtype"],
+    "steps": ["warmup", "measured"],
+    "resources": ["workers", "nodes", "device"],
+    "baseline": ["zero_stage", "micro_batch_size"],
+}
 
 
 @PROPERTY
@@ -121,15 +152,39 @@ def _cli_size(text: str) -> int:
 
 
 BAD_OPTIONS = st.one_of(
-    st.tuples(st.just("--trials"), st.one_of(st.integers(max_value=0).map(str), st.sampled_from(["many", "1.5", ""]))),
-    st.tuples(st.just("--device-hours"), st.one_of(st.floats(max_value=0).map(str), st.sampled_from(["nan", "inf", "x"]))),
-    st.tuples(st.just("--loss-tolerance"), st.one_of(st.floats(max_value=-1e-300).map(str),
-                                                     st.sampled_from(["nan", "inf", "-inf", "tight"]))),
-    st.tuples(st.just("--memory-capacity"), st.text(max_size=10).filter(lambda t: t != "" and _not(_cli_size, t))),
-    st.tuples(st.just("--time-budget"), st.text(max_size=10).filter(lambda t: t != "" and _not(parse_duration, t))),
-    st.tuples(st.just("--editable"), st.one_of(st.sampled_from(["", " ", "/etc/**", "../**", "a/../../b", "C:\\x"]),
-                                               st.text(max_size=8).map(lambda t: "/" + t))),
-    st.tuples(st.just("--knob"), st.from_regex(r"\A[a-z_]{1,12}\Z").filter(lambda k: k not in SPACE_RAW_NAMES)),
+    st.tuples(
+        st.just("--trials"),
+        st.one_of(st.integers(max_value=0).map(str), st.sampled_from(["many", "1.5", ""])),
+    ),
+    st.tuples(
+        st.just("--device-hours"),
+        st.one_of(st.floats(max_value=0).map(str), st.sampled_from(["nan", "inf", "x"])),
+    ),
+    st.tuples(
+        st.just("--loss-tolerance"),
+        st.one_of(
+            st.floats(max_value=-1e-300).map(str), st.sampled_from(["nan", "inf", "-inf", "tight"])
+        ),
+    ),
+    st.tuples(
+        st.just("--memory-capacity"),
+        st.text(max_size=10).filter(lambda t: t != "" and _not(_cli_size, t)),
+    ),
+    st.tuples(
+        st.just("--time-budget"),
+        st.text(max_size=10).filter(lambda t: t != "" and _not(parse_duration, t)),
+    ),
+    st.tuples(
+        st.just("--editable"),
+        st.one_of(
+            st.sampled_from(["", " ", "/etc/**", "../**", "a/../../b", "C:\\x"]),
+            st.text(max_size=8).map(lambda t: "/" + t),
+        ),
+    ),
+    st.tuples(
+        st.just("--knob"),
+        st.from_regex(r"\A[a-z_]{1,12}\Z").filter(lambda k: k not in SPACE_RAW_NAMES),
+    ),
 )
 SPACE_RAW_NAMES = {k["name"] for k in SPACE_RAW["knobs"]}
 
@@ -144,16 +199,28 @@ def test_bad_init_options_exit_2_naming_the_option(option: tuple[str, str], tmp_
     assert not (study / "contract.yaml").exists()
 
 
-@pytest.mark.parametrize("args", [
-    ["doctor", "STUDY", "--repeats", "1"], ["verify", "STUDY", "--top-k", "0"], ["verify", "STUDY", "--pairs", "1"],
-    ["verify", "STUDY", "--rounds", "0"], ["run", "STUDY", "--trials", "0"], ["run", "STUDY", "--seed", "-1"],
-    ["tune", DENSE, "--study", "STUDY", "--trials", "-3"], ["tune", DENSE, "--study", "STUDY", "--top-k", "0"],
-    ["tune", DENSE, "--study", "STUDY", "--loss-tolerance", "nan"], ["report", "STUDY"],
-    ["init", DENSE, "--study", "FILE"], ["init", DENSE, "--study", "STUDY", "--long-check-budget", "-5s"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["doctor", "STUDY", "--repeats", "1"],
+        ["verify", "STUDY", "--top-k", "0"],
+        ["verify", "STUDY", "--pairs", "1"],
+        ["verify", "STUDY", "--rounds", "0"],
+        ["run", "STUDY", "--trials", "0"],
+        ["run", "STUDY", "--seed", "-1"],
+        ["tune", DENSE, "--study", "STUDY", "--trials", "-3"],
+        ["tune", DENSE, "--study", "STUDY", "--top-k", "0"],
+        ["tune", DENSE, "--study", "STUDY", "--loss-tolerance", "nan"],
+        ["report", "STUDY"],
+        ["init", DENSE, "--study", "FILE"],
+        ["init", DENSE, "--study", "STUDY", "--long-check-budget", "-5s"],
+    ],
+)
 def test_stage_options_out_of_range_exit_2_naming_them(args: list[str], tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    args = [{"STUDY": str(tmp_path / "none"), "FILE": str(tmp_path / "file")}.get(a, a) for a in args]
+    args = [
+        {"STUDY": str(tmp_path / "none"), "FILE": str(tmp_path / "file")}.get(a, a) for a in args
+    ]
     res = _invoke(*args)
     refused(res, next((a for a in args if a.startswith("--") and a != "--study"), str(tmp_path)))
 
@@ -166,13 +233,16 @@ def test_a_size_without_a_unit_exits_2_with_the_fix(cmd: str, tmp_path: Path) ->
     assert not study.exists()
 
 
-@pytest.mark.parametrize(("argv", "expanded"), [
-    (["run", "S", "--wait"], ["run", "S", "--wait=forever"]),
-    (["run", "S", "--wait", "10m"], ["run", "S", "--wait", "10m"]),
-    (["run", "S", "--wait", "--resume"], ["run", "S", "--wait=forever", "--resume"]),
-    (["run", "S", "--wait=90s"], ["run", "S", "--wait=90s"]),
-    (["verify", "--wait", "S"], ["verify", "--wait=forever", "S"]),
-])
+@pytest.mark.parametrize(
+    ("argv", "expanded"),
+    [
+        (["run", "S", "--wait"], ["run", "S", "--wait=forever"]),
+        (["run", "S", "--wait", "10m"], ["run", "S", "--wait", "10m"]),
+        (["run", "S", "--wait", "--resume"], ["run", "S", "--wait=forever", "--resume"]),
+        (["run", "S", "--wait=90s"], ["run", "S", "--wait=90s"]),
+        (["verify", "--wait", "S"], ["verify", "--wait=forever", "S"]),
+    ],
+)
 def test_a_bare_wait_means_as_long_as_it_takes(argv: list[str], expanded: list[str]) -> None:
     from infrarsi.cli.stages import expand_bare_wait
 
@@ -189,7 +259,9 @@ with hold_study(sys.argv[1], "run"):
 
 
 @pytest.mark.parametrize("command", [["verify"], ["doctor"], ["report"], ["run", "--resume"]])
-def test_a_writer_on_a_held_study_exits_2_naming_the_holder(tmp_path: Path, command: list[str]) -> None:
+def test_a_writer_on_a_held_study_exits_2_naming_the_holder(
+    tmp_path: Path, command: list[str]
+) -> None:
     """Another process holds the study as ``run``: each stage that writes exits 2 before doing
     anything, naming the stage, host, pid and since when, and the fix; ``--wait 1s`` gives up
     after waiting; ``state`` (read-only) takes no lock and answers."""
@@ -202,14 +274,24 @@ def test_a_writer_on_a_held_study_exits_2_naming_the_holder(tmp_path: Path, comm
 
     study = tmp_path / "s"
     init_stage(SURROGATE_SMALL, study)
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(study)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(study)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
         res = _invoke(command[0], str(study), *command[1:])
         assert res.exit_code == 2, res.output
         out = " ".join(res.output.split())
-        assert "held by `run`" in out and f"host {socket.gethostname()}" in out and f"pid {proc.pid}" in out
+        assert (
+            "held by `run`" in out
+            and f"host {socket.gethostname()}" in out
+            and f"pid {proc.pid}" in out
+        )
         assert "since" in out and "--wait" in out
         res = _invoke(command[0], str(study), *command[1:], "--wait", "1s")
         assert res.exit_code == 2 and "waited" in res.output, res.output
@@ -223,7 +305,9 @@ def test_a_writer_on_a_held_study_exits_2_naming_the_holder(tmp_path: Path, comm
     assert not list(study.glob("report.*")) and not (study / "doctor.json").exists()
 
 
-def test_long_check_without_an_accepted_candidate_exits_2_naming_verify_json(tmp_path: Path) -> None:
+def test_long_check_without_an_accepted_candidate_exits_2_naming_verify_json(
+    tmp_path: Path,
+) -> None:
     import json
 
     from infrarsi.stages.init import init_stage
@@ -274,36 +358,82 @@ def test_tune_and_each_stage_share_one_definition_of_their_options(stage: str) -
         return {p.opts[0]: p.help for p in group.commands[name].params if p.opts}  # type: ignore[attr-defined]
 
     mine, tune = helps(stage), helps("tune")
-    both = (set(mine) & set(tune)) - {"--study", "--json", "--wait"} - (RUN_OWN_DEFAULTS if stage == "run" else set())
+    both = (
+        (set(mine) & set(tune))
+        - {"--study", "--json", "--wait"}
+        - (RUN_OWN_DEFAULTS if stage == "run" else set())
+    )
     assert both and {o: mine[o] for o in both} == {o: tune[o] for o in both}
 
 
-def test_tune_passes_the_stage_options_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tune_passes_the_stage_options_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import infrarsi.stages.tune as tune_mod
 
     seen: dict[str, object] = {}
 
     def fake_tune_stage(workload: object, study: object, **kw: object) -> dict:
         seen.update(kw, workload=workload, study=study)
-        return {"run": {"baseline_step_time_s": 2.0}, "verify": {"best": None, "candidates": []},
-                "long_check": None, "report_html": str(tmp_path / "report.html")}
+        return {
+            "run": {"baseline_step_time_s": 2.0},
+            "verify": {"best": None, "candidates": []},
+            "long_check": None,
+            "report_html": str(tmp_path / "report.html"),
+        }
 
     monkeypatch.setattr(tune_mod, "tune_stage", fake_tune_stage)
-    res = _invoke("tune", DENSE, "--study", str(tmp_path / "s"), "--space", str(DENSE_SPACE), "--knob", "zero_stage",
-                  "--knob", "micro_batch_size", "--editable", "workloads/**", "--device-hours", "2", "--repeats", "4",
-                  "--no-honest-change", "--pairs", "4", "--rounds", "3", "--top-k", "2", "--horizon-factor", "5",
-                  "--skip-checkpoint", "--pdf", "--json")
+    res = _invoke(
+        "tune",
+        DENSE,
+        "--study",
+        str(tmp_path / "s"),
+        "--space",
+        str(DENSE_SPACE),
+        "--knob",
+        "zero_stage",
+        "--knob",
+        "micro_batch_size",
+        "--editable",
+        "workloads/**",
+        "--device-hours",
+        "2",
+        "--repeats",
+        "4",
+        "--no-honest-change",
+        "--pairs",
+        "4",
+        "--rounds",
+        "3",
+        "--top-k",
+        "2",
+        "--horizon-factor",
+        "5",
+        "--skip-checkpoint",
+        "--pdf",
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["report_html"].endswith("report.html")
-    assert seen["space"] == DENSE_SPACE and seen["editable_knobs"] == ["zero_stage", "micro_batch_size"]
+    assert seen["space"] == DENSE_SPACE and seen["editable_knobs"] == [
+        "zero_stage",
+        "micro_batch_size",
+    ]
     assert seen["editable_globs"] == ["workloads/**"] and seen["device_hours"] == 2.0
     assert (seen["doctor_repeats"], seen["honest_change"]) == (4, False)
     assert (seen["pairs"], seen["rounds"], seen["top_k"]) == (4, 3, 2)
     assert (seen["horizon_factor"], seen["checkpoint"], seen["pdf"]) == (5.0, False, True)
     res = _invoke("tune", DENSE, "--study", str(tmp_path / "s"))  # the summary table instead
     assert res.exit_code == 0, res.output
-    for row in ("baseline", "2.0000 s/step", "verified best", "long check", "report", "full log",
-                str(Path("logs") / "infrarsi.jsonl")):
+    for row in (
+        "baseline",
+        "2.0000 s/step",
+        "verified best",
+        "long check",
+        "report",
+        "full log",
+        str(Path("logs") / "infrarsi.jsonl"),
+    ):
         assert row in res.stdout, row
 
 
@@ -322,26 +452,62 @@ def _fake_stages(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from infrarsi.stages.apply import ApplyResult
     from infrarsi.stages.report import ReportPaths
 
-    monkeypatch.setattr(doctor_mod, "doctor_stage", lambda *a, **k: SimpleNamespace(to_json=lambda: {"noise": 0.05}))
-    monkeypatch.setattr(run_mod, "run_stage", lambda *a, **k: {"trials": 3, "statuses": {"ok": 3}, "concurrency": 1,
-                                                               "best_step_time_s": 1.0, "baseline_step_time_s": 2.0,
-                                                               "raw_speedup": 2.0, "best_config": {"zero_stage": 1}})
-    monkeypatch.setattr(verify_mod, "verify_stage", lambda *a, **k: {"best": None, "candidates": []})
+    monkeypatch.setattr(
+        doctor_mod, "doctor_stage", lambda *a, **k: SimpleNamespace(to_json=lambda: {"noise": 0.05})
+    )
+    monkeypatch.setattr(
+        run_mod,
+        "run_stage",
+        lambda *a, **k: {
+            "trials": 3,
+            "statuses": {"ok": 3},
+            "concurrency": 1,
+            "best_step_time_s": 1.0,
+            "baseline_step_time_s": 2.0,
+            "raw_speedup": 2.0,
+            "best_config": {"zero_stage": 1},
+        },
+    )
+    monkeypatch.setattr(
+        verify_mod, "verify_stage", lambda *a, **k: {"best": None, "candidates": []}
+    )
     monkeypatch.setattr(long_mod, "accepted_candidate", lambda *a, **k: None)
-    monkeypatch.setattr(long_mod, "long_check_stage", lambda *a, **k: SimpleNamespace(to_json=lambda: {"status": "passed"}))
-    monkeypatch.setattr(report_mod, "write_report", lambda *a, **k: ReportPaths(
-        tmp_path / "report.md", tmp_path / "report.html", [tmp_path / "report_files" / "a.png"]))
-    monkeypatch.setattr(apply_mod, "apply", lambda *a, **k: ApplyResult("infrarsi/s-1", "a" * 40, "b" * 40,
-                                                                        "infrarsi/golden/s", True, ["ds.json"]))
+    monkeypatch.setattr(
+        long_mod,
+        "long_check_stage",
+        lambda *a, **k: SimpleNamespace(to_json=lambda: {"status": "passed"}),
+    )
+    monkeypatch.setattr(
+        report_mod,
+        "write_report",
+        lambda *a, **k: ReportPaths(
+            tmp_path / "report.md", tmp_path / "report.html", [tmp_path / "report_files" / "a.png"]
+        ),
+    )
+    monkeypatch.setattr(
+        apply_mod,
+        "apply",
+        lambda *a, **k: ApplyResult(
+            "infrarsi/s-1", "a" * 40, "b" * 40, "infrarsi/golden/s", True, ["ds.json"]
+        ),
+    )
 
 
-@pytest.mark.parametrize(("args", "key"), [
-    (["doctor", "STUDY"], "noise"), (["run", "STUDY"], "concurrency"), (["verify", "STUDY"], "candidates"),
-    (["long-check", "STUDY"], "status"), (["report", "STUDY"], "html"), (["apply", "STUDY", "--repo", "REPO"], "branch"),
-    (["state", "STUDY"], "trials"),
-])
-def test_json_prints_one_object_on_stdout(args: list[str], key: str, study: Path, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (["doctor", "STUDY"], "noise"),
+        (["run", "STUDY"], "concurrency"),
+        (["verify", "STUDY"], "candidates"),
+        (["long-check", "STUDY"], "status"),
+        (["report", "STUDY"], "html"),
+        (["apply", "STUDY", "--repo", "REPO"], "branch"),
+        (["state", "STUDY"], "trials"),
+    ],
+)
+def test_json_prints_one_object_on_stdout(
+    args: list[str], key: str, study: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _fake_stages(monkeypatch, tmp_path)
     args = [{"STUDY": str(study), "REPO": str(tmp_path)}.get(a, a) for a in args]
     res = _invoke(*args, "--json")
@@ -350,41 +516,73 @@ def test_json_prints_one_object_on_stdout(args: list[str], key: str, study: Path
 
 
 def test_init_json_names_the_contract_and_its_switches(tmp_path: Path) -> None:
-    res = _invoke("init", str(SURROGATE_SMALL), "--study", str(tmp_path / "s"), "--bank", "off", "--json")
+    res = _invoke(
+        "init", str(SURROGATE_SMALL), "--study", str(tmp_path / "s"), "--bank", "off", "--json"
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["contract"].endswith("contract.yaml") and len(out["contract_hash"]) == 64
     assert out["switches"]["bank"] is None and "per device" in out["memory_capacity"]
 
 
-@pytest.mark.parametrize("command", ["init", "doctor", "run", "verify", "long-check", "report", "apply", "tune", "state"])
+@pytest.mark.parametrize(
+    "command", ["init", "doctor", "run", "verify", "long-check", "report", "apply", "tune", "state"]
+)
 def test_every_stage_command_takes_json(command: str) -> None:
     assert "--json" in _options(command)
 
 
 def test_the_environment_variables_show_in_the_help() -> None:
-    for args, var in ((["init", "--help"], "INFRARSI_BANK"), (["init", "--help"], "INFRARSI_PRIOR"),
-                      (["tune", "--help"], "INFRARSI_LOSS_GUARD"), (["run", "--help"], "RAY_ADDRESS"),
-                      (["report", "--help"], "INFRARSI_CHROMIUM"), (["bank", "stats", "--help"], "INFRARSI_BANK")):
+    for args, var in (
+        (["init", "--help"], "INFRARSI_BANK"),
+        (["init", "--help"], "INFRARSI_PRIOR"),
+        (["tune", "--help"], "INFRARSI_LOSS_GUARD"),
+        (["run", "--help"], "RAY_ADDRESS"),
+        (["report", "--help"], "INFRARSI_CHROMIUM"),
+        (["bank", "stats", "--help"], "INFRARSI_BANK"),
+    ):
         res = _invoke(*args, env={"COLUMNS": "300"})
         assert res.exit_code == 0, res.output
         assert f"[env var: {var}]" in res.output, (args, var)
 
 
-def test_init_script_writes_the_workload_of_the_launch_line_and_inits_from_it(tmp_path, monkeypatch) -> None:
+def test_init_script_writes_the_workload_of_the_launch_line_and_inits_from_it(
+    tmp_path, monkeypatch
+) -> None:
     for f in ("ds_train.py", "ds.json"):
         (tmp_path / f).write_text((ROOT / "examples" / "scripts" / f).read_text())
     monkeypatch.chdir(tmp_path)
     line = "deepspeed --num_gpus 2 ds_train.py --deepspeed --deepspeed_config ds.json --steps 1000"
-    res = _invoke("init", "--script", line, "--study", str(tmp_path / "s"), "--no-analytic-prior", "--bank", "off")
+    res = _invoke(
+        "init",
+        "--script",
+        line,
+        "--study",
+        str(tmp_path / "s"),
+        "--no-analytic-prior",
+        "--bank",
+        "off",
+    )
     assert res.exit_code == 0, res.output
-    assert "workload written:" in res.output and "pinned at the baseline (cannot reach a script): optimizer_impl" in res.output
+    assert (
+        "workload written:" in res.output
+        and "pinned at the baseline (cannot reach a script): optimizer_impl" in res.output
+    )
     wl = Workload.from_yaml(tmp_path / "ds_train.infrarsi.yaml")
-    assert wl.script is not None and wl.script.args[-1] == "1000" and wl.baseline["micro_batch_size"] == 8
-    assert yaml.safe_load((tmp_path / "s" / "contract.yaml").read_text())["workload"]["name"] == "ds_train_script"
-    for bad, says in ((line.replace("deepspeed --num_gpus 2", "accelerate launch"), "launcher 'accelerate'"),
-                      (line.replace("ds.json", "gone.json"), "cannot be read as JSON"),
-                      (line.replace("ds_train.py", "gone.py"), "not a file")):
+    assert (
+        wl.script is not None
+        and wl.script.args[-1] == "1000"
+        and wl.baseline["micro_batch_size"] == 8
+    )
+    assert (
+        yaml.safe_load((tmp_path / "s" / "contract.yaml").read_text())["workload"]["name"]
+        == "ds_train_script"
+    )
+    for bad, says in (
+        (line.replace("deepspeed --num_gpus 2", "accelerate launch"), "launcher 'accelerate'"),
+        (line.replace("ds.json", "gone.json"), "cannot be read as JSON"),
+        (line.replace("ds_train.py", "gone.py"), "not a file"),
+    ):
         res = _invoke("init", "--script", bad, "--study", str(tmp_path / "s2"))
         assert res.exit_code == 2 and says in res.output, res.output
     res = _invoke("init", "--study", str(tmp_path / "s3"))

@@ -53,19 +53,29 @@ def test_bad_log_format_exits_2():
 
 def test_parse_sets_reads_yaml_scalars():
     assert parse_sets(["zero_stage=2", "dtype=bf16", "offload_optimizer=true", "x=1e-3"]) == {
-        "zero_stage": 2, "dtype": "bf16", "offload_optimizer": True, "x": 1e-3}
+        "zero_stage": 2,
+        "dtype": "bf16",
+        "offload_optimizer": True,
+        "x": 1e-3,
+    }
     with pytest.raises(ConfigError):
         parse_sets(["=3"])
     with pytest.raises(ConfigError):
         parse_sets(["a=[1, 2]"])
 
 
-WORKLOAD_RAW = {**yaml.safe_load(Path(DENSE).read_text()),
-                "search_space": str(ROOT / "search_spaces" / "deepspeed_dense.yaml")}
-SECTIONS = {"model": ["family", "size", "overrides", "entry_point", "code_dir", "args"],
-            "data": ["kind", "seed", "seq_len", "path", "dtype"], "steps": ["warmup", "measured"],
-            "resources": ["workers", "nodes", "devices_per_worker", "cpus_per_worker", "device"],
-            "optimizer": ["lr", "betas"], "baseline": ["zero_stage", "micro_batch_size", "dtype"]}
+WORKLOAD_RAW = {
+    **yaml.safe_load(Path(DENSE).read_text()),
+    "search_space": str(ROOT / "search_spaces" / "deepspeed_dense.yaml"),
+}
+SECTIONS = {
+    "model": ["family", "size", "overrides", "entry_point", "code_dir", "args"],
+    "data": ["kind", "seed", "seq_len", "path", "dtype"],
+    "steps": ["warmup", "measured"],
+    "resources": ["workers", "nodes", "devices_per_worker", "cpus_per_worker", "device"],
+    "optimizer": ["lr", "betas"],
+    "baseline": ["zero_stage", "micro_batch_size", "dtype"],
+}
 
 
 @PROPERTY
@@ -82,14 +92,37 @@ def test_a_malformed_workload_exits_2_before_any_trial(raw: object, tmp_path: Pa
 
 
 SPACE = SearchSpace.from_yaml(WORKLOAD_RAW["search_space"])
-SET_VALUES = st.one_of(st.text(max_size=12), st.sampled_from(
-    ["{a: 1}", "[1, 2]", "null", "2020-01-01", "!!binary aGk=", ".nan", "*a", "&a 1", "!!python/object:os.system",
-     "1e400", "-1", "3.0", "'2'", "|\n x", "? a"]))
+SET_VALUES = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "{a: 1}",
+            "[1, 2]",
+            "null",
+            "2020-01-01",
+            "!!binary aGk=",
+            ".nan",
+            "*a",
+            "&a 1",
+            "!!python/object:os.system",
+            "1e400",
+            "-1",
+            "3.0",
+            "'2'",
+            "|\n x",
+            "? a",
+        ]
+    ),
+)
 
 
 @PROPERTY
-@given(knob=st.sampled_from(["zero_stage", "micro_batch_size", "dtype", "offload_optimizer", "no_such_knob"]),
-       value=SET_VALUES)
+@given(
+    knob=st.sampled_from(
+        ["zero_stage", "micro_batch_size", "dtype", "offload_optimizer", "no_such_knob"]
+    ),
+    value=SET_VALUES,
+)
 def test_any_bad_set_value_exits_2_naming_the_knob(knob: str, value: str) -> None:
     """``--set knob=<anything>`` that is not a valid value of the knob (with the baseline's other
     values) exits 2 naming the knob, before any trial."""
@@ -127,15 +160,29 @@ def _short_workload(tmp_path: Path, warmup: int = 1, measured: int = 2) -> str:
 
 def _cli(*args: str, address: str) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("infrarsi")
-    return subprocess.run([str(exe), *args, "--address", address], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
+    return subprocess.run(
+        [str(exe), *args, "--address", address],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.integration
 def test_trial_trains_two_ranks_and_logs_an_ok_row(ray_local, tmp_path):
     study = tmp_path / "study"
-    proc = _cli("trial", "workloads/dense_debug.yaml", "--set", "zero_stage=2", "--set", "micro_batch_size=4",
-                "--log", str(study), address=ray_local)
+    proc = _cli(
+        "trial",
+        "workloads/dense_debug.yaml",
+        "--set",
+        "zero_stage=2",
+        "--set",
+        "micro_batch_size=4",
+        "--log",
+        str(study),
+        address=ray_local,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ok" in proc.stdout
     (row,) = rows(read_trials(study))
@@ -145,7 +192,9 @@ def test_trial_trains_two_ranks_and_logs_an_ok_row(ray_local, tmp_path):
     assert row.peak_memory_bytes is not None and row.peak_memory_bytes > 0
     assert row.memory_censored is False
     assert row.tokens_per_step == 2048
-    assert row.optimizer_steps == len(row.loss) == 1 + 10  # one loss per optimizer step (warm-up included)
+    assert (
+        row.optimizer_steps == len(row.loss) == 1 + 10
+    )  # one loss per optimizer step (warm-up included)
     assert len(row.step_time_samples_s) == 10
     assert row.config["zero_stage"] == 2 and row.config["micro_batch_size"] == 4
     assert row.device_seconds > 0 and row.ended_at > row.started_at
@@ -154,8 +203,19 @@ def test_trial_trains_two_ranks_and_logs_an_ok_row(ray_local, tmp_path):
 @pytest.mark.integration
 def test_trial_over_capacity_gives_a_censored_oom_row(ray_local, tmp_path):
     study = tmp_path / "study"
-    proc = _cli("trial", _short_workload(tmp_path), "--set", "zero_stage=2", "--set", "micro_batch_size=4",
-                "--memory-capacity", "1MiB", "--log", str(study), address=ray_local)
+    proc = _cli(
+        "trial",
+        _short_workload(tmp_path),
+        "--set",
+        "zero_stage=2",
+        "--set",
+        "micro_batch_size=4",
+        "--memory-capacity",
+        "1MiB",
+        "--log",
+        str(study),
+        address=ray_local,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # a trial that is not ok exits 1
     (row,) = rows(read_trials(study))
     assert row.status == "oom", row.error
@@ -183,7 +243,9 @@ def test_an_entry_point_outside_the_repository_runs_a_trial(ray_local, tmp_path)
     assert row.tokens_per_step == SEQ_LEN * SEQUENCES and "tokens_per_step_varied" not in row.extra
     assert row.extra["sequences_seen"] == [SEQUENCES] * 3
     assert row.optimizer_steps == len(row.loss) == 3
-    assert row.eval_loss is not None and row.loss[-1] < row.loss[0]  # the counting sequences are learnt
+    assert (
+        row.eval_loss is not None and row.loss[-1] < row.loss[0]
+    )  # the counting sequences are learnt
 
 
 def test_an_unknown_knob_in_the_workloads_baseline_names_the_file_and_field(tmp_path: Path) -> None:

@@ -27,8 +27,15 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 ENTRY = "hf_job:make_job"
 VOCAB = 256
-LLAMA: dict[str, Any] = {"arch": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": VOCAB}
+LLAMA: dict[str, Any] = {
+    "arch": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 96,
+    "vocab_size": VOCAB,
+}
 MIXTRAL = {**LLAMA, "arch": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2}
 SEQ = 16
 
@@ -40,7 +47,9 @@ def _module() -> Any:
 
 def _job(args: dict[str, Any], checkpointing: str | None = None, seq_len: int = SEQ):
     options = {} if checkpointing is None else {"activation_checkpointing": checkpointing}
-    ctx = JobContext(args=args, options=options, device="cpu", rank=0, world_size=1, seq_len=seq_len)
+    ctx = JobContext(
+        args=args, options=options, device="cpu", rank=0, world_size=1, seq_len=seq_len
+    )
     return check_job(import_entry(EXAMPLES, ENTRY)(ctx), ENTRY)
 
 
@@ -53,12 +62,29 @@ def _tokens(rows: int = 3, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, VOCAB, (rows, SEQ), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize(("args", "cls", "shape"), [
-    (LLAMA, "LlamaForCausalLM", ModelShape(n_layers=2, dim=64, vocab_size=256, n_heads=4)),
-    (MIXTRAL, "MixtralForCausalLM",
-     ModelShape(n_layers=2, dim=64, vocab_size=256, n_heads=4, num_experts=4, top_k=2, expert_hidden=96)),
-], ids=["llama", "mixtral"])
-def test_builds_the_model_of_its_config_in_fp32_with_logits_over_the_vocabulary(args, cls, shape) -> None:
+@pytest.mark.parametrize(
+    ("args", "cls", "shape"),
+    [
+        (LLAMA, "LlamaForCausalLM", ModelShape(n_layers=2, dim=64, vocab_size=256, n_heads=4)),
+        (
+            MIXTRAL,
+            "MixtralForCausalLM",
+            ModelShape(
+                n_layers=2,
+                dim=64,
+                vocab_size=256,
+                n_heads=4,
+                num_experts=4,
+                top_k=2,
+                expert_hidden=96,
+            ),
+        ),
+    ],
+    ids=["llama", "mixtral"],
+)
+def test_builds_the_model_of_its_config_in_fp32_with_logits_over_the_vocabulary(
+    args, cls, shape
+) -> None:
     job = _job(args)
     assert job.shape == shape
     model = _built(job)
@@ -102,9 +128,13 @@ def test_the_same_seed_gives_the_same_weights_in_every_build_context(args) -> No
     whole = _built(job)
     with rank_setup.build_context("cpu", {"zero_optimization": {"stage": 2}}):
         placed = _built(job)
-    assert all(torch.equal(a, b) for a, b in zip(whole.parameters(), placed.parameters(), strict=True))
-    assert not all(torch.equal(a, b) for a, b in zip(whole.parameters(), _built(job, seed=1).parameters(),
-                                                     strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(whole.parameters(), placed.parameters(), strict=True)
+    )
+    assert not all(
+        torch.equal(a, b)
+        for a, b in zip(whole.parameters(), _built(job, seed=1).parameters(), strict=True)
+    )
     # parameters created in bf16 (what zero.Init does for a bf16 trial) get the fp32 draws, rounded
     prev = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
@@ -112,8 +142,10 @@ def test_the_same_seed_gives_the_same_weights_in_every_build_context(args) -> No
         low = _built(job)
     finally:
         torch.set_default_dtype(prev)
-    assert all(b.dtype == torch.bfloat16 and torch.equal(a.to(torch.bfloat16), b)
-               for a, b in zip(whole.parameters(), low.parameters(), strict=True))
+    assert all(
+        b.dtype == torch.bfloat16 and torch.equal(a.to(torch.bfloat16), b)
+        for a, b in zip(whole.parameters(), low.parameters(), strict=True)
+    )
     # on the meta device nothing is drawn
     with torch.device("meta"):
         meta = _built(job)
@@ -146,17 +178,23 @@ def _saved_tensors_and_grads(job: Any) -> tuple[int, list[torch.Tensor]]:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         logits = job.forward(model, _tokens())
-    torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), _tokens(seed=2).reshape(-1)).backward()
+    torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), _tokens(seed=2).reshape(-1)
+    ).backward()
     return saved[0], [p.grad for p in model.parameters()]  # every parameter gets a gradient
 
 
 @pytest.mark.parametrize("args", [LLAMA, MIXTRAL], ids=["llama", "mixtral"])
 def test_checkpointing_saves_fewer_activations_and_changes_no_number(args) -> None:
-    got = {mode: _saved_tensors_and_grads(_job(args, mode)) for mode in ("none", "selective", "full")}
+    got = {
+        mode: _saved_tensors_and_grads(_job(args, mode)) for mode in ("none", "selective", "full")
+    }
     assert got["none"][0] > got["selective"][0] > got["full"][0]
     for mode in ("selective", "full"):
-        assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-8)
-                   for a, b in zip(got["none"][1], got[mode][1], strict=True)), mode
+        assert all(
+            torch.allclose(a, b, rtol=1e-5, atol=1e-8)
+            for a, b in zip(got["none"][1], got[mode][1], strict=True)
+        ), mode
     assert _saved_tensors_and_grads(_job(args))[0] == got["none"][0]  # no option: none
 
 
@@ -166,7 +204,10 @@ def test_preflight_accepts_the_hf_workloads(name: str) -> None:
     job = preflight(wl)
     assert job.shape.vocab_size == wl.model.args["vocab_size"] == 4096
     assert job.shape.n_layers == 2 and job.shape.dim == 128
-    assert _module().make_config(wl.model.args, wl.data.seq_len).max_position_embeddings >= wl.data.seq_len
+    assert (
+        _module().make_config(wl.model.args, wl.data.seq_len).max_position_embeddings
+        >= wl.data.seq_len
+    )
 
 
 # ----------------------------------------------------------------------------- integration
@@ -178,11 +219,28 @@ def test_zero3_trains_hf_llama_exactly_like_zero2_and_checkpointing_changes_no_n
     bitwise alike; the three checkpointing modes give the same numbers (fp32)."""
     from tests.execution.spawn_harness import make_spec, run_specs
 
-    cfgs = [{"zero_stage": 2, "micro_batch_size": 2, "dtype": "bf16"},
-            {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16"},
-            {"zero_stage": 2, "micro_batch_size": 2, "dtype": "fp32", "activation_checkpointing": "none"},
-            {"zero_stage": 2, "micro_batch_size": 2, "dtype": "fp32", "activation_checkpointing": "selective"},
-            {"zero_stage": 2, "micro_batch_size": 2, "dtype": "fp32", "activation_checkpointing": "full"}]
+    cfgs = [
+        {"zero_stage": 2, "micro_batch_size": 2, "dtype": "bf16"},
+        {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16"},
+        {
+            "zero_stage": 2,
+            "micro_batch_size": 2,
+            "dtype": "fp32",
+            "activation_checkpointing": "none",
+        },
+        {
+            "zero_stage": 2,
+            "micro_batch_size": 2,
+            "dtype": "fp32",
+            "activation_checkpointing": "selective",
+        },
+        {
+            "zero_stage": 2,
+            "micro_batch_size": 2,
+            "dtype": "fp32",
+            "activation_checkpointing": "full",
+        },
+    ]
     specs = []
     for i, c in enumerate(cfgs):
         spec = make_spec("workloads/hf_llama_debug.yaml", c, warmup=0, measured=2, trial_id=str(i))
@@ -199,11 +257,18 @@ def test_zero3_trains_hf_llama_exactly_like_zero2_and_checkpointing_changes_no_n
 
 
 SMALL_SPACE = {
-    "name": "hf-debug-test", "objective": "step_time",
-    "knobs": [{"name": "zero_stage", "type": "choice", "values": [0, 1, 2, 3], "memory": "saver"},
-              {"name": "micro_batch_size", "type": "int", "values": [1, 2, 4, 8], "memory": "hungry"},
-              {"name": "activation_checkpointing", "type": "choice", "values": ["none", "selective", "full"],
-               "memory": "saver"}],
+    "name": "hf-debug-test",
+    "objective": "step_time",
+    "knobs": [
+        {"name": "zero_stage", "type": "choice", "values": [0, 1, 2, 3], "memory": "saver"},
+        {"name": "micro_batch_size", "type": "int", "values": [1, 2, 4, 8], "memory": "hungry"},
+        {
+            "name": "activation_checkpointing",
+            "type": "choice",
+            "values": ["none", "selective", "full"],
+            "memory": "saver",
+        },
+    ],
 }
 """The knobs of ``search_spaces/deepspeed_dense.yaml`` that keep a warm worker group warm and the
 numbers fp32 (no ``threads_per_worker``, whose change restarts the workers, no bf16, which the
@@ -229,8 +294,18 @@ def test_hf_llama_debug_tunes_end_to_end_on_two_cpu_ranks(ray_local, tmp_path: P
     path = tmp_path / "hf_llama_short.yaml"
     path.write_text(yaml.safe_dump(data))
     study = tmp_path / "study"
-    out = tune_stage(path, study, trials=3, top_k=1, pairs=2, rounds=1, doctor_repeats=2, address=ray_local,
-                     progress=False, bank="off")
+    out = tune_stage(
+        path,
+        study,
+        trials=3,
+        top_k=1,
+        pairs=2,
+        rounds=1,
+        doctor_repeats=2,
+        address=ray_local,
+        progress=False,
+        bank="off",
+    )
     got = rows(read_trials(study))
     run = [r for r in got if r.stage == "run"]
     assert len(run) == 3

@@ -26,12 +26,25 @@ def _result(spec: dict[str, Any], status: str = "ok", error: str = "") -> dict[s
         times.append(time.perf_counter() - t0)
         losses.append(float(x.item()))
     return {
-        "rank": rank, "status": status, "error": error, "step_times_s": times,
-        "warmup_steps": steps["warmup"], "phase_times_s": {}, "loss": losses, "eval_loss": None,
-        "tokens_seen": [spec["workload"]["tokens_per_step"]] * n, "optimizer_steps": n,
-        "peak_memory_bytes": 1000 * (rank + 1), "memory_censored": status == "oom",
-        "memory_measure": "standin", "setup_time_s": 0.0, "param_checksum": 1.0,
-        "flops_per_token": 6.0, "num_params": 1, "telemetry": {}, "pid": os.getpid(),
+        "rank": rank,
+        "status": status,
+        "error": error,
+        "step_times_s": times,
+        "warmup_steps": steps["warmup"],
+        "phase_times_s": {},
+        "loss": losses,
+        "eval_loss": None,
+        "tokens_seen": [spec["workload"]["tokens_per_step"]] * n,
+        "optimizer_steps": n,
+        "peak_memory_bytes": 1000 * (rank + 1),
+        "memory_censored": status == "oom",
+        "memory_measure": "standin",
+        "setup_time_s": 0.0,
+        "param_checksum": 1.0,
+        "flops_per_token": 6.0,
+        "num_params": 1,
+        "telemetry": {},
+        "pid": os.getpid(),
     }
 
 
@@ -62,8 +75,14 @@ def boom(spec: dict[str, Any]) -> dict[str, Any]:
 def skip_collective(spec: dict[str, Any]) -> dict[str, Any]:
     """Rank 1 skips the all-reduce and returns ok at once; rank 0 waits in it for ever."""
     if dist.get_rank() == 1:
-        return {"rank": 1, "status": "ok", "error": "", "step_times_s": [], "warmup_steps": 0,
-                "pid": os.getpid()}
+        return {
+            "rank": 1,
+            "status": "ok",
+            "error": "",
+            "step_times_s": [],
+            "warmup_steps": 0,
+            "pid": os.getpid(),
+        }
     x = torch.ones(1)
     dist.all_reduce(x)
     return _result(spec)

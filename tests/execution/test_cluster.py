@@ -10,14 +10,18 @@ from infrarsi.execution.group import GroupSpec
 
 
 def _nodes(*cpus_gpus: tuple[float, float]) -> list[NodeResources]:
-    return [NodeResources(node_id=f"{i:02d}" * 4, resources={"CPU": c, "GPU": g, "memory": 1e9})
-            for i, (c, g) in enumerate(cpus_gpus)]
+    return [
+        NodeResources(node_id=f"{i:02d}" * 4, resources={"CPU": c, "GPU": g, "memory": 1e9})
+        for i, (c, g) in enumerate(cpus_gpus)
+    ]
 
 
 def test_one_node_trials_pack_each_on_a_node_that_holds_all_its_ranks() -> None:
     spec = GroupSpec(workers=2, cpus_per_worker=1)
     assert trial_slots(spec, _nodes((2, 0))) == 1
-    assert trial_slots(spec, _nodes((4, 0), (3, 0), (1, 0))) == 3  # 2 + 1 + 0: a rank never leaves its trial's node
+    assert (
+        trial_slots(spec, _nodes((4, 0), (3, 0), (1, 0))) == 3
+    )  # 2 + 1 + 0: a rank never leaves its trial's node
     gpu = GroupSpec(workers=8, cpus_per_worker=4, device="cuda")
     assert trial_slots(gpu, _nodes((64, 8), (64, 8), (64, 8), (64, 8))) == 4
     assert trial_slots(gpu, _nodes((64, 4), (64, 4))) == 0  # 8 GPUs in all, never 8 on one node

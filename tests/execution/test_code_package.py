@@ -48,7 +48,9 @@ def test_the_digest_is_the_content_and_unpacking_gives_the_same_files(tmp_path: 
     here = materialize(a.digest, a.data, tmp_path / "cache")
     assert (here / "my_job" / "__init__.py").read_text().startswith("def make_job")
     assert (here / "my_job" / "vocab.txt").read_text() == "a b c\n"
-    assert materialize(a.digest, b"not read again", tmp_path / "cache") == here  # unpacked once per node
+    assert (
+        materialize(a.digest, b"not read again", tmp_path / "cache") == here
+    )  # unpacked once per node
 
 
 def test_a_folder_too_large_to_ship_is_a_job_error_naming_it(tmp_path: Path) -> None:

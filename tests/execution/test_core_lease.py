@@ -36,8 +36,13 @@ def _holder(directory: Path, n: int) -> subprocess.Popen[str]:
         sys.stdin.readline()
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 @needs_affinity
@@ -45,7 +50,11 @@ def test_a_lease_pins_the_process_to_the_cores_it_holds_and_release_frees_them(t
     lease = acquire(1, directory=tmp_path)
     assert lease.pinned and len(lease.cores) == 1 and lease.note == ""
     assert os.sched_getaffinity(0) == set(lease.cores)
-    assert lease.record() == {"cpu_pinned": True, "cpu_cores": list(lease.cores), "cpu_pin_note": ""}
+    assert lease.record() == {
+        "cpu_pinned": True,
+        "cpu_cores": list(lease.cores),
+        "cpu_pin_note": "",
+    }
     held = lease.cores
     lease.release()
     assert lease.cores == () and not lease.pinned
@@ -58,7 +67,9 @@ def test_a_lease_pins_the_process_to_the_cores_it_holds_and_release_frees_them(t
 def test_two_leases_never_share_a_core_and_a_busy_node_runs_unpinned_without_waiting(tmp_path):
     first = acquire(len(ALLOWED), directory=tmp_path, pin=False)  # every core this process may use
     assert sorted(first.cores) == ALLOWED
-    second = acquire(1, directory=tmp_path, pin=False)  # flocks are per open file: this one conflicts too
+    second = acquire(
+        1, directory=tmp_path, pin=False
+    )  # flocks are per open file: this one conflicts too
     assert not second.pinned and "0 of the 1 cores wanted are free" in second.note
     assert second.record()["cpu_pinned"] is False
     first.release()

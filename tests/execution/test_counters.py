@@ -20,8 +20,8 @@ def test_harness_counters_see_token_ids_passed_by_keyword_too() -> None:
     model = ByKeyword()
     counters = HarnessCounters().attach(model)
     counters.begin_step()
-    model(torch.zeros(2, 5, dtype=torch.long))             # positional
-    model(input_ids=torch.zeros(3, 5, dtype=torch.long))   # keyword (a Hugging Face call)
+    model(torch.zeros(2, 5, dtype=torch.long))  # positional
+    model(input_ids=torch.zeros(3, 5, dtype=torch.long))  # keyword (a Hugging Face call)
     assert (counters.step_tokens, counters.step_rows) == (25, 5)
     counters.detach()
 

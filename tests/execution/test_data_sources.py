@@ -16,7 +16,9 @@ def test_global_batch_is_fixed_by_seed_and_step():
     a, b = MarkovSource(4096, 128, 7), MarkovSource(4096, 128, 7)
     assert torch.equal(a.global_batch(3, 16).inputs, b.global_batch(3, 16).inputs)
     assert not torch.equal(a.global_batch(3, 16).inputs, a.global_batch(4, 16).inputs)
-    assert not torch.equal(a.global_batch(3, 16).inputs, MarkovSource(4096, 128, 8).global_batch(3, 16).inputs)
+    assert not torch.equal(
+        a.global_batch(3, 16).inputs, MarkovSource(4096, 128, 8).global_batch(3, 16).inputs
+    )
     bt = a.global_batch(0, 4)
     assert torch.equal(bt.inputs[:, 1:], bt.targets[:, :-1])
 
@@ -62,8 +64,8 @@ def test_token_file_windows_are_consecutive_and_fixed_by_step(tmp_path, suffix):
     b = src.global_batch(2, 4)
     assert b.inputs.shape == (4, 16) and b.inputs.dtype == torch.long
     start = (2 * 4 + 1) * 16  # row 1 of step 2
-    assert b.inputs[1].tolist() == ids[start:start + 16].tolist()
-    assert b.targets[1].tolist() == ids[start + 1:start + 17].tolist()
+    assert b.inputs[1].tolist() == ids[start : start + 16].tolist()
+    assert b.targets[1].tolist() == ids[start + 1 : start + 17].tolist()
     assert torch.equal(b.inputs, TokenFileSource(p, 16, 100).global_batch(2, 4).inputs)
     rows = [m.inputs for r in range(2) for m in src.rank_micro_batches(2, 4, r, 2, 1)]
     assert torch.equal(torch.cat(rows), b.inputs)
@@ -75,7 +77,7 @@ def test_token_file_eval_windows_are_never_trained_on(tmp_path):
     held_out_from = len(ids) - 4 * 17
     e = src.eval_batch()
     assert e.inputs.shape == (4, 16)
-    assert e.inputs[0].tolist() == ids[held_out_from:held_out_from + 16].tolist()
+    assert e.inputs[0].tolist() == ids[held_out_from : held_out_from + 16].tolist()
     for step in range(200):  # training wraps around inside the first part of the file
         starts = [((step * 8 + r) * 16) % (held_out_from - 16) for r in range(8)]
         assert max(starts) + 17 <= held_out_from
@@ -102,7 +104,9 @@ def test_make_source_picks_the_job_loader_then_the_token_file_then_synthetic(tmp
         x = torch.full((rows, 17), step, dtype=torch.int32)
         return TokenBatch(x[:, :-1], x[:, 1:])
 
-    job = TrainingJob(build_model=lambda: torch.nn.Linear(1, 1), shape=ModelShape(1, 1, 100), global_batch=own)
+    job = TrainingJob(
+        build_model=lambda: torch.nn.Linear(1, 1), shape=ModelShape(1, 1, 100), global_batch=own
+    )
     src = make_source(DataSpec(seq_len=16), 100, job=job)
     assert isinstance(src, JobSource)
     b = src.global_batch(3, 2)

@@ -21,8 +21,22 @@ from infrarsi.execution.data_sources import Batch, MarkovSource
 from infrarsi.execution.memory import MemoryCapacityExceeded, MemoryMonitor, mallinfo2_available
 from workloads.models import build_model
 
-SMALL = {"dim": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "ffn_hidden": 128, "max_seq_len": 32}
-BIG = {"dim": 768, "n_layers": 12, "n_heads": 12, "vocab_size": 8192, "ffn_hidden": 2048, "max_seq_len": 64}
+SMALL = {
+    "dim": 64,
+    "n_layers": 2,
+    "n_heads": 4,
+    "vocab_size": 512,
+    "ffn_hidden": 128,
+    "max_seq_len": 32,
+}
+BIG = {
+    "dim": 768,
+    "n_layers": 12,
+    "n_heads": 12,
+    "vocab_size": 8192,
+    "ffn_hidden": 2048,
+    "max_seq_len": 64,
+}
 """About 97.5M parameters: 372 MiB in fp32, its largest tensor 24 MiB."""
 
 
@@ -53,7 +67,9 @@ def _plain_eval(model: nn.Module, overrides: dict, batch: Batch) -> float:
     fresh.load_state_dict({k: v.detach().float().clone() for k, v in model.state_dict().items()})
     with torch.no_grad():
         logits = fresh(batch.inputs)
-        return float(F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.targets.reshape(-1)))
+        return float(
+            F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.targets.reshape(-1))
+        )
 
 
 def test_reference_build_puts_parameters_on_meta_keeps_buffers_and_rng() -> None:
@@ -67,14 +83,18 @@ def test_reference_build_puts_parameters_on_meta_keeps_buffers_and_rng() -> None
     for (name, b), (_, b_plain) in zip(ref.named_buffers(), plain.named_buffers(), strict=True):
         assert not b.is_meta and torch.equal(b, b_plain), name
     assert nn.Module.register_parameter is torch.nn.modules.module.Module.register_parameter
-    assert not build_model("dense", "debug", SMALL).tok_embeddings.weight.is_meta  # the patch is gone
+    assert not build_model(
+        "dense", "debug", SMALL
+    ).tok_embeddings.weight.is_meta  # the patch is gone
 
 
 def test_checksum_is_the_float64_sum_and_squares_across_chunk_boundaries(monkeypatch) -> None:
     model = _trained(SMALL)
     want = _plain_checksum(model)
     assert math.isclose(end_checks.checksum_and_load(model), want, rel_tol=1e-12)
-    monkeypatch.setattr(end_checks, "CHECKSUM_CHUNK_ELEMENTS", 1000)  # many chunks, ragged last ones
+    monkeypatch.setattr(
+        end_checks, "CHECKSUM_CHUNK_ELEMENTS", 1000
+    )  # many chunks, ragged last ones
     assert math.isclose(end_checks.checksum_and_load(model), want, rel_tol=1e-12)
     with torch.no_grad():
         model.layers[1].feed_forward.w2.weight[3, 5] += 1e-3
@@ -98,8 +118,12 @@ def test_eval_loss_in_chunks_of_rows_matches_the_whole_batch(monkeypatch) -> Non
     end_checks.checksum_and_load(model, None, ref, "cpu")
     whole = end_checks.eval_loss(ref, batch, "cpu", SMALL["vocab_size"])
     per_row = 32 * SMALL["vocab_size"] * 4
-    monkeypatch.setattr(end_checks, "EVAL_LOGITS_BUDGET_BYTES", 2 * per_row)  # chunks of 2, 2, 1 rows
-    assert end_checks.eval_loss(ref, batch, "cpu", SMALL["vocab_size"]) == pytest.approx(whole, abs=1e-6)
+    monkeypatch.setattr(
+        end_checks, "EVAL_LOGITS_BUDGET_BYTES", 2 * per_row
+    )  # chunks of 2, 2, 1 rows
+    assert end_checks.eval_loss(ref, batch, "cpu", SMALL["vocab_size"]) == pytest.approx(
+        whole, abs=1e-6
+    )
 
 
 def test_live_fp32_parameters_are_shared_and_others_copied_to_fp32() -> None:
@@ -121,7 +145,9 @@ def test_a_reference_that_does_not_match_the_trained_model_is_an_error() -> None
     with pytest.raises(WorkloadError, match="missing"):
         end_checks.checksum_and_load(_trained({**SMALL, "n_layers": 1}), None, ref, "cpu")
     with pytest.raises(WorkloadError, match="shape"):
-        end_checks.checksum_and_load(_trained({**SMALL, "ffn_hidden": 96}), None, _reference(SMALL), "cpu")
+        end_checks.checksum_and_load(
+            _trained({**SMALL, "ffn_hidden": 96}), None, _reference(SMALL), "cpu"
+        )
 
 
 class _Tied(nn.Module):
@@ -160,7 +186,9 @@ def test_host_memory_of_the_checks_is_bounded_independent_of_model_size() -> Non
     seq, rows = 32, 4
     batch = _eval_batch(BIG["vocab_size"], seq, rows)
     logits_bytes = rows * seq * BIG["vocab_size"] * 4
-    bound = largest + (32 << 20) + 2 * logits_bytes + (32 << 20)  # last term: layer activations and slack
+    bound = (
+        largest + (32 << 20) + 2 * logits_bytes + (32 << 20)
+    )  # last term: layer activations and slack
     assert state_bytes > 3 * bound  # large enough that a full copy cannot hide under the bound
 
     monitor = MemoryMonitor("cpu", capacity_bytes=bound, poll_s=0.002)

@@ -41,7 +41,9 @@ def test_telemetry_is_a_noop_on_cpu():
 
 
 def test_telemetry_aggregation_with_a_fake_reader():
-    samples = iter([{"gpu_util_pct": 50.0, "power_w": 100.0}, {"gpu_util_pct": 70.0, "power_w": 300.0}])
+    samples = iter(
+        [{"gpu_util_pct": 50.0, "power_w": 100.0}, {"gpu_util_pct": 70.0, "power_w": 300.0}]
+    )
     s = TelemetrySampler("cuda", reader=lambda: next(samples), interval_s=0.001).start()
     assert s._thread is not None
     s._thread.join(timeout=10)  # the reader is exhausted after two samples

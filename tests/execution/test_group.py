@@ -14,17 +14,36 @@ STANDINS = str(Path(__file__).resolve().parent)
 
 
 def _rank(rank: int, status: str = "ok", times=(1.0, 0.5, 0.6, 0.7), peak=100, **kw):
-    r = {"rank": rank, "status": status, "error": "" if status == "ok" else f"{status} on {rank}",
-         "step_times_s": list(times), "warmup_steps": 1, "loss": [3.0, 2.5, 2.0, 1.5],
-         "tokens_seen": [2048] * 4, "optimizer_steps": 4, "peak_memory_bytes": peak,
-         "memory_censored": status == "oom", "flops_per_token": 100.0}
+    r = {
+        "rank": rank,
+        "status": status,
+        "error": "" if status == "ok" else f"{status} on {rank}",
+        "step_times_s": list(times),
+        "warmup_steps": 1,
+        "loss": [3.0, 2.5, 2.0, 1.5],
+        "tokens_seen": [2048] * 4,
+        "optimizer_steps": 4,
+        "peak_memory_bytes": peak,
+        "memory_censored": status == "oom",
+        "flops_per_token": 100.0,
+    }
     r.update(kw)
     return r
 
 
 def _agg(ranks, timed_out=False, **kw):
-    args = dict(timed_out=timed_out, trial_id="t", stage="trial", config={"a": 1}, world_size=2,
-                nodes=1, devices=2, started_at=10.0, ended_at=15.0, peak_flops_per_s=1e6)
+    args = dict(
+        timed_out=timed_out,
+        trial_id="t",
+        stage="trial",
+        config={"a": 1},
+        world_size=2,
+        nodes=1,
+        devices=2,
+        started_at=10.0,
+        ended_at=15.0,
+        peak_flops_per_s=1e6,
+    )
     args.update(kw)
     return aggregate(ranks, **args)
 
@@ -32,21 +51,39 @@ def _agg(ranks, timed_out=False, **kw):
 def test_the_ranks_device_memory_and_name_enter_the_hardware_record():
     """The doctor's default capacity comes from the trials' own devices (any cluster)."""
     gib = 2**30
-    res = _agg([_rank(0, device_name="NVIDIA H200", device_memory_bytes=141 * gib, cuda_version="13.0",
-                      driver_version="580.159.04"),
-                _rank(1, device_name="NVIDIA H200", device_memory_bytes=140 * gib, cuda_version="13.0",
-                      driver_version="580.95.05")])
+    res = _agg(
+        [
+            _rank(
+                0,
+                device_name="NVIDIA H200",
+                device_memory_bytes=141 * gib,
+                cuda_version="13.0",
+                driver_version="580.159.04",
+            ),
+            _rank(
+                1,
+                device_name="NVIDIA H200",
+                device_memory_bytes=140 * gib,
+                cuda_version="13.0",
+                driver_version="580.95.05",
+            ),
+        ]
+    )
     assert res.hardware["memory_per_device_bytes"] == 140 * gib
     assert res.hardware["device_name"] == "NVIDIA H200" and res.hardware["cuda"] == "13.0"
     assert res.hardware["driver"] == "580.159.04, 580.95.05"  # a mixed cluster says so
     from infrarsi.stages.doctor_analysis import device_memory_capacity_bytes
 
     assert device_memory_capacity_bytes(res.hardware) == 140 * gib
-    assert "memory_per_device_bytes" not in _agg([_rank(0), _rank(1)]).hardware  # CPU ranks report none
+    assert (
+        "memory_per_device_bytes" not in _agg([_rank(0), _rank(1)]).hardware
+    )  # CPU ranks report none
 
 
 def test_step_time_is_median_of_max_over_ranks():
-    res = _agg([_rank(0, times=(9.0, 0.5, 0.9, 0.7)), _rank(1, times=(1.0, 0.8, 0.6, 0.75), peak=300)])
+    res = _agg(
+        [_rank(0, times=(9.0, 0.5, 0.9, 0.7)), _rank(1, times=(1.0, 0.8, 0.6, 0.75), peak=300)]
+    )
     assert res.status == "ok"
     assert res.step_time_samples_s == [0.8, 0.9, 0.75]
     assert res.step_time_s == pytest.approx(0.8)
@@ -97,7 +134,9 @@ def test_failed_keeps_the_exception_text_and_costs_device_time():
 # ----------------------------------------------------------------------------- integration
 def _wait_gone(pids, timeout_s=60.0):
     end = time.monotonic() + timeout_s
-    while time.monotonic() < end and any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids):
+    while time.monotonic() < end and any(
+        psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids
+    ):
         time.sleep(0.5)
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
 
@@ -108,8 +147,11 @@ def _alive_actor_ids(actor_ids, timeout_s=60.0):
 
     end = time.monotonic() + timeout_s
     while True:
-        alive = [a["ActorID"] for a in ray_state.actors().values()
-                 if a["ActorID"] in actor_ids and a["State"] != "DEAD"]
+        alive = [
+            a["ActorID"]
+            for a in ray_state.actors().values()
+            if a["ActorID"] in actor_ids and a["State"] != "DEAD"
+        ]
         if not alive or time.monotonic() > end:
             return alive
         time.sleep(0.5)
@@ -127,7 +169,9 @@ def test_hanging_rank_times_out_and_leaves_nothing(ray_local, repo_root, entry):
     from infrarsi.workload import Workload
 
     wl = Workload.from_yaml(repo_root / "workloads" / "dense_debug.yaml")
-    runner = TrialRunner(wl, code_dir=STANDINS, entry=entry, peak_flops_per_s=1.0, check_knobs=False)
+    runner = TrialRunner(
+        wl, code_dir=STANDINS, entry=entry, peak_flops_per_s=1.0, check_knobs=False
+    )
     try:
         res = runner.run({}, trial_id="hang-1", timeout_s=4)
         group_info = res.extra
@@ -157,11 +201,17 @@ def test_exception_in_a_rank_is_failed_with_its_text(ray_local):
         # (other Ray clusters on this machine may hold the cores: never a wait)
         pinned = [i for i in group.infos if i["cpu_pinned"]]
         for i in pinned:
-            assert psutil.Process(i["pid"]).cpu_affinity() == i["cpu_cores"] and len(i["cpu_cores"]) == 1
+            assert (
+                psutil.Process(i["pid"]).cpu_affinity() == i["cpu_cores"]
+                and len(i["cpu_cores"]) == 1
+            )
         assert len({c for i in pinned for c in i["cpu_cores"]}) == len(pinned)  # no core shared
         assert group.cpu_pinned == (len(pinned) == 2)
-        assert all(f"rank {i['rank']}: " in group.cpu_pin_note and i["cpu_pin_note"]
-                   for i in group.infos if not i["cpu_pinned"])
+        assert all(
+            f"rank {i['rank']}: " in group.cpu_pin_note and i["cpu_pin_note"]
+            for i in group.infos
+            if not i["cpu_pinned"]
+        )
         spec = {"trial_id": "boom", "code_dir": STANDINS, "workload": {}, "config": {}}
         run = group.run(spec, timeout_s=60, entry="standins:boom")
         status, error = classify(run.rank_results, run.timed_out)
@@ -173,7 +223,7 @@ def test_exception_in_a_rank_is_failed_with_its_text(ray_local):
     assert _wait_gone(pids) == []
 
 
-_TWO_RAYLETS = '''
+_TWO_RAYLETS = """
 import json, os, sys
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 sys.path.insert(0, sys.argv[1])
@@ -197,7 +247,7 @@ try:
 finally:
     ray.shutdown()
     cluster.shutdown()
-'''
+"""
 
 
 @pytest.mark.integration
@@ -207,11 +257,15 @@ def test_group_spreads_over_two_raylets_and_rendezvouses(repo_root):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", _TWO_RAYLETS, str(repo_root), STANDINS],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _TWO_RAYLETS, str(repo_root), STANDINS],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert json.loads(lines[0][len("RESULT "):]) == {"nodes": 2, "status": "ok"}
+    assert json.loads(lines[0][len("RESULT ") :]) == {"nodes": 2, "status": "ok"}
 
 
 def _dense(repo_root, warmup: int, measured: int):
@@ -252,7 +306,9 @@ def test_a_rank_killed_mid_trial_fails_the_trial_and_counts_its_device_time(ray_
     cfg = {"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none"}
     with TrialRunner(wl, peak_flops_per_s=1e9) as runner:
         out: dict = {}
-        t = threading.Thread(target=lambda: out.update(res=runner.run(cfg, trial_id="killed", timeout_s=600)))
+        t = threading.Thread(
+            target=lambda: out.update(res=runner.run(cfg, trial_id="killed", timeout_s=600))
+        )
         t.start()
         group = _when_in_flight(runner)
         pids, actor_ids = list(group.pids), set(group.actor_ids)
@@ -270,7 +326,7 @@ def test_a_rank_killed_mid_trial_fails_the_trial_and_counts_its_device_time(ray_
         assert _wait_gone(pids) == []
 
 
-_RAYLET_KILLED = '''
+_RAYLET_KILLED = """
 import json, os, sys, threading, time
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 sys.path.insert(0, sys.argv[1])
@@ -317,7 +373,7 @@ try:
 finally:
     ray.shutdown()
     cluster.shutdown()
-'''
+"""
 
 
 @pytest.mark.integration
@@ -330,11 +386,15 @@ def test_a_raylet_killed_mid_trial_fails_the_trial_and_frees_its_devices(repo_ro
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", _RAYLET_KILLED, str(repo_root)],
-                          capture_output=True, text=True, timeout=500)
+    proc = subprocess.run(
+        [sys.executable, "-c", _RAYLET_KILLED, str(repo_root)],
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    got = json.loads(lines[0][len("RESULT "):])
+    got = json.loads(lines[0][len("RESULT ") :])
     assert got["status"] == "failed" and "died" in got["error"], got
     assert got["ranks_on_victim"] and got["pids_left"] == [] and not got["pool_group"], got
     assert got["device_seconds"] == pytest.approx(2 * got["wall_s"]) and got["device_seconds"] > 0
@@ -344,4 +404,6 @@ def test_a_raylet_killed_mid_trial_fails_the_trial_and_frees_its_devices(repo_ro
 def test_the_device_memory_a_trial_left_allocated_is_the_max_over_ranks():
     res = _agg([_rank(0, leftover_device_bytes=0), _rank(1, leftover_device_bytes=22 * 2**30)])
     assert res.extra["leftover_device_bytes"] == 22 * 2**30
-    assert "leftover_device_bytes" not in _agg([_rank(0), _rank(1)]).extra  # CPU ranks do not measure it
+    assert (
+        "leftover_device_bytes" not in _agg([_rank(0), _rank(1)]).extra
+    )  # CPU ranks do not measure it

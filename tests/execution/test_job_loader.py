@@ -31,17 +31,33 @@ def test_an_entry_point_outside_the_repository_passes_preflight(tmp_path: Path) 
 
 BROKEN = [
     ("missing_module", "no_such_job:make_job", ["cannot import module 'no_such_job'", "my_job"]),
-    ("missing_function", "tiny_job:no_such_function", ["has no function 'no_such_function'", "tiny_job.py"]),
-    ("wrong_return_type", "tiny_job:returns_a_dict", ["returned dict, not infrarsi.job.TrainingJob"]),
-    ("non_module_model", "tiny_job:builds_no_module", ["build_model() returned list, not a torch.nn.Module"]),
-    ("wrong_batch_shape", "tiny_job:wrong_batch_shape",
-     [f"inputs must be a [{SEQUENCES}, {SEQ_LEN}] tensor", f"got ({SEQUENCES}, {SEQ_LEN + 1})"]),
+    (
+        "missing_function",
+        "tiny_job:no_such_function",
+        ["has no function 'no_such_function'", "tiny_job.py"],
+    ),
+    (
+        "wrong_return_type",
+        "tiny_job:returns_a_dict",
+        ["returned dict, not infrarsi.job.TrainingJob"],
+    ),
+    (
+        "non_module_model",
+        "tiny_job:builds_no_module",
+        ["build_model() returned list, not a torch.nn.Module"],
+    ),
+    (
+        "wrong_batch_shape",
+        "tiny_job:wrong_batch_shape",
+        [f"inputs must be a [{SEQUENCES}, {SEQ_LEN}] tensor", f"got ({SEQUENCES}, {SEQ_LEN + 1})"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "entry_point", "needles"), BROKEN, ids=[b[0] for b in BROKEN])
-def test_a_broken_entry_point_is_a_job_error_naming_the_file_and_field(tmp_path: Path, case: str,
-                                                                      entry_point: str, needles: list[str]) -> None:
+def test_a_broken_entry_point_is_a_job_error_naming_the_file_and_field(
+    tmp_path: Path, case: str, entry_point: str, needles: list[str]
+) -> None:
     path = write_tiny_workload(tmp_path, entry_point)
     with pytest.raises(JobError) as err:
         preflight(Workload.from_yaml(path))
@@ -52,8 +68,9 @@ def test_a_broken_entry_point_is_a_job_error_naming_the_file_and_field(tmp_path:
 
 
 @pytest.mark.parametrize(("case", "entry_point", "needles"), BROKEN, ids=[b[0] for b in BROKEN])
-def test_infrarsi_init_exits_2_on_a_broken_entry_point(tmp_path: Path, case: str, entry_point: str,
-                                                       needles: list[str]) -> None:
+def test_infrarsi_init_exits_2_on_a_broken_entry_point(
+    tmp_path: Path, case: str, entry_point: str, needles: list[str]
+) -> None:
     path = write_tiny_workload(tmp_path, entry_point)
     study = tmp_path / "study"
     res = CliRunner().invoke(app, ["init", str(path), "--study", str(study)])

@@ -1,4 +1,5 @@
-"""The CPU memory measure, the GPU device-used measure (over a stand-in reading) and capacity enforcement (single process)."""
+"""The CPU memory measure, the GPU device-used measure (over a stand-in reading) and capacity
+enforcement (single process)."""
 
 from __future__ import annotations
 
@@ -112,7 +113,9 @@ class _Device:
 def _cuda_monitor(monkeypatch, device: _Device, capacity: int | None) -> MemoryMonitor:
     monkeypatch.setattr(MemoryMonitor, "_cuda_begin", lambda self: None)  # no allocator here
     monkeypatch.setattr(MemoryMonitor, "_cuda_end", lambda self: None)
-    return MemoryMonitor("cuda", capacity_bytes=capacity, poll_s=0.001, device_used_reader=device.read)
+    return MemoryMonitor(
+        "cuda", capacity_bytes=capacity, poll_s=0.001, device_used_reader=device.read
+    )
 
 
 def test_device_used_peak_is_over_the_baseline_and_outside_the_allocator(monkeypatch):

@@ -24,7 +24,9 @@ def _workload(warmup: int = 1, measured: int = 2) -> Workload:
 @pytest.mark.integration
 def test_pool_reuses_actors_and_recycles_after_oom_standin(ray_local):
     """Group logic with a stand-in entry: same actors while healthy, fresh ones after an oom."""
-    with TrialRunner(_workload(), code_dir=STANDINS, entry="standins:allreduce", peak_flops_per_s=1e9) as runner:
+    with TrialRunner(
+        _workload(), code_dir=STANDINS, entry="standins:allreduce", peak_flops_per_s=1e9
+    ) as runner:
         a = runner.run({}, trial_id="a")
         b = runner.run({}, trial_id="b")
         assert a.status == b.status == "ok"
@@ -37,7 +39,9 @@ def test_pool_reuses_actors_and_recycles_after_oom_standin(ray_local):
         d = runner.run({}, trial_id="d")
         assert d.status == "ok" and d.extra["warm"] is False  # ... which was then recycled
         assert set(d.extra["pids"]).isdisjoint(c.extra["pids"])
-        e = runner.run({"threads_per_worker": 2}, trial_id="e")  # OMP_NUM_THREADS needs a new process
+        e = runner.run(
+            {"threads_per_worker": 2}, trial_id="e"
+        )  # OMP_NUM_THREADS needs a new process
         assert e.status == "ok" and e.extra["warm"] is False
         assert runner.pool.stats.groups_started == 3
         assert runner.pool.stats.warm_acquires == 2
@@ -80,8 +84,12 @@ class _StandInGroup:
         self.alive = False
 
 
-@pytest.mark.parametrize(("leftover", "recycled"), [(None, False), (0, False), (2**20, False), (22 * 2**30, True)])
-def test_a_group_whose_trial_left_device_memory_allocated_is_recycled(monkeypatch, leftover, recycled) -> None:
+@pytest.mark.parametrize(
+    ("leftover", "recycled"), [(None, False), (0, False), (2**20, False), (22 * 2**30, True)]
+)
+def test_a_group_whose_trial_left_device_memory_allocated_is_recycled(
+    monkeypatch, leftover, recycled
+) -> None:
     """A DeepSpeed ZeRO-3 engine leaves its model states allocated after ``destroy()`` (+22 GiB per
     trial of a 1.5e9-parameter model on an H200): the next trial would start with them taken."""
     import infrarsi.execution.pool as pool_mod

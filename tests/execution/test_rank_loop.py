@@ -33,8 +33,15 @@ def test_steps_without_a_finite_reference_never_trip() -> None:
 
 
 def _with_variant(variant: str | None) -> Workload:
-    return Workload.from_dict({"name": "w", "model": {"family": "dense"}, "tokens_per_step": 256,
-                               "data": {"seq_len": 32}, "variant": variant})
+    return Workload.from_dict(
+        {
+            "name": "w",
+            "model": {"family": "dense"},
+            "tokens_per_step": 256,
+            "data": {"seq_len": 32},
+            "variant": variant,
+        }
+    )
 
 
 def test_the_variant_hook_imports_the_seams_it_names() -> None:
@@ -42,7 +49,9 @@ def test_the_variant_hook_imports_the_seams_it_names() -> None:
 
     assert _seams(_with_variant(None)) is HONEST
     assert _seams(_with_variant("tests.cheats:fake_loss")) is cheats.fake_loss
-    with pytest.raises(JobError, match=r"names an infrarsi.execution.seams.Seams; 'tests.cheats:CHEATS' is dict"):
+    with pytest.raises(
+        JobError, match=r"names an infrarsi.execution.seams.Seams; 'tests.cheats:CHEATS' is dict"
+    ):
         _seams(_with_variant("tests.cheats:CHEATS"))
 
 
@@ -61,13 +70,26 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
 
     knob = "test_grad_clip"  # registered by the ranks only (importing it here would register it in this process)
 
-    cfgs = [{"zero_stage": 2, "micro_batch_size": 2, "dtype": "bf16"},
-            {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16"},
-            {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16", "loss_chunk_tokens": 64, knob: 1.0e6}]
-    specs = [make_spec("workloads/dense_debug.yaml", c, warmup=0, measured=2, trial_id=str(i)) for i, c in enumerate(cfgs)]
+    cfgs = [
+        {"zero_stage": 2, "micro_batch_size": 2, "dtype": "bf16"},
+        {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16"},
+        {
+            "zero_stage": 3,
+            "micro_batch_size": 2,
+            "dtype": "bf16",
+            "loss_chunk_tokens": 64,
+            knob: 1.0e6,
+        },
+    ]
+    specs = [
+        make_spec("workloads/dense_debug.yaml", c, warmup=0, measured=2, trial_id=str(i))
+        for i, c in enumerate(cfgs)
+    ]
     z2, z3, chunked = run_specs(specs, knob_modules=("tests.execution.knobs.grad_clip_knob",))
     assert [r["ds_config"]["gradient_clipping"] for r in z3 + chunked] == [0.0, 0.0, 1.0e6, 1.0e6]
-    assert [r["status"] for r in z2 + z3 + chunked] == ["ok"] * 6, [r["error"][-500:] for r in z2 + z3 + chunked]
+    assert [r["status"] for r in z2 + z3 + chunked] == ["ok"] * 6, [
+        r["error"][-500:] for r in z2 + z3 + chunked
+    ]
     assert z3[0]["loss"] == z2[0]["loss"]
     assert z3[0]["param_checksum"] == z2[0]["param_checksum"]
     assert z3[0]["eval_loss"] == z2[0]["eval_loss"]

@@ -59,5 +59,9 @@ def test_the_optimizer_impl_knob_picks_adamw_loop_foreach_or_fused() -> None:
     foreach = rank_setup.make_optimizer("adamw_foreach", params, optim)
     fused = rank_setup.make_optimizer("adamw_fused", params, optim)
     assert isinstance(loop, torch.optim.AdamW)
-    assert (loop.defaults["foreach"], foreach.defaults["foreach"], fused.defaults["fused"]) == (False, True, True)
+    assert (loop.defaults["foreach"], foreach.defaults["foreach"], fused.defaults["fused"]) == (
+        False,
+        True,
+        True,
+    )
     assert loop.defaults["lr"] == 1e-3 and loop.defaults["betas"] == (0.9, 0.95)

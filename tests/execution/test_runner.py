@@ -48,8 +48,12 @@ def test_validate_fills_every_knob_and_rejects_bad_input_before_ray(dense):
 
 def test_a_knob_without_handler_fails_before_any_trial(dense, tmp_path):
     space = tmp_path / "space.yaml"
-    space.write_text("name: s\nobjective: step_time\nknobs:\n  - name: warp_drive\n    type: bool\n")
-    wl = Workload.from_dict({**dense.to_yaml_dict(), "search_space": str(space)}, source=str(tmp_path / "wl.yaml"))
+    space.write_text(
+        "name: s\nobjective: step_time\nknobs:\n  - name: warp_drive\n    type: bool\n"
+    )
+    wl = Workload.from_dict(
+        {**dense.to_yaml_dict(), "search_space": str(space)}, source=str(tmp_path / "wl.yaml")
+    )
     with pytest.raises(KnobError, match="warp_drive"):
         TrialRunner(wl)
 
@@ -147,8 +151,12 @@ def test_moe_expert_parallel_agrees_with_data_parallel(ray_local):
     runner = TrialRunner(_workload("moe_debug.yaml"), address=ray_local)
     try:
         dp = runner.run({"zero_stage": 0, "micro_batch_size": 8}, trial_id="moe-dp")
-        ep = runner.run({"zero_stage": 0, "micro_batch_size": 8, "expert_parallel": True}, trial_id="moe-ep")
-        ep2 = runner.run({"zero_stage": 2, "micro_batch_size": 4, "expert_parallel": True}, trial_id="moe-ep-z2")
+        ep = runner.run(
+            {"zero_stage": 0, "micro_batch_size": 8, "expert_parallel": True}, trial_id="moe-ep"
+        )
+        ep2 = runner.run(
+            {"zero_stage": 2, "micro_batch_size": 4, "expert_parallel": True}, trial_id="moe-ep-z2"
+        )
     finally:
         runner.close()
     for r in (dp, ep, ep2):
@@ -168,7 +176,11 @@ def test_loss_guard_stops_every_rank_at_the_first_step_off_tolerance(dense_runne
     assert len(r.loss) == 2 and r.optimizer_steps == 2 and r.eval_loss is None
     # the ranks stayed usable: the next trial on the same warm group runs every step
     again = dense_runner.run(DENSE_CONFIGS["z0_m4"], trial_id="inv-guard-after")
-    assert again.status == "ok" and len(again.loss) == WARMUP + MEASURED and "stopped_early" not in again.extra
+    assert (
+        again.status == "ok"
+        and len(again.loss) == WARMUP + MEASURED
+        and "stopped_early" not in again.extra
+    )
 
 
 @pytest.mark.integration
@@ -186,10 +198,24 @@ def test_a_workload_the_cluster_cannot_hold_is_refused_before_any_trial(ray_loca
 def test_a_two_node_deepspeed_trial_puts_its_ranks_on_two_raylets(two_node_cluster):
     """dense_multinode_debug (2 ranks, nodes: 2) on 2 raylets: STRICT_SPREAD puts one rank on
     each, and the trial trains through DeepSpeed across them (gloo between raylets)."""
-    cmd = [sys.executable, "-m", "infrarsi", "trial", str(ROOT / "workloads" / "dense_multinode_debug.yaml"),
-           "--address", two_node_cluster, "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
-                         env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "infrarsi",
+        "trial",
+        str(ROOT / "workloads" / "dense_multinode_debug.yaml"),
+        "--address",
+        two_node_cluster,
+        "--json",
+    ]
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     row = TrialResult.from_dict(json.loads(out.stdout.strip().splitlines()[-1]))
     assert row.status == "ok", row.error
@@ -214,6 +240,10 @@ def test_a_pinned_runner_keeps_fresh_groups_in_one_reservation(ray_local, dense_
     assert rows[0].extra["placement_group_id"] == rows[1].extra["placement_group_id"]
     for row in rows:  # the row says whether its ranks ran on cores of their own, and if not, why
         assert (row.extra["cpu_pinned"] is True and row.extra["cpu_pin_note"] == "") or (
-            row.extra["cpu_pinned"] is False and "rank " in row.extra["cpu_pin_note"])
+            row.extra["cpu_pinned"] is False and "rank " in row.extra["cpu_pin_note"]
+        )
     assert rows[0].extra["pids"] != rows[1].extra["pids"]
-    assert len(set(rows[0].extra["node_ids"])) == 1 and rows[0].extra["node_ids"] == rows[1].extra["node_ids"]
+    assert (
+        len(set(rows[0].extra["node_ids"])) == 1
+        and rows[0].extra["node_ids"] == rows[1].extra["node_ids"]
+    )

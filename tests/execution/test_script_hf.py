@@ -145,5 +145,8 @@ def test_post_init_sees_the_trials_fields_inside_the_block_only():
 def test_a_trainer_that_counts_other_processes_than_the_trial_fails_naming_the_fix():
     check_world(2, 2)
     check_world(None, 2)  # an arguments object with no world_size: nothing to compare
-    with pytest.raises(WorkloadError, match=r"sees 1 process\(es\) where the trial has 2 ranks.*resources.device: cuda"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"sees 1 process\(es\) where the trial has 2 ranks.*resources.device: cuda",
+    ):
         check_world(1, 2)

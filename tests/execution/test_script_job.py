@@ -69,36 +69,74 @@ def test_the_example_script_gives_an_ok_row_measured_by_the_harness(example_runn
 
 def test_two_configs_change_the_engine_the_script_got(ray_local, tmp_path):
     report = tmp_path / "engine"
-    wl = _tmp_workload(tmp_path / "job", ["--deepspeed", "--deepspeed_config", "ds.json", "--steps", "100",
-                                          "--report_engine", str(report)])
+    wl = _tmp_workload(
+        tmp_path / "job",
+        [
+            "--deepspeed",
+            "--deepspeed_config",
+            "ds.json",
+            "--steps",
+            "100",
+            "--report_engine",
+            str(report),
+        ],
+    )
     got = {}
     with TrialRunner(wl, address=ray_local) as runner:
-        for name, cfg in {"z1_m1": {"zero_stage": 1, "micro_batch_size": 1},
-                          "z2_m2": {"zero_stage": 2, "micro_batch_size": 2}}.items():
+        for name, cfg in {
+            "z1_m1": {"zero_stage": 1, "micro_batch_size": 1},
+            "z2_m2": {"zero_stage": 2, "micro_batch_size": 2},
+        }.items():
             res = runner.run(cfg, trial_id=f"script-{name}")
             assert res.status == "ok", (name, res.error[-3000:])
             engines = [json.loads(Path(f"{report}.{r}.json").read_text()) for r in (0, 1)]
             got[name] = (res, engines)
     (r1, e1), (r2, e2) = got["z1_m1"], got["z2_m2"]
-    assert all(e == {"zero_stage": 1, "micro_batch_size": 1, "gradient_accumulation_steps": 8,
-                     "train_batch_size": 16} for e in e1), e1
-    assert all(e == {"zero_stage": 2, "micro_batch_size": 2, "gradient_accumulation_steps": 4,
-                     "train_batch_size": 16} for e in e2), e2
+    assert all(
+        e
+        == {
+            "zero_stage": 1,
+            "micro_batch_size": 1,
+            "gradient_accumulation_steps": 8,
+            "train_batch_size": 16,
+        }
+        for e in e1
+    ), e1
+    assert all(
+        e
+        == {
+            "zero_stage": 2,
+            "micro_batch_size": 2,
+            "gradient_accumulation_steps": 4,
+            "train_batch_size": 16,
+        }
+        for e in e2
+    ), e2
     assert r1.extra["micro_batch_size"] == 1 and r2.extra["grad_accum_steps"] == 4
     for r in (r1, r2):
         assert r.tokens_per_step == 1024 and r.optimizer_steps == STEPS
     assert max(abs(a - b) for a, b in zip(r1.loss, r2.loss, strict=True)) < 1e-5, (r1.loss, r2.loss)
 
 
-def test_a_crash_an_exit_and_no_engine_are_failed_rows_with_the_scripts_traceback(ray_local, tmp_path):
-    crash = _tmp_workload(tmp_path / "crash", ["--deepspeed", "--deepspeed_config", "ds.json", "--crash_at_step", "2"])
+def test_a_crash_an_exit_and_no_engine_are_failed_rows_with_the_scripts_traceback(
+    ray_local, tmp_path
+):
+    crash = _tmp_workload(
+        tmp_path / "crash", ["--deepspeed", "--deepspeed_config", "ds.json", "--crash_at_step", "2"]
+    )
     with TrialRunner(crash, address=ray_local) as runner:
         res = runner.run({"zero_stage": 0, "micro_batch_size": 8}, trial_id="script-crash")
     assert res.status == "failed"
-    assert "deliberate crash at step 2" in res.error and "ds_train.py" in res.error and "Traceback" in res.error
+    assert (
+        "deliberate crash at step 2" in res.error
+        and "ds_train.py" in res.error
+        and "Traceback" in res.error
+    )
     assert res.step_time_s is None
 
-    exits = _tmp_workload(tmp_path / "exit", ["--deepspeed", "--deepspeed_config", "ds.json", "--exit_at_step", "1"])
+    exits = _tmp_workload(
+        tmp_path / "exit", ["--deepspeed", "--deepspeed_config", "ds.json", "--exit_at_step", "1"]
+    )
     with TrialRunner(exits, address=ray_local) as runner:
         res = runner.run({"zero_stage": 0, "micro_batch_size": 8}, trial_id="script-exit")
         assert res.status == "failed" and "SystemExit code 3" in res.error, res.error[-2000:]
@@ -107,7 +145,9 @@ def test_a_crash_an_exit_and_no_engine_are_failed_rows_with_the_scripts_tracebac
     plain = _tmp_workload(tmp_path / "exit", ["--x"], script="no_engine.py")
     with TrialRunner(plain, address=ray_local) as runner:
         res = runner.run({"zero_stage": 0, "micro_batch_size": 8}, trial_id="script-noinit")
-    assert res.status == "failed" and "without calling deepspeed.initialize" in res.error, res.error[-2000:]
+    assert res.status == "failed" and "without calling deepspeed.initialize" in res.error, (
+        res.error[-2000:]
+    )
 
 
 def test_infrarsi_tune_runs_the_example_script_end_to_end(tmp_path):
@@ -124,23 +164,48 @@ def test_infrarsi_tune_runs_the_example_script_end_to_end(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     out = subprocess.run(
-        [str(exe), "tune", str(EXAMPLE / "ds_train.yaml"), "--study", str(study), "--trials", "3", "--top-k", "1",
-         "--no-long-check", "--bank", "off", "--no-analytic-prior", "--concurrency", "1"],
-        capture_output=True, text=True, timeout=540, env=env, cwd=ROOT)
+        [
+            str(exe),
+            "tune",
+            str(EXAMPLE / "ds_train.yaml"),
+            "--study",
+            str(study),
+            "--trials",
+            "3",
+            "--top-k",
+            "1",
+            "--no-long-check",
+            "--bank",
+            "off",
+            "--no-analytic-prior",
+            "--concurrency",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        env=env,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, (out.stdout[-3000:], out.stderr[-3000:])
     rows = read_trials(study).to_pylist()
     stages = {r["stage"] for r in rows}
     assert {"doctor", "run", "verify"} <= stages, stages
     # a candidate whose loss leaves the doctor's tolerance (bf16, ZeRO-3 reductions) is stopped by the
     # loss guard through the tap: invariant_violation, a legitimate outcome; nothing fails or hangs
-    assert all(r["status"] in ("ok", "invariant_violation") for r in rows), \
-        [(r["trial_id"], r["status"], r["error"][-500:]) for r in rows]
+    assert all(r["status"] in ("ok", "invariant_violation") for r in rows), [
+        (r["trial_id"], r["status"], r["error"][-500:]) for r in rows
+    ]
     ok = [r for r in rows if r["status"] == "ok"]
     assert all(r["status"] == "ok" for r in rows if r["stage"] in ("doctor", "verify")) and ok
     assert all(r["tokens_per_step"] == 1024 and r["optimizer_steps"] == STEPS for r in ok)
     assert (study / "report.md").exists() and (study / "verify.json").exists()
     editable = yaml.safe_load((study / "contract.yaml").read_text())["editable"]["knobs"]
-    assert "zero_stage" in editable and "activation_checkpointing" not in editable and "optimizer_impl" not in editable
+    assert (
+        "zero_stage" in editable
+        and "activation_checkpointing" not in editable
+        and "optimizer_impl" not in editable
+    )
 
 
 def test_a_trainer_path_that_imported_initialize_earlier_reaches_the_harness(monkeypatch, tmp_path):

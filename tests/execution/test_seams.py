@@ -22,7 +22,13 @@ def seams_for(name: str | None):
 
 
 def test_each_cheat_replaces_one_honest_seam():
-    assert set(CHEATS) == {"skip_optimizer_steps", "shrink_batch", "fake_loss", "fewer_tokens", "skip_allreduce"}
+    assert set(CHEATS) == {
+        "skip_optimizer_steps",
+        "shrink_batch",
+        "fake_loss",
+        "fewer_tokens",
+        "skip_allreduce",
+    }
     fields = ("fetch", "report_loss", "optimizer_step", "configure_engine")
     for name, seams in CHEATS.items():
         assert sum(getattr(seams, f) is not getattr(HONEST, f) for f in fields) == 1, name
@@ -31,7 +37,11 @@ def test_each_cheat_replaces_one_honest_seam():
 def test_data_cheats_are_seen_by_the_token_counter():
     model = nn.Embedding(4096, 8)
     counters = HarnessCounters().attach(model)
-    for name, want_rows, want_tokens in [(None, 8, 256), ("shrink_batch", 4, 128), ("fewer_tokens", 8, 128)]:
+    for name, want_rows, want_tokens in [
+        (None, 8, 256),
+        ("shrink_batch", 4, 128),
+        ("fewer_tokens", 8, 128),
+    ]:
         counters.begin_step()
         for b in seams_for(name).fetch(_batches()):
             model(b.inputs)

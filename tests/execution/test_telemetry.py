@@ -89,7 +89,10 @@ def test_handles_by_index_by_uuid_and_by_uuid_prefix() -> None:
     assert nvml_handle(nvml, 1, {"CUDA_VISIBLE_DEVICES": "3,5"}) == ("gpu", 5)
     assert nvml_handle(nvml, 0, {"CUDA_VISIBLE_DEVICES": f"{UUIDS[6]},{UUIDS[1]}"}) == ("gpu", 6)
     assert nvml_handle(nvml, 0, {"CUDA_VISIBLE_DEVICES": MIG}) == ("mig", MIG)
-    assert nvml_handle(nvml, 0, {"CUDA_VISIBLE_DEVICES": UUIDS[7][:12]}) == ("gpu", 7)  # unique prefix
+    assert nvml_handle(nvml, 0, {"CUDA_VISIBLE_DEVICES": UUIDS[7][:12]}) == (
+        "gpu",
+        7,
+    )  # unique prefix
     assert nvml_handle(nvml, 0, {"CUDA_VISIBLE_DEVICES": "GPU-0000"}) is None  # prefix of several
     assert nvml_handle(nvml, 0, {"CUDA_VISIBLE_DEVICES": "GPU-ffffffff"}) is None  # no such GPU
     assert nvml_handle(nvml, 3, {"CUDA_VISIBLE_DEVICES": "3,5"}) is None
@@ -99,7 +102,12 @@ def test_the_reader_samples_the_ranks_gpu_or_nothing() -> None:
     nvml = FakeNvml()
     read = nvml_reader(1, nvml, {"CUDA_VISIBLE_DEVICES": "3,5"})
     assert read is not None and nvml.initialised
-    assert read() == {"gpu_util_pct": 50.0, "sm_clock_mhz": 1980.0, "power_w": 300.0, "memory_used_bytes": 5000.0}
+    assert read() == {
+        "gpu_util_pct": 50.0,
+        "sm_clock_mhz": 1980.0,
+        "power_w": 300.0,
+        "memory_used_bytes": 5000.0,
+    }
     assert nvml_reader(4, nvml, {"CUDA_VISIBLE_DEVICES": "3,5"}) is None
 
     class Broken(FakeNvml):
@@ -111,8 +119,10 @@ def test_the_reader_samples_the_ranks_gpu_or_nothing() -> None:
 
 def test_aggregate_and_a_sampler_with_a_given_reader() -> None:
     out = aggregate([{"power_w": 100.0}, {"power_w": 300.0, "gpu_util_pct": 10.0}])
-    assert out == {"gpu_util_pct": {"mean": 10.0, "max": 10.0, "n": 1.0},
-                   "power_w": {"mean": 200.0, "max": 300.0, "n": 2.0}}
+    assert out == {
+        "gpu_util_pct": {"mean": 10.0, "max": 10.0, "n": 1.0},
+        "power_w": {"mean": 200.0, "max": 300.0, "n": 2.0},
+    }
     seen = threading.Event()
 
     def reader() -> dict[str, float]:

@@ -66,5 +66,10 @@ def test_a_registered_knob_is_described_by_its_registered_doc_in_plain_text() ->
     from infrarsi.execution.knobs import KNOBS
 
     doc = knob_doc("zero_stage")
-    assert doc and doc.split()[:3] == KNOBS["zero_stage"].doc.split()[:3] and "``" not in doc and "\n" not in doc
+    assert (
+        doc
+        and doc.split()[:3] == KNOBS["zero_stage"].doc.split()[:3]
+        and "``" not in doc
+        and "\n" not in doc
+    )
     assert knob_doc("no_such_knob") == ""

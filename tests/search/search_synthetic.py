@@ -20,8 +20,15 @@ ROOT = Path(__file__).resolve().parents[2]
 DENSE = ROOT / "search_spaces" / "deepspeed_dense.yaml"
 GB = 1e9
 CAPACITY = 24 * GB
-CHEAP = OptimizerSettings(time_gp_iters=(15, 6, 3), memory_gp_iters=(15, 6, 3), prior_fit_iters=10,
-                          design_pool=64, batch_choices=16, pair_source_scan=16, n_init=3)
+CHEAP = OptimizerSettings(
+    time_gp_iters=(15, 6, 3),
+    memory_gp_iters=(15, 6, 3),
+    prior_fit_iters=10,
+    design_pool=64,
+    batch_choices=16,
+    pair_source_scan=16,
+    n_init=3,
+)
 """Few L-BFGS iterations and small pools: tests that exercise code paths, not the fit."""
 
 
@@ -41,9 +48,18 @@ def memory_bytes(c: dict[str, Any]) -> float:
         optim = 0.0
     if c["offload_param"]:
         weights = 0.0
-    act = 2.2 * GB * c["micro_batch_size"] * {"none": 1.0, "selective": 0.45, "full": 0.12}[c["activation_checkpointing"]]
+    act = (
+        2.2
+        * GB
+        * c["micro_batch_size"]
+        * {"none": 1.0, "selective": 0.45, "full": 0.12}[c["activation_checkpointing"]]
+    )
     act *= 0.55 if c["dtype"] == "bf16" else 1.0
-    bucket = {"auto": 0.3, 500000: 0.05, 5000000: 0.2, 50000000: 1.2}[c["reduce_bucket_size"]] * GB if z >= 1 else 0.0
+    bucket = (
+        {"auto": 0.3, 500000: 0.05, 5000000: 0.2, 50000000: 1.2}[c["reduce_bucket_size"]] * GB
+        if z >= 1
+        else 0.0
+    )
     return weights + grads + optim + act + bucket + 1.0 * GB
 
 
@@ -106,7 +122,12 @@ def tiny_run(c: dict[str, Any]):
     return Outcome(status="ok", step_time=t, peak_memory=mem)
 
 
-BASELINE = {"zero_stage": 3, "micro_batch_size": 1, "activation_checkpointing": "full", "dtype": "fp32"}
+BASELINE = {
+    "zero_stage": 3,
+    "micro_batch_size": 1,
+    "activation_checkpointing": "full",
+    "dtype": "fp32",
+}
 
 
 class SyntheticPrior:
@@ -125,9 +146,20 @@ class SyntheticPrior:
             z = c["zero_stage"]
             states = p * pb * (1 / 8 if z >= 3 else 1) + p * pb * (1 / 8 if z >= 2 else 1)
             states += 0 if c["offload_optimizer"] else p * 12 / (8 if z >= 1 else 1)
-            act = 1.0 * GB * c["micro_batch_size"] * {"none": 1.0, "selective": 0.5, "full": 0.1}[c["activation_checkpointing"]]
+            act = (
+                1.0
+                * GB
+                * c["micro_batch_size"]
+                * {"none": 1.0, "selective": 0.5, "full": 0.1}[c["activation_checkpointing"]]
+            )
             M.append([states, act, 1.0 * GB])
-            T.append([10.0 * (1 + 1 / c["micro_batch_size"]), 1.0 * (z > 0), 4.0 * c["offload_optimizer"]])
+            T.append(
+                [
+                    10.0 * (1 + 1 / c["micro_batch_size"]),
+                    1.0 * (z > 0),
+                    4.0 * c["offload_optimizer"],
+                ]
+            )
         return np.array(T), np.array(M)
 
     def spec(self) -> dict[str, Any]:

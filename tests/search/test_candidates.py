@@ -14,7 +14,13 @@ def test_sampled_candidates_start_from_the_baseline_and_keep_the_local_neighbour
     space = SearchSpace.from_yaml(DENSE)
     n_valid = len(space.enumerate() or [])
     baseline = space.validate(BASELINE)
-    opt = Optimizer(space, memory_capacity=CAPACITY, seed=3, baseline=baseline, settings=OptimizerSettings(candidate_cap=40))
+    opt = Optimizer(
+        space,
+        memory_capacity=CAPACITY,
+        seed=3,
+        baseline=baseline,
+        settings=OptimizerSettings(candidate_cap=40),
+    )
     assert n_valid > 40  # so the sampled path runs
     first = opt.ask()
     assert first == baseline and opt.last_ask_info.phase == "baseline"
@@ -28,7 +34,9 @@ def test_sampled_candidates_start_from_the_baseline_and_keep_the_local_neighbour
 
 def test_a_small_space_is_scored_whole_and_near_counts_knob_changes() -> None:
     space = SearchSpace.from_yaml(TINY)
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, settings=OptimizerSettings(local_radius=1))
+    opt = Optimizer(
+        space, memory_capacity=TINY_CAP, seed=0, settings=OptimizerSettings(local_radius=1)
+    )
     pool = opt.pool
     assert pool.scores_every_config and pool.enumerated_values is not None
     every = [space.as_config(v) for v in pool.enumerated_values]

@@ -10,14 +10,20 @@ import torch
 from infrarsi.search import design
 
 NAMES = ["mbs", "ckpt", "flash"]
-SPACE = [{"mbs": m, "ckpt": c, "flash": f}
-         for m, c, f in itertools.product([1, 2, 4, 8, 16, 32], ["none", "selective", "full"], [True, False])]
+SPACE = [
+    {"mbs": m, "ckpt": c, "flash": f}
+    for m, c, f in itertools.product(
+        [1, 2, 4, 8, 16, 32], ["none", "selective", "full"], [True, False]
+    )
+]
 
 
 def _features(configs):
     mbs = {1: 0.0, 2: 0.2, 4: 0.4, 8: 0.6, 16: 0.8, 32: 1.0}
     ck = {"none": 0.0, "selective": 0.5, "full": 1.0}
-    return torch.tensor([[mbs[c["mbs"]], ck[c["ckpt"]], float(c["flash"])] for c in configs], dtype=torch.float64)
+    return torch.tensor(
+        [[mbs[c["mbs"]], ck[c["ckpt"]], float(c["flash"])] for c in configs], dtype=torch.float64
+    )
 
 
 def _design(n: int, seed: int, pick) -> list[dict]:
@@ -32,14 +38,22 @@ def _design(n: int, seed: int, pick) -> list[dict]:
 
 def test_value_novelty_counts_seen_values_per_knob() -> None:
     seen = [{"mbs": 1, "ckpt": "full", "flash": True}, {"mbs": 1, "ckpt": "none", "flash": True}]
-    nov = design.value_novelty([{"mbs": 1, "ckpt": "full", "flash": True},
-                                {"mbs": 8, "ckpt": "selective", "flash": False}], seen, NAMES)
+    nov = design.value_novelty(
+        [
+            {"mbs": 1, "ckpt": "full", "flash": True},
+            {"mbs": 8, "ckpt": "selective", "flash": False},
+        ],
+        seen,
+        NAMES,
+    )
     # first: mbs seen twice (1/3), ckpt once (1/2), flash twice (1/3); second: all new (1 each)
     assert np.allclose(nov, [(1 / 3 + 1 / 2 + 1 / 3) / 3, 1.0])
 
 
 def test_bool_and_int_values_are_not_conflated() -> None:
-    nov = design.value_novelty([{"mbs": 1, "ckpt": "none", "flash": True}], [{"mbs": True, "ckpt": "x", "flash": 1}], NAMES)
+    nov = design.value_novelty(
+        [{"mbs": 1, "ckpt": "none", "flash": True}], [{"mbs": True, "ckpt": "x", "flash": 1}], NAMES
+    )
     assert np.isclose(nov[0], 1.0)
 
 

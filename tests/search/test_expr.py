@@ -20,7 +20,11 @@ def parse(text: str) -> Expression:
         ("zero_stage >= 1", {"zero_stage": 0}, False),
         ("zero_stage >= 1", {"zero_stage": 2}, True),
         ("pp == 1 or zero_stage <= 1".replace("pp", "mbs"), {"mbs": 2, "zero_stage": 3}, False),
-        ("not (offload and dtype == 'bf16' and zero_stage == 0)", {"offload": True, "dtype": "bf16", "zero_stage": 0}, False),
+        (
+            "not (offload and dtype == 'bf16' and zero_stage == 0)",
+            {"offload": True, "dtype": "bf16", "zero_stage": 0},
+            False,
+        ),
         ("dtype in ['bf16', 'fp16']", {"dtype": "fp32"}, False),
         ("dtype not in ('bf16', 'fp16')", {"dtype": "fp32"}, True),
         ("mbs * 2 ** 3 // 4 % 5 - 1 + 7 / 7 == 4", {"mbs": 2}, True),
@@ -82,12 +86,15 @@ def test_non_string_expression_is_refused() -> None:
         Expression.parse(["zero_stage"], known=KNOWN, file="f.yaml", knob="k")
 
 
-@pytest.mark.parametrize(("text", "env", "rule"), [
-    ("[mbs] * 1000000000 == []", {"mbs": 1}, "repetition"),
-    ("mbs * 'x' == ''", {"mbs": 10**9}, "repetition"),
-    ("'%999999999d' % mbs == ''", {"mbs": 1}, "formatting"),
-    ("((mbs ** 64) ** 64) ** 64 > 1", {"mbs": 10**6}, "bits"),
-])
+@pytest.mark.parametrize(
+    ("text", "env", "rule"),
+    [
+        ("[mbs] * 1000000000 == []", {"mbs": 1}, "repetition"),
+        ("mbs * 'x' == ''", {"mbs": 10**9}, "repetition"),
+        ("'%999999999d' % mbs == ''", {"mbs": 1}, "formatting"),
+        ("((mbs ** 64) ** 64) ** 64 > 1", {"mbs": 10**6}, "bits"),
+    ],
+)
 def test_runaway_values_are_refused_at_evaluation(text: str, env: dict, rule: str) -> None:
     """Repetition, %-formatting and huge integer powers would take the memory or the time of
     the machine; they cannot be evaluated, so the constraint counts as violated."""
@@ -98,7 +105,10 @@ def test_runaway_values_are_refused_at_evaluation(text: str, env: dict, rule: st
 def test_deep_nesting_is_refused_at_parse_time() -> None:
     with pytest.raises(ExpressionError, match="levels of nesting"):
         parse("-" * 500 + "mbs")
-    assert parse("zero_stage >= 1 and (mbs == 2 or mbs in [1, 2, 4])").names == {"zero_stage", "mbs"}
+    assert parse("zero_stage >= 1 and (mbs == 2 or mbs in [1, 2, 4])").names == {
+        "zero_stage",
+        "mbs",
+    }
 
 
 def test_an_evaluation_error_carries_its_cause() -> None:

@@ -18,7 +18,9 @@ def space() -> SearchSpace:
     return SearchSpace.from_yaml(TINY)
 
 
-def test_a_told_trial_is_no_longer_pending_and_failures_and_stragglers_are_told_apart(space: SearchSpace) -> None:
+def test_a_told_trial_is_no_longer_pending_and_failures_and_stragglers_are_told_apart(
+    space: SearchSpace,
+) -> None:
     h = History(space)
     a, b, c = (space.validate(x) for x in ({"stage": 0}, {"stage": 1}, {"stage": 2}))
     h.pending[space.key(a)] = a
@@ -35,7 +37,10 @@ def test_warm_starts_are_queued_once_in_order_and_invalid_ones_skipped(space: Se
     h = History(space)
     origin = WarmStartOrigin(source_study="s")
     h.queue_warm_starts([{"stage": 1}, {"stage": 9}, {"stage": 1}, {"stage": 0}], [origin])
-    assert h.warm_queue == [(space.validate({"stage": 1}), origin), (space.validate({"stage": 0}), None)]
+    assert h.warm_queue == [
+        (space.validate({"stage": 1}), origin),
+        (space.validate({"stage": 0}), None),
+    ]
     with pytest.raises(UserInputError, match="initial_origins"):
         h.queue_warm_starts([{"stage": 1}], [None, None])
 
@@ -56,7 +61,9 @@ def test_the_saved_form_round_trips_and_keeps_the_state_keys(space: SearchSpace)
     assert back.to_dict() == h.to_dict() and back.ask_infos == h.ask_infos
     assert back.ask_infos[space.key(pend)].phase is Phase.DESIGN
     keep = [(space.validate({"stage": 0}), None)]
-    old = {k: v for k, v in raw.items() if k != "initial_queue"}  # a version-1 state: no queue saved
+    old = {
+        k: v for k, v in raw.items() if k != "initial_queue"
+    }  # a version-1 state: no queue saved
     assert History.from_dict(space, old, warm_queue=keep).warm_queue == keep
 
 

@@ -23,7 +23,11 @@ from infrarsi.search import Optimizer, OptimizerSettings, Outcome, SearchSpace
 def _told(settings: OptimizerSettings | None = None) -> Optimizer:
     space = SearchSpace.from_yaml(TINY)
     opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, settings=settings)
-    for c in ({"stage": 2, "mbs": 1, "ckpt": True}, {"stage": 0, "mbs": 8, "ckpt": False}, {"stage": 1, "mbs": 2}):
+    for c in (
+        {"stage": 2, "mbs": 1, "ckpt": True},
+        {"stage": 0, "mbs": 8, "ckpt": False},
+        {"stage": 1, "mbs": 2},
+    ):
         c = space.validate(c)
         opt.tell(c, tiny_run(c))
     opt.tell(space.validate({"stage": 0, "mbs": 4}), Outcome(status="failed"))
@@ -33,10 +37,16 @@ def _told(settings: OptimizerSettings | None = None) -> Optimizer:
 def test_memory_rows_hold_ok_peaks_and_ooms_as_lower_bounds_only_with_censoring() -> None:
     on, off = _told(), _told(OptimizerSettings(censoring=False))
     rows, ys, cens = on.models.memory_rows(on.history)
-    assert [tiny_run(c).status for c in rows] == ["ok", "oom", "ok"] and cens == [False, True, False]
+    assert [tiny_run(c).status for c in rows] == ["ok", "oom", "ok"] and cens == [
+        False,
+        True,
+        False,
+    ]
     assert ys[1] >= 0.0 and ys[0] == math.log(tiny_run(rows[0]).peak_memory / TINY_CAP)  # type: ignore[operator]
     rows_off, _, cens_off = off.models.memory_rows(off.history)
-    assert len(rows_off) == 2 and not any(cens_off)  # the OOM is dropped; the failure never is a memory row
+    assert len(rows_off) == 2 and not any(
+        cens_off
+    )  # the OOM is dropped; the failure never is a memory row
 
 
 def test_excluded_and_the_incumbent_follow_the_history() -> None:
@@ -47,17 +57,28 @@ def test_excluded_and_the_incumbent_follow_the_history() -> None:
     assert ok == {space.key(o.config) for o in opt.observations if o.outcome.status == "ok"}
     inc = opt.models.incumbent(opt.history)
     assert inc is not None and space.key(inc) in ok
-    assert opt.models.time.model is not None and opt.models.memory.model is not None  # fitted by incumbent()
+    assert (
+        opt.models.time.model is not None and opt.models.memory.model is not None
+    )  # fitted by incumbent()
 
 
 def test_the_saved_state_restores_the_fit_without_refitting() -> None:
     opt = _told()
     opt.models.fit(opt.history)
     saved = opt.models.to_dict()
-    assert set(saved) == {"models", "prior_coefficients", "prior_fit_keys", "time_outliers", "time_trim_key"}
+    assert set(saved) == {
+        "models",
+        "prior_coefficients",
+        "prior_fit_keys",
+        "time_outliers",
+        "time_trim_key",
+    }
     other = _told()
     other.models.load_dict(saved)
-    assert other.models.time.model is None and other.models.time.fitted_key == opt.models.time.fitted_key
+    assert (
+        other.models.time.model is None
+        and other.models.time.fitted_key == opt.models.time.fitted_key
+    )
     other.models.fit(other.history)  # the same data: rebuilt from the saved parameters
     probe = [opt.space.validate({"stage": 1, "mbs": 4})]
     a, b = opt.models.scores(opt.history, probe), other.models.scores(other.history, probe)
@@ -66,14 +87,21 @@ def test_the_saved_state_restores_the_fit_without_refitting() -> None:
 
 def test_with_a_prior_and_no_result_the_scores_come_from_the_prior_alone() -> None:
     space = SearchSpace.from_yaml(DENSE)
-    opt = Optimizer(space, memory_capacity=CAPACITY, seed=0, baseline=BASELINE, prior=SyntheticPrior())
+    opt = Optimizer(
+        space, memory_capacity=CAPACITY, seed=0, baseline=BASELINE, prior=SyntheticPrior()
+    )
     every = space.enumerate() or []
     configs = every[:: max(1, len(every) // 60)]
     X = opt.models.inputs(configs)
     cols = opt.models.columns
-    assert X.shape[1] == cols.n_features + 2 and (cols.prior_time, cols.prior_memory) == (X.shape[1] - 2, X.shape[1] - 1)
+    assert X.shape[1] == cols.n_features + 2 and (cols.prior_time, cols.prior_memory) == (
+        X.shape[1] - 2,
+        X.shape[1] - 1,
+    )
     scores = opt.models.prior_scores(opt.history, configs, X, space.validate(BASELINE))
-    assert np.isfinite(scores.log_score).all() and np.allclose(scores.time_mean, X[:, cols.prior_time].numpy())
+    assert np.isfinite(scores.log_score).all() and np.allclose(
+        scores.time_mean, X[:, cols.prior_time].numpy()
+    )
     fits = np.array([run(c).status != "oom" for c in configs])
     assert fits.any() and not fits.all()
     assert scores.p_fit[fits].mean() > scores.p_fit[~fits].mean()  # the prior knows memory
@@ -107,12 +135,19 @@ def test_optimizer_leaves_a_straggler_out_and_may_measure_it_again(tmp_path) -> 
     assert opt.models.time_outliers == {straggler}
     pred = float(opt.predict([{"a": 1, "b": 2}])["step_time_mean_s"][0])
     assert abs(pred / _straggler_truth({"a": 1, "b": 2}) - 1) < 0.1  # not the straggler's 1.5x
-    assert space.key({"a": 1, "b": 2}) not in opt.models.excluded(opt.history)[1]  # it may be measured again
+    assert (
+        space.key({"a": 1, "b": 2}) not in opt.models.excluded(opt.history)[1]
+    )  # it may be measured again
     opt.save(tmp_path / "s.json")
     again = Optimizer.load(tmp_path / "s.json")
-    assert again.models.time_outliers == {straggler} and again.models.time_trim_key == opt.models.time_trim_key
+    assert (
+        again.models.time_outliers == {straggler}
+        and again.models.time_trim_key == opt.models.time_trim_key
+    )
     # a second slow measurement agrees with the first: neither is an outlier any more
-    opt.tell({"a": 1, "b": 2}, Outcome("ok", step_time=_straggler_truth({"a": 1, "b": 2}) * 1.5, peak_memory=50.0))
+    opt.tell(
+        {"a": 1, "b": 2},
+        Outcome("ok", step_time=_straggler_truth({"a": 1, "b": 2}) * 1.5, peak_memory=50.0),
+    )
     opt.best()
     assert opt.models.time_outliers == set()
-

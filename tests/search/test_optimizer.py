@@ -39,9 +39,11 @@ from infrarsi.search.settings import DEFAULT_SETTINGS
 
 
 def test_import_does_not_load_ray() -> None:
-    code = ("import sys; from infrarsi.search import SearchSpace, Optimizer, Outcome; "
-            "import infrarsi.search.optimizer, infrarsi.search.acquisition; "
-            "print('ray' in sys.modules or any(m.startswith('ray.') for m in sys.modules))")
+    code = (
+        "import sys; from infrarsi.search import SearchSpace, Optimizer, Outcome; "
+        "import infrarsi.search.optimizer, infrarsi.search.acquisition; "
+        "print('ray' in sys.modules or any(m.startswith('ray.') for m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -63,7 +65,10 @@ def test_oom_and_failed_configs_are_never_proposed_again() -> None:
             untried = [space.as_config(v) for v in space.enumerate_values() or []]
             untried = [c for c in untried if space.key(c) not in seen and space.key(c) not in bad]
             p = opt.predict(untried)
-            assert key in trimmed or float((p["p_fit"] * p["p_ok"]).max()) < DEFAULT_SETTINGS.repeat_below_p
+            assert (
+                key in trimmed
+                or float((p["p_fit"] * p["p_ok"]).max()) < DEFAULT_SETTINGS.repeat_below_p
+            )
         seen.append(key)
         out = tiny_run(cfg)
         if out.status == "ok" and i % 4 == 3:
@@ -75,23 +80,35 @@ def test_oom_and_failed_configs_are_never_proposed_again() -> None:
 
 
 def test_after_every_config_is_tried_only_ok_ones_come_back() -> None:
-    space = SearchSpace.from_yaml("name: t\nknobs:\n  - name: a\n    type: int\n    values: [1, 2, 3]\n")
+    space = SearchSpace.from_yaml(
+        "name: t\nknobs:\n  - name: a\n    type: int\n    values: [1, 2, 3]\n"
+    )
     opt = Optimizer(space, memory_capacity=10.0, seed=0, settings=OptimizerSettings(n_init=2))
     for _ in range(3):
         c = opt.ask()
-        opt.tell(c, Outcome(status="oom") if c["a"] == 3 else Outcome(status="ok", step_time=float(c["a"]), peak_memory=float(c["a"])))
+        opt.tell(
+            c,
+            Outcome(status="oom")
+            if c["a"] == 3
+            else Outcome(status="ok", step_time=float(c["a"]), peak_memory=float(c["a"])),
+        )
     assert opt.ask()["a"] in (1, 2)
 
 
 def test_a_replicate_beats_an_untried_config_that_surely_ooms() -> None:
     """Tiny space: once only configs far over the capacity are left untried, the optimizer re-runs a
     config told ok (a replicate sharpens best()) instead of burning a trial on a near-certain OOM."""
-    space = SearchSpace.from_yaml("name: t\nknobs:\n  - name: mbs\n    type: int\n    values: [1, 2, 4, 8, 16, 32]\n"
-                                  "    memory: hungry\n")
+    space = SearchSpace.from_yaml(
+        "name: t\nknobs:\n  - name: mbs\n    type: int\n    values: [1, 2, 4, 8, 16, 32]\n"
+        "    memory: hungry\n"
+    )
     opt = Optimizer(space, memory_capacity=10.0, seed=0, settings=OptimizerSettings(n_init=2))
     for m in (1, 2, 4, 8):  # memory 2.5 m: mbs 4 fits, mbs 8 is a measured OOM
-        out = (Outcome(status="ok", step_time=1.0 + 1.0 / m, peak_memory=2.5 * m) if 2.5 * m <= 10.0
-               else Outcome(status="oom", peak_memory=2.5 * m))
+        out = (
+            Outcome(status="ok", step_time=1.0 + 1.0 / m, peak_memory=2.5 * m)
+            if 2.5 * m <= 10.0
+            else Outcome(status="oom", peak_memory=2.5 * m)
+        )
         opt.tell({"mbs": m}, out)
     p_fit = opt.predict([{"mbs": 16}, {"mbs": 32}])["p_fit"]
     assert p_fit.max() < 0.05  # the memory model knows 16 and 32 cannot fit
@@ -151,7 +168,12 @@ def test_invariant_violation_pattern_is_avoided() -> None:
         opt.tell(c, Outcome(status="invariant_violation"))
     for c in fp32:
         opt.tell(c, run(c))
-    pred = opt.predict([space.validate({"dtype": "bf16", "zero_stage": 3}), space.validate({"dtype": "fp32", "zero_stage": 3})])
+    pred = opt.predict(
+        [
+            space.validate({"dtype": "bf16", "zero_stage": 3}),
+            space.validate({"dtype": "fp32", "zero_stage": 3}),
+        ]
+    )
     assert pred["p_ok"][0] < 0.5 < pred["p_ok"][1]
     assert set(pred) >= {"step_time_mean_s", "memory_mean_bytes", "p_fit", "p_ok"}
     asked = opt.ask(3)
@@ -172,7 +194,12 @@ def test_all_oom_start_still_asks_and_learns_memory() -> None:
 @pytest.mark.parametrize("censoring", [True, False])
 def test_ablation_switches_run(censoring: bool) -> None:
     space = SearchSpace.from_yaml(TINY)
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=4, settings=OptimizerSettings(n_init=3, censoring=censoring, pairing=False))
+    opt = Optimizer(
+        space,
+        memory_capacity=TINY_CAP,
+        seed=4,
+        settings=OptimizerSettings(n_init=3, censoring=censoring, pairing=False),
+    )
     for _ in range(7):
         c = opt.ask()
         opt.tell(c, tiny_run(c))
@@ -204,17 +231,28 @@ def test_asks_with_trials_pending_do_not_depend_on_the_string_hash_seed() -> Non
     import os
     from pathlib import Path
 
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import torch; torch.set_num_threads(1)\n"
-            "from search_synthetic import TINY, TINY_CAP, tiny_run\n"
-            "from infrarsi.search import Optimizer, OptimizerSettings, SearchSpace\n"
-            "opt = Optimizer(SearchSpace.from_yaml(TINY), memory_capacity=TINY_CAP, seed=4, settings=OptimizerSettings(n_init=3))\n"
-            "running, asked = [opt.ask() for _ in range(3)], []\n"
-            "for _ in range(5):\n"
-            "    c = opt.ask(); asked.append(c); running.append(c); done = running.pop(0); opt.tell(done, tiny_run(done))\n"
-            "print(json.dumps(asked, sort_keys=True))\n")
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import torch; torch.set_num_threads(1)\n"
+        "from search_synthetic import TINY, TINY_CAP, tiny_run\n"
+        "from infrarsi.search import Optimizer, OptimizerSettings, SearchSpace\n"
+        "opt = Optimizer(SearchSpace.from_yaml(TINY), memory_capacity=TINY_CAP, seed=4,\n"
+        "                settings=OptimizerSettings(n_init=3))\n"
+        "running, asked = [opt.ask() for _ in range(3)], []\n"
+        "for _ in range(5):\n"
+        "    c = opt.ask(); asked.append(c); running.append(c); done = running.pop(0); opt.tell(done, tiny_run(done))\n"
+        "print(json.dumps(asked, sort_keys=True))\n"
+    )
     here = str(Path(__file__).resolve().parent)
-    outs = [subprocess.run([sys.executable, "-c", code, here], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout for h in (1, 2, 3)]
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", code, here],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(h)},
+        ).stdout
+        for h in (1, 2, 3)
+    ]
     assert outs[0] and outs[0] == outs[1] == outs[2]
 
 
@@ -222,12 +260,23 @@ def test_a_space_too_large_to_enumerate_is_sampled_and_still_starts_from_the_bas
     """10^12 configs: no enumeration (``space.enumerate()`` is None); candidates are sampled per
     ask plus the anchors, and every ask is valid, never a failed config, and new unless it is the
     incumbent's replicate."""
-    knobs = "\n".join(f"  - name: k{i}\n    type: int\n    values: [{', '.join(str(v) for v in range(10))}]"
-                      + ("\n    memory: hungry" if i == 0 else "") for i in range(12))
-    space = SearchSpace.from_yaml(f"name: huge\nknobs:\n{knobs}\nconstraints:\n  - \"k1 + k2 <= 15\"\n")
+    knobs = "\n".join(
+        f"  - name: k{i}\n    type: int\n    values: [{', '.join(str(v) for v in range(10))}]"
+        + ("\n    memory: hungry" if i == 0 else "")
+        for i in range(12)
+    )
+    space = SearchSpace.from_yaml(
+        f'name: huge\nknobs:\n{knobs}\nconstraints:\n  - "k1 + k2 <= 15"\n'
+    )
     assert space.enumerate() is None
     baseline = {f"k{i}": 0 for i in range(12)}
-    opt = Optimizer(space, memory_capacity=10.0, seed=0, baseline=baseline, settings=OptimizerSettings(candidate_cap=400))
+    opt = Optimizer(
+        space,
+        memory_capacity=10.0,
+        seed=0,
+        baseline=baseline,
+        settings=OptimizerSettings(candidate_cap=400),
+    )
     seen, failed = set(), set()
     for i in range(8):
         c = opt.ask()
@@ -242,17 +291,37 @@ def test_a_space_too_large_to_enumerate_is_sampled_and_still_starts_from_the_bas
             continue
         seen.add(space.key(c))
         mem = 2.0 + c["k0"]
-        opt.tell(c, Outcome(status="oom") if mem > 10.0 else
-                 Outcome(status="ok", step_time=1.0 + sum((c[f"k{j}"] - 4) ** 2 for j in range(12)) / 50, peak_memory=mem))
+        opt.tell(
+            c,
+            Outcome(status="oom")
+            if mem > 10.0
+            else Outcome(
+                status="ok",
+                step_time=1.0 + sum((c[f"k{j}"] - 4) ** 2 for j in range(12)) / 50,
+                peak_memory=mem,
+            ),
+        )
     assert opt.best() is not None
 
 
 def test_settings_survive_save_and_restore_and_give_the_same_next_asks(tmp_path) -> None:
     """A variant (non-default settings) is rebuilt exactly from its saved state."""
     space = SearchSpace.from_yaml(DENSE)
-    variant = OptimizerSettings(local_every=3, local_radius=1, acquisition_config_sd=0.02, design_rule="maximin",
-                                outlier_min_points=4, time_gp_iters=(100, 40, 6))
-    opt = Optimizer(space, memory_capacity=CAPACITY, seed=7, baseline=BASELINE, settings=replace(variant, n_init=4))
+    variant = OptimizerSettings(
+        local_every=3,
+        local_radius=1,
+        acquisition_config_sd=0.02,
+        design_rule="maximin",
+        outlier_min_points=4,
+        time_gp_iters=(100, 40, 6),
+    )
+    opt = Optimizer(
+        space,
+        memory_capacity=CAPACITY,
+        seed=7,
+        baseline=BASELINE,
+        settings=replace(variant, n_init=4),
+    )
     for _ in range(7):
         c = opt.ask()
         opt.tell(c, run(c))
@@ -272,15 +341,22 @@ def test_unknown_options_and_bad_settings_are_user_input_errors() -> None:
         Optimizer(space, memory_capacity=TINY_CAP, settings=OptimizerSettings(local_every=-1))
     with pytest.raises(UserInputError, match="ask"):
         Optimizer(space, memory_capacity=TINY_CAP).ask(0)
-    with pytest.raises(TypeError, match="n_init"):  # a tunable is a setting, not a constructor option
+    with pytest.raises(
+        TypeError, match="n_init"
+    ):  # a tunable is a setting, not a constructor option
         Optimizer(space, memory_capacity=TINY_CAP, n_init=3)  # type: ignore[call-arg]
 
 
 def test_the_warm_start_queue_is_saved_and_restored() -> None:
     space = SearchSpace.from_yaml(TINY)
     warm = [{"stage": 1, "mbs": 4}, {"stage": 0, "mbs": 2}, {"stage": 2, "mbs": 8}]
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=1, initial_configs=warm,
-                    initial_origins=[WarmStartOrigin(source_study=s) for s in "abc"])
+    opt = Optimizer(
+        space,
+        memory_capacity=TINY_CAP,
+        seed=1,
+        initial_configs=warm,
+        initial_origins=[WarmStartOrigin(source_study=s) for s in "abc"],
+    )
     for _ in range(2):  # the default config (the baseline), then the first warm-start config
         c = opt.ask()
         opt.tell(c, tiny_run(c))
@@ -291,25 +367,40 @@ def test_the_warm_start_queue_is_saved_and_restored() -> None:
         assert a == b and opt.last_ask_info == restored.last_ask_info
         opt.tell(a, tiny_run(a))
         restored.tell(b, tiny_run(b))
-    assert [i.warm_start_origin.source_study for i in opt.ask_infos.values() if i.phase == "warm_start"] == ["a", "b", "c"]
-
+    assert [
+        i.warm_start_origin.source_study for i in opt.ask_infos.values() if i.phase == "warm_start"
+    ] == ["a", "b", "c"]
 
 
 # ------------------------------------------------------------------------ fuzz: ask never raises
 
 
 def _fuzz_outcome(draw: st.DrawFn, capacity: float) -> Outcome:
-    status = draw(st.sampled_from(["ok", "ok", "ok", "oom", "failed", "timeout", "nan", "invariant_violation"]))
+    status = draw(
+        st.sampled_from(
+            ["ok", "ok", "ok", "oom", "failed", "timeout", "nan", "invariant_violation"]
+        )
+    )
     if status == "ok":
-        return Outcome(status="ok", step_time=draw(st.floats(1e-3, 1e3)),
-                       peak_memory=draw(st.one_of(st.none(), st.floats(1e-2 * capacity, 3 * capacity))))
+        return Outcome(
+            status="ok",
+            step_time=draw(st.floats(1e-3, 1e3)),
+            peak_memory=draw(st.one_of(st.none(), st.floats(1e-2 * capacity, 3 * capacity))),
+        )
     if status == "oom":
-        return Outcome(status="oom", peak_memory=draw(st.one_of(st.none(), st.floats(capacity, 4 * capacity))))
+        return Outcome(
+            status="oom", peak_memory=draw(st.one_of(st.none(), st.floats(capacity, 4 * capacity)))
+        )
     return Outcome(status=status)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
-          phases=[Phase.explicit, Phase.generate])  # no shrinking: a failing example is printed as drawn
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+)  # no shrinking: a failing example is printed as drawn
 @given(text=fuzz_space(), data=st.data())
 def test_fuzz_ask_never_raises_on_valid_spaces(text: str, data: st.DataObject) -> None:
     """Random valid spaces, random outcomes told back: ``ask`` hands out valid configs and raises
@@ -321,11 +412,19 @@ def test_fuzz_ask_never_raises_on_valid_spaces(text: str, data: st.DataObject) -
     capacity = 1e9
     rows = space.enumerate()
     baseline = data.draw(st.sampled_from(rows)) if rows and data.draw(st.booleans()) else None
-    few = data.draw(st.booleans())  # a small cap: the sampled-pool path with its anchors and pairing
+    few = data.draw(
+        st.booleans()
+    )  # a small cap: the sampled-pool path with its anchors and pairing
     cheap = replace(CHEAP, candidate_cap=8, enumeration_limit=16) if few else CHEAP
     warm = data.draw(st.lists(st.sampled_from(rows), max_size=3)) if rows else []
-    opt = Optimizer(space, memory_capacity=capacity, seed=data.draw(st.integers(0, 3)), baseline=baseline,
-                    settings=cheap, initial_configs=[*warm, {"no_such_knob": 1}])
+    opt = Optimizer(
+        space,
+        memory_capacity=capacity,
+        seed=data.draw(st.integers(0, 3)),
+        baseline=baseline,
+        settings=cheap,
+        initial_configs=[*warm, {"no_such_knob": 1}],
+    )
     failed: set[str] = set()
     for step in range(data.draw(st.integers(4, 9))):
         if step == 3:  # saved and restored mid-search: it goes on as if nothing happened
@@ -347,5 +446,3 @@ def test_fuzz_ask_never_raises_on_valid_spaces(text: str, data: st.DataObject) -
                 failed.add(space.key(cfg))
     best = opt.best()
     assert best is None or space.validate(best) == best
-
-

@@ -46,8 +46,11 @@ class _Truth:
 def _oracle_predict(configs):
     """A fake predictor for this unit test only: the synthetic problem's truth."""
     mem = np.array([memory_bytes(c) for c in configs])
-    return _Truth(time_mean=np.log([step_time_s(c) for c in configs]), p_fit=(mem <= CAPACITY).astype(float),
-                  p_ok=np.ones(len(configs)))
+    return _Truth(
+        time_mean=np.log([step_time_s(c) for c in configs]),
+        p_fit=(mem <= CAPACITY).astype(float),
+        p_ok=np.ones(len(configs)),
+    )
 
 
 def test_best_repair_fits_and_is_the_fastest_fitting_repair() -> None:

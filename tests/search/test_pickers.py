@@ -30,7 +30,9 @@ def test_the_baseline_is_available_only_on_an_empty_history_and_a_round_takes_ea
     pk, h = opt.pickers, opt.history
     others = [c for c in space.enumerate() or [] if space.key(c) != space.key(base)]
     rnd = Round(taken=set(), failed=set())
-    assert pk.baseline_available(h, rnd, [base, *others]) and not pk.baseline_available(h, rnd, others)
+    assert pk.baseline_available(h, rnd, [base, *others]) and not pk.baseline_available(
+        h, rnd, others
+    )
     info = pk.baseline(h)
     assert (info.config, info.phase, info.ask_index, info.p_fit) == (base, Phase.BASELINE, 0, None)
     rnd.add(info, space)
@@ -43,27 +45,40 @@ def test_the_baseline_is_available_only_on_an_empty_history_and_a_round_takes_ea
 def test_a_warm_start_already_told_is_skipped_and_without_memory_knowledge_asked_as_given() -> None:
     space = SearchSpace.from_yaml(TINY)
     first, second = space.validate({"stage": 1, "mbs": 4}), space.validate({"stage": 0, "mbs": 2})
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, initial_configs=[first, second],
-                    initial_origins=[WarmStartOrigin(source_study="a")])
+    opt = Optimizer(
+        space,
+        memory_capacity=TINY_CAP,
+        seed=0,
+        initial_configs=[first, second],
+        initial_origins=[WarmStartOrigin(source_study="a")],
+    )
     rnd = Round(taken={space.key(first)}, failed=set())
-    assert opt.pickers.warm_start(opt.history, rnd) is None  # taken: skipped, and gone from the queue
+    assert (
+        opt.pickers.warm_start(opt.history, rnd) is None
+    )  # taken: skipped, and gone from the queue
     info = opt.pickers.warm_start(opt.history, rnd)
     assert info is not None and info.config == second and info.phase == Phase.WARM_START
-    assert info.p_fit is None and info.warm_start_origin is None  # no prior, no memory model: not judged
+    assert (
+        info.p_fit is None and info.warm_start_origin is None
+    )  # no prior, no memory model: not judged
     assert opt.history.warm_queue == [] and not rnd.warm_fitted
 
 
 def test_no_replicate_without_intensify() -> None:
     space = SearchSpace.from_yaml(TINY)
     for intensify in (True, False):
-        opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, settings=OptimizerSettings(intensify=intensify))
+        opt = Optimizer(
+            space, memory_capacity=TINY_CAP, seed=0, settings=OptimizerSettings(intensify=intensify)
+        )
         c = space.validate({"stage": 2, "mbs": 1, "ckpt": True})
         opt.tell(c, tiny_run(c))
         info = opt.pickers.replicate(opt.history, Round(taken=set(), failed=set()))
         assert (info is not None) == intensify
         if info is not None:
             assert info.config == c and info.phase == Phase.REPLICATE
-        taken = Round(taken={space.key(c)}, failed=set())  # a pending replicate is already re-measuring it
+        taken = Round(
+            taken={space.key(c)}, failed=set()
+        )  # a pending replicate is already re-measuring it
         assert opt.pickers.replicate(opt.history, taken) is None
 
 
@@ -72,20 +87,46 @@ def test_pairing_before_the_pick_repairs_a_fast_config_the_sample_cannot_fit() -
     fast one's best repair (outside the pool) is scored and, beating the slow one, asked instead,
     with its source recorded."""
     space = SearchSpace.from_yaml(DENSE)
-    opt = Optimizer(space, memory_capacity=CAPACITY, seed=0, baseline=BASELINE, settings=OptimizerSettings(candidate_cap=40))
+    opt = Optimizer(
+        space,
+        memory_capacity=CAPACITY,
+        seed=0,
+        baseline=BASELINE,
+        settings=OptimizerSettings(candidate_cap=40),
+    )
     for _ in range(10):
         c = opt.ask()
         opt.tell(c, run(c))
-    for over in ({"zero_stage": 0, "micro_batch_size": 8, "dtype": "fp32"}, {"zero_stage": 0, "micro_batch_size": 4},
-                 {"zero_stage": 1, "micro_batch_size": 8, "dtype": "fp32"}):  # OOMs teach the memory model
+    for over in (
+        {"zero_stage": 0, "micro_batch_size": 8, "dtype": "fp32"},
+        {"zero_stage": 0, "micro_batch_size": 4},
+        {"zero_stage": 1, "micro_batch_size": 8, "dtype": "fp32"},
+    ):  # OOMs teach the memory model
         v = space.validate({"activation_checkpointing": "none", "dtype": "bf16", **over})
         out = run(v)
         assert out.status == "oom"
         opt.tell(v, out)
-    fast = space.validate({"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none", "dtype": "bf16"})
-    slow = space.validate({"zero_stage": 3, "micro_batch_size": 1, "activation_checkpointing": "full",
-                           "offload_optimizer": True, "offload_param": True, "dtype": "fp32"})
-    assert memory_bytes(fast) > CAPACITY >= memory_bytes(slow) and step_time_s(fast) < step_time_s(slow)
+    fast = space.validate(
+        {
+            "zero_stage": 0,
+            "micro_batch_size": 8,
+            "activation_checkpointing": "none",
+            "dtype": "bf16",
+        }
+    )
+    slow = space.validate(
+        {
+            "zero_stage": 3,
+            "micro_batch_size": 1,
+            "activation_checkpointing": "full",
+            "offload_optimizer": True,
+            "offload_param": True,
+            "dtype": "fp32",
+        }
+    )
+    assert memory_bytes(fast) > CAPACITY >= memory_bytes(slow) and step_time_s(fast) < step_time_s(
+        slow
+    )
     pool = [fast, slow]
     opt.models.fit(opt.history)  # as ask() does before scoring
     scores = opt.models.scores(opt.history, pool)
@@ -97,7 +138,9 @@ def test_pairing_before_the_pick_repairs_a_fast_config_the_sample_cannot_fit() -
     assert info.phase == "repair" and info.paired == "before_pick" and info.repair_of == fast
     assert space.key(c) not in {space.key(fast), space.key(slow)} and space.is_valid(c)
     assert info.p_fit >= 0.7 and info.log_acquisition > scores.log_score[pick]
-    assert info.repair_moves and all(space.knob(m.split(":")[0]).memory != "neutral" for m in info.repair_moves)
+    assert info.repair_moves and all(
+        space.knob(m.split(":")[0]).memory != "neutral" for m in info.repair_moves
+    )
 
 
 @pytest.mark.parametrize("cap", [40, None])
@@ -105,8 +148,13 @@ def test_pairing_before_the_pick_runs_only_on_a_sampled_pool(cap: int | None) ->
     """Every repair asked before the pick is valid, fits by the model and records its source; when
     every config is scored (no cap), the repairs are in the pool already and it never fires."""
     space = SearchSpace.from_yaml(DENSE)
-    opt = Optimizer(space, memory_capacity=CAPACITY, seed=1, baseline=BASELINE,
-                    settings=OptimizerSettings() if cap is None else OptimizerSettings(candidate_cap=cap))
+    opt = Optimizer(
+        space,
+        memory_capacity=CAPACITY,
+        seed=1,
+        baseline=BASELINE,
+        settings=OptimizerSettings() if cap is None else OptimizerSettings(candidate_cap=cap),
+    )
     fired = 0
     for _ in range(20):
         c = opt.ask()
@@ -120,31 +168,49 @@ def test_pairing_before_the_pick_runs_only_on_a_sampled_pool(cap: int | None) ->
         assert fired == 0
 
 
-def test_a_warm_start_config_expected_not_to_fit_here_is_asked_as_its_memory_saving_repair() -> None:
+def test_a_warm_start_config_expected_not_to_fit_here_is_asked_as_its_memory_saving_repair() -> (
+    None
+):
     """A bank config measured on a larger card (or a smaller model) that this study's memory model
     expects to run out of memory is replaced by its best repair, which fits; the original never runs."""
     space = SearchSpace.from_yaml(TINY)
     too_big = space.validate({"stage": 0, "mbs": 8, "ckpt": False})
     assert tiny_run(too_big).status == "oom"
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, initial_configs=[too_big],
-                    initial_origins=[WarmStartOrigin(source_study="bigger-card")], settings=OptimizerSettings(n_init=3))
-    for c in ({"stage": 2, "mbs": 1, "ckpt": True}, {"stage": 0, "mbs": 4, "ckpt": False},
-              {"stage": 1, "mbs": 2, "ckpt": False}, {"stage": 2, "mbs": 8, "ckpt": True}):
+    opt = Optimizer(
+        space,
+        memory_capacity=TINY_CAP,
+        seed=0,
+        initial_configs=[too_big],
+        initial_origins=[WarmStartOrigin(source_study="bigger-card")],
+        settings=OptimizerSettings(n_init=3),
+    )
+    for c in (
+        {"stage": 2, "mbs": 1, "ckpt": True},
+        {"stage": 0, "mbs": 4, "ckpt": False},
+        {"stage": 1, "mbs": 2, "ckpt": False},
+        {"stage": 2, "mbs": 8, "ckpt": True},
+    ):
         c = space.validate(c)
         opt.tell(c, tiny_run(c))
     asked = opt.ask()
     info = opt.last_ask_info
     assert space.key(asked) != space.key(too_big)
     assert info.phase == "warm_start" and info.repair_of == too_big and info.paired == "warm_start"
-    assert info.original_p_fit is not None and info.original_p_fit < DEFAULT_SETTINGS.pairing_trigger
-    assert info.repair_moves and info.warm_start_origin == WarmStartOrigin(source_study="bigger-card")
+    assert (
+        info.original_p_fit is not None and info.original_p_fit < DEFAULT_SETTINGS.pairing_trigger
+    )
+    assert info.repair_moves and info.warm_start_origin == WarmStartOrigin(
+        source_study="bigger-card"
+    )
     assert tiny_run(asked).status == "ok"
     assert opt.initial_queue == []
 
 
 def test_a_pending_incumbent_is_not_asked_again_as_its_replicate() -> None:
     space = SearchSpace.from_yaml(TINY)
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=5, settings=OptimizerSettings(n_init=3, local_every=2))
+    opt = Optimizer(
+        space, memory_capacity=TINY_CAP, seed=5, settings=OptimizerSettings(n_init=3, local_every=2)
+    )
     for _ in range(5):
         c = opt.ask()
         opt.tell(c, tiny_run(c))
@@ -161,8 +227,10 @@ def test_a_pending_incumbent_is_not_asked_again_as_its_replicate() -> None:
 def test_a_replicate_that_failed_is_never_asked_again() -> None:
     """Intensification re-measures an incumbent with one ok measurement; when that replicate
     fails, the incumbent still has one ok measurement, but it must not be asked a third time."""
-    space = SearchSpace.from_yaml("name: r\nknobs:\n  - {name: a, type: int, values: [0, 1, 2]}\n"
-                                  "  - {name: b, type: int, values: [0, 1]}\n")
+    space = SearchSpace.from_yaml(
+        "name: r\nknobs:\n  - {name: a, type: int, values: [0, 1, 2]}\n"
+        "  - {name: b, type: int, values: [0, 1]}\n"
+    )
     opt = Optimizer(space, memory_capacity=1e9, seed=0, settings=CHEAP)
     failed: set[str] = set()
     replicated = False
@@ -176,4 +244,3 @@ def test_a_replicate_that_failed_is_never_asked_again() -> None:
         else:
             opt.tell(cfg, Outcome(status="ok", step_time=1.0 + 0.1 * cfg["a"] + 0.05 * cfg["b"]))
     assert replicated
-

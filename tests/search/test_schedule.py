@@ -24,42 +24,98 @@ from infrarsi.search.ask_info import Phase
 from infrarsi.search.schedule import Turn, next_phase
 
 # a model-phase turn past the design: time model ready, nothing pending, a single ask, no local turn
-PAST_DESIGN = Turn(baseline_due=False, warm_starts_due=False, distinct_seen=6, design_size=4, time_model_ready=True,
-                   has_prior=False, pending=0, prior_picked=False, single=True, last_of_batch=True, local_turn=False)
+PAST_DESIGN = Turn(
+    baseline_due=False,
+    warm_starts_due=False,
+    distinct_seen=6,
+    design_size=4,
+    time_model_ready=True,
+    has_prior=False,
+    pending=0,
+    prior_picked=False,
+    single=True,
+    last_of_batch=True,
+    local_turn=False,
+)
 
 
-@pytest.mark.parametrize(("changes", "phase"), [
-    ({}, Phase.BO),
-    ({"baseline_due": True}, Phase.BASELINE),
-    ({"baseline_due": True, "warm_starts_due": True}, Phase.BASELINE),  # the baseline's ask holds no warm start
-    ({"warm_starts_due": True}, Phase.WARM_START),
-    ({"warm_starts_due": True, "distinct_seen": 1}, Phase.WARM_START),  # warm starts come before the design
-    ({"distinct_seen": 3}, Phase.DESIGN),
-    ({"time_model_ready": False}, Phase.DESIGN),  # the design goes on until a step-time model exists
-    ({"distinct_seen": 3, "has_prior": True}, Phase.DESIGN),  # nothing pending: the sequential schedule
-    ({"distinct_seen": 3, "has_prior": True, "pending": 2}, Phase.BO_PRIOR),  # the first wave's prior pick
-    ({"distinct_seen": 3, "has_prior": True, "pending": 2, "prior_picked": True}, Phase.DESIGN),  # once
-    ({"time_model_ready": False, "has_prior": True, "pending": 2, "prior_picked": True}, Phase.BO_PRIOR),
-    ({"local_turn": True}, Phase.REPLICATE),
-    ({"local_turn": True, "distinct_seen": 5}, Phase.BO_LOCAL),  # replicates wait for two configs past the design
-    ({"local_turn": True, "single": False}, Phase.BO_LOCAL),  # the last pick of a batch: local
-    ({"local_turn": True, "single": False, "last_of_batch": False}, Phase.BO),  # a batch's other picks
-    ({"single": False, "last_of_batch": False}, Phase.BO),
-])
+@pytest.mark.parametrize(
+    ("changes", "phase"),
+    [
+        ({}, Phase.BO),
+        ({"baseline_due": True}, Phase.BASELINE),
+        (
+            {"baseline_due": True, "warm_starts_due": True},
+            Phase.BASELINE,
+        ),  # the baseline's ask holds no warm start
+        ({"warm_starts_due": True}, Phase.WARM_START),
+        (
+            {"warm_starts_due": True, "distinct_seen": 1},
+            Phase.WARM_START,
+        ),  # warm starts come before the design
+        ({"distinct_seen": 3}, Phase.DESIGN),
+        (
+            {"time_model_ready": False},
+            Phase.DESIGN,
+        ),  # the design goes on until a step-time model exists
+        (
+            {"distinct_seen": 3, "has_prior": True},
+            Phase.DESIGN,
+        ),  # nothing pending: the sequential schedule
+        (
+            {"distinct_seen": 3, "has_prior": True, "pending": 2},
+            Phase.BO_PRIOR,
+        ),  # the first wave's prior pick
+        (
+            {"distinct_seen": 3, "has_prior": True, "pending": 2, "prior_picked": True},
+            Phase.DESIGN,
+        ),  # once
+        (
+            {"time_model_ready": False, "has_prior": True, "pending": 2, "prior_picked": True},
+            Phase.BO_PRIOR,
+        ),
+        ({"local_turn": True}, Phase.REPLICATE),
+        (
+            {"local_turn": True, "distinct_seen": 5},
+            Phase.BO_LOCAL,
+        ),  # replicates wait for two configs past the design
+        ({"local_turn": True, "single": False}, Phase.BO_LOCAL),  # the last pick of a batch: local
+        (
+            {"local_turn": True, "single": False, "last_of_batch": False},
+            Phase.BO,
+        ),  # a batch's other picks
+        ({"single": False, "last_of_batch": False}, Phase.BO),
+    ],
+)
 def test_next_phase_follows_the_schedule(changes: dict[str, object], phase: Phase) -> None:
     assert next_phase(replace(PAST_DESIGN, **changes)) is phase  # type: ignore[arg-type]
 
 
 def test_phases_keep_their_strings() -> None:
     """Logs, saved states and reports hold the phase strings; a ``Phase`` is equal to its string."""
-    assert [p.value for p in Phase] == ["baseline", "warm_start", "design", "bo", "bo-local", "bo-prior",
-                                        "replicate", "repair", "proposal"]
-    assert Phase.BO_LOCAL == "bo-local" and f"{Phase.WARM_START}" == "warm_start" and Phase("repair") is Phase.REPAIR
+    assert [p.value for p in Phase] == [
+        "baseline",
+        "warm_start",
+        "design",
+        "bo",
+        "bo-local",
+        "bo-prior",
+        "replicate",
+        "repair",
+        "proposal",
+    ]
+    assert (
+        Phase.BO_LOCAL == "bo-local"
+        and f"{Phase.WARM_START}" == "warm_start"
+        and Phase("repair") is Phase.REPAIR
+    )
 
 
 def test_baseline_first_then_design_and_info() -> None:
     space = SearchSpace.from_yaml(TINY)
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, baseline={"stage": 2, "mbs": 1, "ckpt": True})
+    opt = Optimizer(
+        space, memory_capacity=TINY_CAP, seed=0, baseline={"stage": 2, "mbs": 1, "ckpt": True}
+    )
     first = opt.ask()
     assert first == {"stage": 2, "mbs": 1, "ckpt": True}
     assert opt.last_ask_info.phase == "baseline"
@@ -74,7 +130,9 @@ def test_baseline_replicates_do_not_use_up_the_design() -> None:
     """The doctor tells the baseline several times; the design still gets n_init - 1 new configs."""
     space = SearchSpace.from_yaml(TINY)
     base = {"stage": 2, "mbs": 1, "ckpt": True}
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, baseline=base, settings=OptimizerSettings(n_init=4))
+    opt = Optimizer(
+        space, memory_capacity=TINY_CAP, seed=0, baseline=base, settings=OptimizerSettings(n_init=4)
+    )
     for _ in range(3):
         opt.tell(base, tiny_run(base))
     phases = []
@@ -87,7 +145,9 @@ def test_baseline_replicates_do_not_use_up_the_design() -> None:
 
 def test_local_steps_stay_near_the_incumbent() -> None:
     space = SearchSpace.from_yaml(TINY)
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=5, settings=OptimizerSettings(n_init=3, local_every=2))
+    opt = Optimizer(
+        space, memory_capacity=TINY_CAP, seed=5, settings=OptimizerSettings(n_init=3, local_every=2)
+    )
     phases = []
     for _ in range(9):
         c = opt.ask()
@@ -106,7 +166,12 @@ def test_an_incumbent_measured_once_is_re_measured_on_a_local_turn(intensify: bo
     """SMAC-style intensification: while the posterior-best config has a single trusted
     measurement, the local step re-runs it (a lucky draw must not decide best())."""
     space = SearchSpace.from_yaml(TINY)
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=5, settings=OptimizerSettings(n_init=3, local_every=2, intensify=intensify))
+    opt = Optimizer(
+        space,
+        memory_capacity=TINY_CAP,
+        seed=5,
+        settings=OptimizerSettings(n_init=3, local_every=2, intensify=intensify),
+    )
     replicated = []
     for _ in range(12):
         c = opt.ask()
@@ -129,7 +194,9 @@ def test_single_asks_with_trials_pending_keep_the_local_turns_and_intensificatio
     configs pending keeps the sequential schedule, local steps near the incumbent and the
     incumbent's replicate, and never returns a pending config."""
     space = SearchSpace.from_yaml(TINY)
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=5, settings=OptimizerSettings(n_init=3, local_every=2))
+    opt = Optimizer(
+        space, memory_capacity=TINY_CAP, seed=5, settings=OptimizerSettings(n_init=3, local_every=2)
+    )
     running = [opt.ask() for _ in range(3)]
     phases = []
     for _ in range(12):
@@ -157,17 +224,37 @@ def test_with_a_prior_the_first_wave_of_pending_trials_holds_the_priors_pick() -
     picks after the design, while fewer than two results are in, are the prior's too. One at a
     time (nothing pending) the schedule is the sequential one: no ``bo-prior`` asks."""
     space = SearchSpace.from_yaml(DENSE)
-    opt = Optimizer(space, memory_capacity=CAPACITY, seed=3, baseline=BASELINE, prior=SyntheticPrior(), settings=OptimizerSettings(n_init=4))
+    opt = Optimizer(
+        space,
+        memory_capacity=CAPACITY,
+        seed=3,
+        baseline=BASELINE,
+        prior=SyntheticPrior(),
+        settings=OptimizerSettings(n_init=4),
+    )
     wave = [opt.ask() for _ in range(4)]
     phases = [opt.info(c).phase for c in wave]  # type: ignore[union-attr]
     assert phases == ["baseline", "bo-prior", "design", "design"]
     pick = wave[1]
-    assert step_time_s(pick) < step_time_s(space.validate(BASELINE)) and memory_bytes(pick) <= CAPACITY
-    opt.tell(wave[0], run(wave[0]))  # one result, three pending: the design is asked, no time model yet
+    assert (
+        step_time_s(pick) < step_time_s(space.validate(BASELINE)) and memory_bytes(pick) <= CAPACITY
+    )
+    opt.tell(
+        wave[0], run(wave[0])
+    )  # one result, three pending: the design is asked, no time model yet
     nxt = opt.ask()
-    assert opt.last_ask_info.phase == "bo-prior" and space.key(nxt) not in {space.key(c) for c in wave}  # type: ignore[union-attr]
+    assert opt.last_ask_info.phase == "bo-prior" and space.key(nxt) not in {
+        space.key(c) for c in wave
+    }  # type: ignore[union-attr]
 
-    seq = Optimizer(space, memory_capacity=CAPACITY, seed=3, baseline=BASELINE, prior=SyntheticPrior(), settings=OptimizerSettings(n_init=4))
+    seq = Optimizer(
+        space,
+        memory_capacity=CAPACITY,
+        seed=3,
+        baseline=BASELINE,
+        prior=SyntheticPrior(),
+        settings=OptimizerSettings(n_init=4),
+    )
     for _ in range(7):
         c = seq.ask()
         assert seq.last_ask_info.phase != "bo-prior"  # type: ignore[union-attr]
@@ -177,11 +264,28 @@ def test_with_a_prior_the_first_wave_of_pending_trials_holds_the_priors_pick() -
 def test_initial_configs_come_after_the_baseline_in_order_each_once() -> None:
     space = SearchSpace.from_yaml(TINY)
     base = {"stage": 2, "mbs": 1, "ckpt": True}
-    warm = [{"stage": 1, "mbs": 4, "ckpt": True}, {"stage": 9}, {"stage": 1, "mbs": 4, "ckpt": True},
-            {"stage": 2, "mbs": 2}, {"stage": 0, "mbs": 8}]
-    origins = [WarmStartOrigin(source_study="a", relative_step_time=0.5), None, None, WarmStartOrigin(trial_id="t2")]
-    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0, baseline=base, initial_configs=warm,
-                    initial_origins=origins, settings=OptimizerSettings(n_init=3))
+    warm = [
+        {"stage": 1, "mbs": 4, "ckpt": True},
+        {"stage": 9},
+        {"stage": 1, "mbs": 4, "ckpt": True},
+        {"stage": 2, "mbs": 2},
+        {"stage": 0, "mbs": 8},
+    ]
+    origins = [
+        WarmStartOrigin(source_study="a", relative_step_time=0.5),
+        None,
+        None,
+        WarmStartOrigin(trial_id="t2"),
+    ]
+    opt = Optimizer(
+        space,
+        memory_capacity=TINY_CAP,
+        seed=0,
+        baseline=base,
+        initial_configs=warm,
+        initial_origins=origins,
+        settings=OptimizerSettings(n_init=3),
+    )
     # the invalid config (stage 9) and the repeat are dropped; the rest keep their order and origins
     assert [c for c, _ in opt.initial_queue] == [space.validate(warm[i]) for i in (0, 3, 4)]
     assert opt.ask() == base and opt.last_ask_info.phase == "baseline"
@@ -191,11 +295,20 @@ def test_initial_configs_come_after_the_baseline_in_order_each_once() -> None:
     assert first == space.validate(warm[0])
     info = opt.last_ask_info
     assert (info.config, info.phase, info.ask_index, info.warm_start_origin, info.repair_of) == (
-        first, "warm_start", 1, origins[0], None)
+        first,
+        "warm_start",
+        1,
+        origins[0],
+        None,
+    )
     assert info.p_fit is not None  # checked against this study's memory model before it is asked
     batch = opt.ask(2)  # the last queued config, then the optimizer's own
-    assert batch[0] == space.validate(warm[4]) and [i.phase for i in opt.last_ask_info] == ["warm_start", "bo"]
+    assert batch[0] == space.validate(warm[4]) and [i.phase for i in opt.last_ask_info] == [
+        "warm_start",
+        "bo",
+    ]
     assert opt.initial_queue == [] and len({space.key(c) for c in [first, *batch]}) == 3
     with pytest.raises(UserInputError, match="initial_origins"):
-        Optimizer(space, memory_capacity=TINY_CAP, initial_configs=[base], initial_origins=[None, None])
-
+        Optimizer(
+            space, memory_capacity=TINY_CAP, initial_configs=[base], initial_origins=[None, None]
+        )

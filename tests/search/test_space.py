@@ -93,7 +93,9 @@ def test_dense_space_when_and_constraint() -> None:
     assert all(r["offload_param"] is False for r in rows if r["zero_stage"] != 3)
     assert all(r["reduce_bucket_size"] == "auto" for r in rows if r["zero_stage"] == 0)
     assert any(r["offload_param"] for r in rows)
-    assert not any(r["offload_optimizer"] and r["dtype"] == "bf16" and r["zero_stage"] == 0 for r in rows)
+    assert not any(
+        r["offload_optimizer"] and r["dtype"] == "bf16" and r["zero_stage"] == 0 for r in rows
+    )
 
 
 def test_validate_fills_defaults_and_resets_inactive_knobs() -> None:
@@ -111,29 +113,65 @@ def test_validate_errors_name_the_rule() -> None:
         space.validate({"mbs": 3})
     with pytest.raises(SearchSpaceError, match=r"'pp'.*Known knobs"):
         space.validate({"pp": 2})
-    with pytest.raises(SearchSpaceError, match="breaks constraint 'not \\(mbs == 4 and stage == 0\\)'"):
+    with pytest.raises(
+        SearchSpaceError, match="breaks constraint 'not \\(mbs == 4 and stage == 0\\)'"
+    ):
         space.validate({"mbs": 4, "stage": 0})
 
 
 BAD = [
-    ("knobs:\n  - name: a\n    type: integer\n    values: [1]\n", "knob 'a'", "'type' must be one of"),
-    ("knobs:\n  - name: a\n    type: int\n    values: [1, 2]\n    default: 3\n", "knob 'a'", "'default' must be one of"),
-    ("knobs:\n  - name: a\n    type: int\n    values: [1, 2]\n  - name: a\n    type: bool\n", "knob 'a'", "unique"),
+    (
+        "knobs:\n  - name: a\n    type: integer\n    values: [1]\n",
+        "knob 'a'",
+        "'type' must be one of",
+    ),
+    (
+        "knobs:\n  - name: a\n    type: int\n    values: [1, 2]\n    default: 3\n",
+        "knob 'a'",
+        "'default' must be one of",
+    ),
+    (
+        "knobs:\n  - name: a\n    type: int\n    values: [1, 2]\n  - name: a\n    type: bool\n",
+        "knob 'a'",
+        "unique",
+    ),
     ("knobs:\n  - name: a\n    type: int\n    vals: [1]\n", "knob 'a'", "unknown key(s) ['vals']"),
     ("knobs:\n  - name: a\n    type: int\n    range: [5, 1]\n", "knob 'a'", "`lo < hi` must hold"),
     ("knobs:\n  - name: a\n    type: int\n    values: [1, 1.5]\n", "knob 'a'", "must be integers"),
-    ("knobs:\n  - name: a\n    type: bool\n    memory: greedy\n", "knob 'a'", "'memory' must be one of"),
-    ("knobs:\n  - name: a\n    type: bool\n    when: 'b'\n  - name: b\n    type: bool\n    when: 'a'\n", "knob '", "cycle"),
-    ("knobs:\n  - name: a\n    type: bool\n    when: 'a'\n", "knob 'a'", "refer to the knob itself"),
+    (
+        "knobs:\n  - name: a\n    type: bool\n    memory: greedy\n",
+        "knob 'a'",
+        "'memory' must be one of",
+    ),
+    (
+        "knobs:\n  - name: a\n    type: bool\n    when: 'b'\n  - name: b\n    type: bool\n    when: 'a'\n",
+        "knob '",
+        "cycle",
+    ),
+    (
+        "knobs:\n  - name: a\n    type: bool\n    when: 'a'\n",
+        "knob 'a'",
+        "refer to the knob itself",
+    ),
     ("knobs:\n  - name: a\n    type: int\n    values: []\n", "knob 'a'", "non-empty 'values'"),
-    ("knobs:\n  - name: a\n    type: int\n    range: [0, 8]\n    log: true\n", "knob 'a'", "log range needs lo > 0"),
+    (
+        "knobs:\n  - name: a\n    type: int\n    range: [0, 8]\n    log: true\n",
+        "knob 'a'",
+        "log range needs lo > 0",
+    ),
     ("knobz: []\n", "<text>", "unknown top-level key"),
-    ("objective: throughput\nknobs:\n  - name: a\n    type: bool\n", "'objective'", "must be one of"),
+    (
+        "objective: throughput\nknobs:\n  - name: a\n    type: bool\n",
+        "'objective'",
+        "must be one of",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("text", "where", "rule"), BAD)
-def test_yaml_errors_name_file_knob_and_rule(text: str, where: str, rule: str, tmp_path: Path) -> None:
+def test_yaml_errors_name_file_knob_and_rule(
+    text: str, where: str, rule: str, tmp_path: Path
+) -> None:
     path = tmp_path / "bad_space.yaml"
     path.write_text(text)
     with pytest.raises(SearchSpaceError) as info:
@@ -146,12 +184,14 @@ def test_yaml_errors_name_file_knob_and_rule(text: str, where: str, rule: str, t
 
 def test_injection_in_yaml_names_file_knob_and_expression(tmp_path: Path) -> None:
     path = tmp_path / "evil.yaml"
-    path.write_text("knobs:\n  - name: a\n    type: bool\n    when: \"__import__('os').system('echo hi')\"\n")
+    path.write_text(
+        "knobs:\n  - name: a\n    type: bool\n    when: \"__import__('os').system('echo hi')\"\n"
+    )
     with pytest.raises(ExpressionError) as info:
         SearchSpace.from_yaml(path)
     msg = str(info.value)
     assert str(path) in msg and "knob 'a'" in msg and "__import__('os')" in msg
-    path.write_text("knobs:\n  - name: a\n    type: bool\nconstraints:\n  - \"a.__class__ == 1\"\n")
+    path.write_text('knobs:\n  - name: a\n    type: bool\nconstraints:\n  - "a.__class__ == 1"\n')
     with pytest.raises(ExpressionError, match=r"constraints\[0\].*attribute access"):
         SearchSpace.from_yaml(path)
 
@@ -170,7 +210,10 @@ def test_sample_and_neighbours_are_valid() -> None:
 
 
 def test_large_space_is_not_enumerated() -> None:
-    knobs = "\n".join(f"  - name: k{i}\n    type: int\n    values: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]" for i in range(7))
+    knobs = "\n".join(
+        f"  - name: k{i}\n    type: int\n    values: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"
+        for i in range(7)
+    )
     space = SearchSpace.from_yaml(f"name: big\nknobs:\n{knobs}\n")
     assert space.enumerate() is None
     assert len(space.sample(np.random.default_rng(0), 5)) == 5
@@ -202,7 +245,9 @@ def test_constraints_short_circuit_and_unevaluable_counts_as_violated() -> None:
     configs = space.enumerate()
     assert configs and all(c["tp"] * c["pp"] <= 16 for c in configs)
     assert all(not space.violated(c) for c in space.sample(np.random.default_rng(0), n=20))
-    assert all(c["tp"] * c["pp"] <= 16 for c in space.neighbours({"tp": 4, "pp": 4, "micro_batch_size": 1}))
+    assert all(
+        c["tp"] * c["pp"] <= 16 for c in space.neighbours({"tp": 4, "pp": 4, "micro_batch_size": 1})
+    )
 
 
 def test_unevaluable_constraint_alone_is_violated_with_a_clear_error() -> None:
@@ -233,10 +278,15 @@ def test_optimizer_reaches_pairing_on_the_short_circuit_space() -> None:
         mem = 40.0 * c["micro_batch_size"] / (c["tp"] * c["pp"])
         if mem > 10.0:
             return Outcome(status="oom")
-        return Outcome(status="ok", step_time=(1 + 2.0 / c["micro_batch_size"]) * (1 + 0.1 * c["tp"] + 0.05 * c["pp"]),
-                       peak_memory=mem)
+        return Outcome(
+            status="ok",
+            step_time=(1 + 2.0 / c["micro_batch_size"]) * (1 + 0.1 * c["tp"] + 0.05 * c["pp"]),
+            peak_memory=mem,
+        )
 
-    opt = Optimizer(space, memory_capacity=10.0, seed=0, baseline={"tp": 1, "pp": 1, "micro_batch_size": 1})
+    opt = Optimizer(
+        space, memory_capacity=10.0, seed=0, baseline={"tp": 1, "pp": 1, "micro_batch_size": 1}
+    )
     for _ in range(20):
         cfg = opt.ask()
         assert cfg["tp"] * cfg["pp"] <= 16
@@ -257,9 +307,31 @@ def test_restrict_pins_the_other_knobs_at_the_baseline_and_keeps_constraints() -
 
 
 # ------------------------------------------------------------------ property-based: bad YAML
-KNOB_FIELDS = ["name", "type", "values", "range", "log", "memory", "when", "default", "grid", "bogus", 3]
-WHERE = ("knob '", "knobs[", "'knobs'", "constraints", "'name'", "'objective'", "'description'",
-         "top-level", "valid YAML", "a search space must be a mapping")
+KNOB_FIELDS = [
+    "name",
+    "type",
+    "values",
+    "range",
+    "log",
+    "memory",
+    "when",
+    "default",
+    "grid",
+    "bogus",
+    3,
+]
+WHERE = (
+    "knob '",
+    "knobs[",
+    "'knobs'",
+    "constraints",
+    "'name'",
+    "'objective'",
+    "'description'",
+    "top-level",
+    "valid YAML",
+    "a search space must be a mapping",
+)
 """Every error names one of these places (with the file)."""
 
 
@@ -267,9 +339,17 @@ WHERE = ("knob '", "knobs[", "'knobs'", "constraints", "'name'", "'objective'", 
 def malformed_space(draw: st.DrawFn) -> dict:
     """SMALL with one part replaced by junk, a knob duplicated, or the whole document junk."""
     raw = yaml.safe_load(SMALL)
-    kind = draw(st.sampled_from(["top", "knob_field", "knob", "constraint", "duplicate", "document"]))
+    kind = draw(
+        st.sampled_from(["top", "knob_field", "knob", "constraint", "duplicate", "document"])
+    )
     if kind == "top":
-        raw[draw(st.sampled_from(["name", "objective", "knobs", "constraints", "description", "extra", 7]))] = draw(JUNK)
+        raw[
+            draw(
+                st.sampled_from(
+                    ["name", "objective", "knobs", "constraints", "description", "extra", 7]
+                )
+            )
+        ] = draw(JUNK)
     elif kind == "knob_field":
         knob = raw["knobs"][draw(st.integers(0, len(raw["knobs"]) - 1))]
         knob[draw(st.sampled_from(KNOB_FIELDS))] = draw(JUNK)
@@ -286,7 +366,9 @@ def malformed_space(draw: st.DrawFn) -> dict:
 
 @PROPERTY
 @given(raw=malformed_space())
-def test_malformed_space_yaml_is_refused_naming_file_and_field_or_loads_usable(raw: dict, tmp_path: Path) -> None:
+def test_malformed_space_yaml_is_refused_naming_file_and_field_or_loads_usable(
+    raw: dict, tmp_path: Path
+) -> None:
     """Any malformed space either is refused with a ``SearchSpaceError`` that names the file, the
     place and the rule, or (when the junk happens to be valid) loads into a usable space."""
     path = tmp_path / "mutated_space.yaml"
@@ -313,7 +395,13 @@ def test_unevaluable_when_means_inactive_everywhere() -> None:
         "  - {name: b, type: bool, when: '8 // a > 2'}\n"
     )
     rows = space.enumerate() or []
-    assert sorted((r["a"], r["b"]) for r in rows) == [(0, False), (1, False), (1, True), (2, False), (2, True)]
+    assert sorted((r["a"], r["b"]) for r in rows) == [
+        (0, False),
+        (1, False),
+        (1, True),
+        (2, False),
+        (2, True),
+    ]
     assert space.validate({"a": 0, "b": True}) == {"a": 0, "b": False}
     assert space.active({"a": 0, "b": False}) == {"a": True, "b": False}
     assert all(c["b"] is False for c in space.sample(np.random.default_rng(0), 30) if c["a"] == 0)
@@ -323,27 +411,33 @@ def test_unevaluable_when_means_inactive_everywhere() -> None:
 def test_value_dependent_errors_at_the_defaults_do_not_refuse_the_space() -> None:
     """Only a type mismatch at the defaults is refused at load; a division by zero there makes the
     default config invalid (the constraint counts as violated), not the space."""
-    space = SearchSpace.from_yaml("name: z\nknobs:\n  - {name: a, type: int, values: [0, 1]}\n"
-                                  "constraints:\n  - '1 / a > 0'\n")
+    space = SearchSpace.from_yaml(
+        "name: z\nknobs:\n  - {name: a, type: int, values: [0, 1]}\nconstraints:\n  - '1 / a > 0'\n"
+    )
     assert space.violated({"a": 0}) == ["1 / a > 0"] and space.enumerate() == [{"a": 1}]
     with pytest.raises(ExpressionError, match="TypeError"):
-        SearchSpace.from_yaml("name: z\nknobs:\n  - {name: a, type: choice, values: [x, 1]}\n"
-                              "constraints:\n  - 'a < 3'\n")
+        SearchSpace.from_yaml(
+            "name: z\nknobs:\n  - {name: a, type: choice, values: [x, 1]}\n"
+            "constraints:\n  - 'a < 3'\n"
+        )
 
 
-@pytest.mark.parametrize(("entry", "rule"), [
-    ("{name: if, type: bool}", "Python keyword"),
-    ("{name: 'true', type: bool}", "Python keyword"),
-    ("{name: a, type: choice, values: [1, 1.0]}", "distinct"),
-    ("{name: a, type: choice, values: [true, 1]}", "distinct"),
-    ("{name: a, type: float, values: [.nan, 1.0]}", "finite"),
-    ("{name: a, type: float, range: [0, .inf]}", "finite"),
-    ("{name: a, type: float, range: [-1.0e+308, 1.0e+308]}", "too wide"),
-    ("{name: a, type: float, range: [0, 1], grid: 100000000}", "from 2 to 1024"),
-    ("{name: a, type: int, values: [1, 2], grid: 4}", "'grid' sets the points of a 'range'"),
-    ("{name: a, type: bool, log: true}", "'log' needs a numeric knob"),
-    ("{name: a, type: choice, values: [2020-01-01, x]}", "numbers, strings or booleans"),
-])
+@pytest.mark.parametrize(
+    ("entry", "rule"),
+    [
+        ("{name: if, type: bool}", "Python keyword"),
+        ("{name: 'true', type: bool}", "Python keyword"),
+        ("{name: a, type: choice, values: [1, 1.0]}", "distinct"),
+        ("{name: a, type: choice, values: [true, 1]}", "distinct"),
+        ("{name: a, type: float, values: [.nan, 1.0]}", "finite"),
+        ("{name: a, type: float, range: [0, .inf]}", "finite"),
+        ("{name: a, type: float, range: [-1.0e+308, 1.0e+308]}", "too wide"),
+        ("{name: a, type: float, range: [0, 1], grid: 100000000}", "from 2 to 1024"),
+        ("{name: a, type: int, values: [1, 2], grid: 4}", "'grid' sets the points of a 'range'"),
+        ("{name: a, type: bool, log: true}", "'log' needs a numeric knob"),
+        ("{name: a, type: choice, values: [2020-01-01, x]}", "numbers, strings or booleans"),
+    ],
+)
 def test_knob_entry_rules(entry: str, rule: str) -> None:
     with pytest.raises(SearchSpaceError, match=re.escape(rule)) as e:
         SearchSpace.from_dict(yaml.safe_load(f"name: s\nknobs:\n  - {entry}\n"), file="s.yaml")
@@ -352,9 +446,13 @@ def test_knob_entry_rules(entry: str, rule: str) -> None:
 
 def test_name_and_description_must_be_strings() -> None:
     with pytest.raises(SearchSpaceError, match="'name': rule: must be a string"):
-        SearchSpace.from_dict({"name": [1], "knobs": [{"name": "a", "type": "bool"}]}, file="s.yaml")
+        SearchSpace.from_dict(
+            {"name": [1], "knobs": [{"name": "a", "type": "bool"}]}, file="s.yaml"
+        )
     with pytest.raises(SearchSpaceError, match="'description': rule: must be a string"):
-        SearchSpace.from_dict({"description": {"x": 1}, "knobs": [{"name": "a", "type": "bool"}]}, file="s.yaml")
+        SearchSpace.from_dict(
+            {"description": {"x": 1}, "knobs": [{"name": "a", "type": "bool"}]}, file="s.yaml"
+        )
 
 
 @settings(max_examples=80, deadline=None, derandomize=True, database=None)

@@ -1,4 +1,5 @@
-"""Transfer from the bank inside the models: coefficient centres, the ranked weights, no change without a bank, save/restore."""
+"""Transfer from the bank inside the models: coefficient centres, the ranked weights, no change
+without a bank, save/restore."""
 
 from __future__ import annotations
 
@@ -32,17 +33,26 @@ def _configs(space: SearchSpace, n: int, seed: int) -> list[dict[str, Any]]:
     return [dict(rows[int(i)]) for i in idx]
 
 
-def _source(space: SearchSpace, *, slower: float = 2.0, reverse: bool = False, n: int = 24) -> SourceStudy:
+def _source(
+    space: SearchSpace, *, slower: float = 2.0, reverse: bool = False, n: int = 24
+) -> SourceStudy:
     """An earlier study of the synthetic problem on hardware ``slower`` times slower (``reverse``:
     its step-time ranking turned upside down, an unrelated bank)."""
     cfgs = [c for c in _configs(space, 3 * n, 7) if memory_bytes(c) <= CAPACITY][:n]
     times = [slower * step_time_s(c) for c in cfgs]
     if reverse:
         times = [slower * 400.0 / t for t in times]
-    return SourceStudy(name="src", similarity=1.0, configs=tuple(cfgs), source_configs=tuple(cfgs),
-                       step_times_s=tuple(times), peak_memory_bytes=tuple(memory_bytes(c) for c in cfgs),
-                       memory_censored=tuple(False for _ in cfgs), memory_capacity_bytes=CAPACITY,
-                       prior=SyntheticPrior())
+    return SourceStudy(
+        name="src",
+        similarity=1.0,
+        configs=tuple(cfgs),
+        source_configs=tuple(cfgs),
+        step_times_s=tuple(times),
+        peak_memory_bytes=tuple(memory_bytes(c) for c in cfgs),
+        memory_censored=tuple(False for _ in cfgs),
+        memory_capacity_bytes=CAPACITY,
+        prior=SyntheticPrior(),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +72,17 @@ def test_the_centre_is_the_sources_own_coefficient_fit(space: SearchSpace) -> No
     tm = TransferModel(TransferPrior((src,)), Encoder(space), SyntheticPrior(), OptimizerSettings())
     T, _ = SyntheticPrior().terms(list(src.source_configs))
     s = OptimizerSettings()
-    direct = fit_log_coefficients(T, np.log(np.array(src.step_times_s, dtype=float)), noise_sd=s.prior_time_noise_sd,
-                                  prior_sd=s.prior_time_coef_sd, max_iter=s.prior_fit_iters)
+    direct = fit_log_coefficients(
+        T,
+        np.log(np.array(src.step_times_s, dtype=float)),
+        noise_sd=s.prior_time_noise_sd,
+        prior_sd=s.prior_time_coef_sd,
+        max_iter=s.prior_fit_iters,
+    )
     assert tm.centres["time"] is not None and np.allclose(tm.centres["time"], direct)
-    assert tm.centres["time"][0] > math.log(1.5)  # the 2x slower machine shows in the compute coefficient
+    assert tm.centres["time"][0] > math.log(
+        1.5
+    )  # the 2x slower machine shows in the compute coefficient
     assert tm.residual_model is not None and tm.used_rows == len(src.configs)
     tm.centre_weight = 0.5
     assert np.allclose(tm.centre("time"), 0.5 * direct)  # the weight scales the time centre
@@ -74,23 +91,33 @@ def test_the_centre_is_the_sources_own_coefficient_fit(space: SearchSpace) -> No
 
 def test_weights_follow_the_ranking_of_the_studys_own_trials(space: SearchSpace) -> None:
     enc = Encoder(space)
-    good = TransferModel(TransferPrior((_source(space),)), enc, SyntheticPrior(), OptimizerSettings())
-    bad = TransferModel(TransferPrior((_source(space, reverse=True),)), enc, SyntheticPrior(), OptimizerSettings())
+    good = TransferModel(
+        TransferPrior((_source(space),)), enc, SyntheticPrior(), OptimizerSettings()
+    )
+    bad = TransferModel(
+        TransferPrior((_source(space, reverse=True),)), enc, SyntheticPrior(), OptimizerSettings()
+    )
     cfgs = _configs(space, 12, 3)
     X = enc.encode(cfgs)
     y = np.log([step_time_s(c) for c in cfgs])
     T, _ = SyntheticPrior().terms(cfgs)
     assert good.centres["time"] is not None
-    base = log_prior_sum(T, good.centres["time"])  # the fitted prior, which misses part of the truth
+    base = log_prior_sum(
+        T, good.centres["time"]
+    )  # the fitted prior, which misses part of the truth
     assert discordant_pairs(base.numpy(), y, 0.03) > 0
     good.update_weight(X, T, base, y)
     bad.update_weight(X, T, base, y)
-    assert good.residual_weight > 0  # the faithful residual ranks the trials better than the prior alone
+    assert (
+        good.residual_weight > 0
+    )  # the faithful residual ranks the trials better than the prior alone
     assert bad.residual_weight == 0.0  # the reversed one ranks them worse: dropped
     # the centre: a source-only prediction that ranks the trials right keeps weight 1, a wrong one loses it
     tm = TransferModel(TransferPrior((_source(space),)), enc, SyntheticPrior(), OptimizerSettings())
     tm.centres["time"] = np.array([math.log(4.0), 0.0, 0.0])
-    T2 = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])  # nominal: 1 s vs 2 s; with the centre: 4 s vs 2 s
+    T2 = np.array(
+        [[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]]
+    )  # nominal: 1 s vs 2 s; with the centre: 4 s vs 2 s
     X2 = enc.encode(cfgs[:2])
     tm.update_weight(X2, T2, torch.zeros(2, dtype=torch.float64), np.log([4.0, 2.0]))
     assert tm.centre_weight == 1.0
@@ -110,27 +137,50 @@ def _asks(opt: Optimizer, n: int) -> list[dict[str, Any]]:
 
 
 def test_without_a_bank_the_asks_are_those_of_the_cold_optimizer(space: SearchSpace) -> None:
-    kw: dict[str, Any] = {"memory_capacity": CAPACITY, "seed": 3, "baseline": BASELINE, "prior": SyntheticPrior()}
+    kw: dict[str, Any] = {
+        "memory_capacity": CAPACITY,
+        "seed": 3,
+        "baseline": BASELINE,
+        "prior": SyntheticPrior(),
+    }
     cold = _asks(Optimizer(space, **kw), 6)
     assert _asks(Optimizer(space, transfer=TransferPrior(()), **kw), 6) == cold  # an empty bank
-    off = Optimizer(space, transfer=TransferPrior((_source(space),)),
-                    settings=replace(OptimizerSettings(), transfer=False), **kw)
+    off = Optimizer(
+        space,
+        transfer=TransferPrior((_source(space),)),
+        settings=replace(OptimizerSettings(), transfer=False),
+        **kw,
+    )
     assert off.transfer is None and _asks(off, 6) == cold  # the switch off: ignored
-    assert Optimizer(space, memory_capacity=CAPACITY, transfer=TransferPrior((_source(space),))).transfer is None
+    assert (
+        Optimizer(
+            space, memory_capacity=CAPACITY, transfer=TransferPrior((_source(space),))
+        ).transfer
+        is None
+    )
 
 
 def test_the_transfer_reaches_the_models_and_survives_save_and_restore(space: SearchSpace) -> None:
-    kw: dict[str, Any] = {"memory_capacity": CAPACITY, "seed": 3, "baseline": BASELINE, "prior": SyntheticPrior()}
+    kw: dict[str, Any] = {
+        "memory_capacity": CAPACITY,
+        "seed": 3,
+        "baseline": BASELINE,
+        "prior": SyntheticPrior(),
+    }
     opt = Optimizer(space, transfer=TransferPrior((_source(space),)), **kw)
     cold = Optimizer(space, **kw)
     assert opt.transfer is not None
     probe = _configs(space, 5, 11)
-    assert not np.allclose(opt.predict(probe)["step_time_mean_s"], cold.predict(probe)["step_time_mean_s"])
+    assert not np.allclose(
+        opt.predict(probe)["step_time_mean_s"], cold.predict(probe)["step_time_mean_s"]
+    )
     _asks(opt, 4)
     info = opt.last_ask_info
     assert info is not None and not isinstance(info, list) and info.transfer_weights is not None
     restored = Optimizer.from_state(opt.state_dict())
     assert restored.transfer is not None
     assert (restored.transfer.centre_weight, restored.transfer.residual_weight) == (
-        opt.transfer.centre_weight, opt.transfer.residual_weight)
+        opt.transfer.centre_weight,
+        opt.transfer.residual_weight,
+    )
     assert restored.ask() == opt.ask()

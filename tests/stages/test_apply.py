@@ -127,8 +127,10 @@ def test_apply_refuses_a_patch_writing_through_a_symlink(tmp_path: Path) -> None
     repo.git.add("setup.cfg", "workloads/cfg")
     repo.index.commit("a link")
     patch = tmp_path / "through.patch"
-    patch.write_text("diff --git a/workloads/cfg b/workloads/cfg\nindex 1111111..2222222 100644\n"
-                     "--- a/workloads/cfg\n+++ b/workloads/cfg\n@@ -1 +1 @@\n-[x]\n+[y]\n")
+    patch.write_text(
+        "diff --git a/workloads/cfg b/workloads/cfg\nindex 1111111..2222222 100644\n"
+        "--- a/workloads/cfg\n+++ b/workloads/cfg\n@@ -1 +1 @@\n-[x]\n+[y]\n"
+    )
     study = make_study(tmp_path, patches=[str(patch)])
     with pytest.raises(ApplyError, match="through a symbolic link") as e:
         apply(study, repo.working_tree_dir)
@@ -188,9 +190,22 @@ def test_a_rejected_cheats_patch_never_reaches_the_branch(tmp_path: Path) -> Non
     repo = make_repo(tmp_path / "repo")
     cheat = make_patch(repo, tmp_path / "skip_layers.patch")
     study = make_study(tmp_path)  # BEST verified without a patch
-    write_rows(study, [row("run-9", "run", BEST, 0.0, status="invariant_violation", patches=[str(cheat)],
-                           patch_sha256=[file_sha256(cheat)], error="loss left the tolerance at step 3")],
-               name="cheat")
+    write_rows(
+        study,
+        [
+            row(
+                "run-9",
+                "run",
+                BEST,
+                0.0,
+                status="invariant_violation",
+                patches=[str(cheat)],
+                patch_sha256=[file_sha256(cheat)],
+                error="loss left the tolerance at step 3",
+            )
+        ],
+        name="cheat",
+    )
     res = apply(study, repo.working_tree_dir, branch="tuned")
     assert "workloads/model.py" not in res.files
     assert "return x * 1.0" not in repo.git.show("tuned:workloads/model.py")
@@ -204,7 +219,9 @@ def test_a_rejected_cheats_patch_never_reaches_the_branch(tmp_path: Path) -> Non
     assert "cheat" not in [h.name for h in repo.heads]
 
 
-def test_apply_refuses_a_patch_changed_since_verify_and_a_candidate_that_broke_an_invariant(tmp_path: Path) -> None:
+def test_apply_refuses_a_patch_changed_since_verify_and_a_candidate_that_broke_an_invariant(
+    tmp_path: Path,
+) -> None:
     from synthetic_study import BEST, row, write_rows
 
     from infrarsi.study.candidate import file_sha256
@@ -214,18 +231,36 @@ def test_apply_refuses_a_patch_changed_since_verify_and_a_candidate_that_broke_a
     study = make_study(tmp_path, patches=[str(patch)])
     verified_sha = file_sha256(patch)
     patch.write_text(patch.read_text() + "\n")
-    with pytest.raises(ApplyError, match=rf"sha256 .* now, {verified_sha[:16]} when verify measured it"):
+    with pytest.raises(
+        ApplyError, match=rf"sha256 .* now, {verified_sha[:16]} when verify measured it"
+    ):
         apply(study, repo.working_tree_dir)
     patch.write_text(patch.read_text()[:-1])
     # The same candidate (knobs, patch bytes) broke an invariant in one run trial: never promoted.
-    write_rows(study, [row("run-9", "run", BEST, 0.0, status="invariant_violation", patches=[str(patch)],
-                           patch_sha256=[verified_sha], error="eval loss differs")], name="broke")
+    write_rows(
+        study,
+        [
+            row(
+                "run-9",
+                "run",
+                BEST,
+                0.0,
+                status="invariant_violation",
+                patches=[str(patch)],
+                patch_sha256=[verified_sha],
+                error="eval loss differs",
+            )
+        ],
+        name="broke",
+    )
     with pytest.raises(ApplyError, match=r"run-9 of this very candidate .* broke an invariant"):
         apply(study, repo.working_tree_dir)
     assert [h.name for h in repo.heads] == ["main"]
 
 
-def test_apply_needs_a_passed_long_check_of_this_very_candidate_or_says_it_skipped(tmp_path: Path) -> None:
+def test_apply_needs_a_passed_long_check_of_this_very_candidate_or_says_it_skipped(
+    tmp_path: Path,
+) -> None:
     from synthetic_study import write_long_check
 
     repo = make_repo(tmp_path / "repo")

@@ -22,8 +22,15 @@ def test_doctor_feeds_the_contracts_bank(tmp_path: Path) -> None:
     rows = bank.query()
     assert rows and {r["stage"] for r in rows} == {"doctor"} and len(bank.files()) == 1
     r = rows[0]
-    assert r["hw_simulated"] is True and r["wl_n_layers"] and r["wl_tokens_per_step"] and r["par_world_size"]
-    assert add_to_bank(study, stage="run")["rows"] == len(rows)  # the next stage's ingest replaces it
+    assert (
+        r["hw_simulated"] is True
+        and r["wl_n_layers"]
+        and r["wl_tokens_per_step"]
+        and r["par_world_size"]
+    )
+    assert add_to_bank(study, stage="run")["rows"] == len(
+        rows
+    )  # the next stage's ingest replaces it
     assert len(bank.files()) == 1 and bank.table().num_rows == len(rows)
 
 

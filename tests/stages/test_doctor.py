@@ -1,4 +1,5 @@
-"""The doctor stage: its calibration reaches the contract (capacity from the device, tolerance from an honest change)."""
+"""The doctor stage: its calibration reaches the contract (capacity from the device, tolerance from
+an honest change)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "stages" / "surroga
 GIB = 2**30
 
 
-def test_the_capacity_defaults_to_the_memory_the_trials_devices_report(tmp_path: Path, monkeypatch) -> None:
+def test_the_capacity_defaults_to_the_memory_the_trials_devices_report(
+    tmp_path: Path, monkeypatch
+) -> None:
     """No --memory-capacity and none in the workload: the doctor records the device's own memory
     (what the ranks report in each trial's hardware record; here a stand-in 24 GiB device) as a
     contract amendment, never a stand-in "unlimited" number. The honest-change trial runs too."""
@@ -44,6 +47,9 @@ def test_the_capacity_defaults_to_the_memory_the_trials_devices_report(tmp_path:
     assert report.device_memory_capacity_bytes == 24 * GIB
     changed = {c.changed: c.config for c in report.honest_changes}
     assert set(changed) == {"micro_batch_size", "zero_stage"}
-    assert changed["micro_batch_size"]["micro_batch_size"] != report.baseline_config["micro_batch_size"]
+    assert (
+        changed["micro_batch_size"]["micro_batch_size"]
+        != report.baseline_config["micro_batch_size"]
+    )
     assert changed["zero_stage"]["zero_stage"] != report.baseline_config["zero_stage"]
     assert "honest changes" in contract.amendments[0].reason

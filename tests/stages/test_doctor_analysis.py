@@ -15,14 +15,26 @@ from infrarsi.stages.doctor_analysis import (
 from infrarsi.study.doctor_report import DoctorReport
 
 
-def _row(i: int, step: float, loss: list[float], ranks: list[float] | None = None, status: str = "ok") -> TrialResult:
+def _row(
+    i: int, step: float, loss: list[float], ranks: list[float] | None = None, status: str = "ok"
+) -> TrialResult:
     return TrialResult(
-        trial_id=f"doctor-{i:04d}", stage="doctor", config={}, status=status,
-        step_time_s=step if status == "ok" else None, step_time_samples_s=[step * 0.99, step, step * 1.01],
-        loss=loss, eval_loss=loss[-1], rank_step_time_s=ranks or [step, step],
-        phase_times_s={"forward": step / 3, "backward": step / 2}, peak_memory_bytes=100 + i,
-        tokens_per_s=2048 / step, tokens_per_step=2048, optimizer_steps=len(loss),
-        hardware={"peak_flops_per_s": 1e11}, mfu=0.1,
+        trial_id=f"doctor-{i:04d}",
+        stage="doctor",
+        config={},
+        status=status,
+        step_time_s=step if status == "ok" else None,
+        step_time_samples_s=[step * 0.99, step, step * 1.01],
+        loss=loss,
+        eval_loss=loss[-1],
+        rank_step_time_s=ranks or [step, step],
+        phase_times_s={"forward": step / 3, "backward": step / 2},
+        peak_memory_bytes=100 + i,
+        tokens_per_s=2048 / step,
+        tokens_per_step=2048,
+        optimizer_steps=len(loss),
+        hardware={"peak_flops_per_s": 1e11},
+        mfu=0.1,
     )
 
 
@@ -60,7 +72,9 @@ def test_straggler_flagged_only_when_consistent() -> None:
     slow = [_row(i, 1.0, [1.0], ranks=[1.0, 1.3, 1.0, 1.0]) for i in range(3)]
     flagged = analyse_baseline(slow).stragglers
     assert flagged is not None and flagged.flag is True and flagged.rank == 1
-    moving = [_row(i, 1.0, [1.0], ranks=[1.3 if j == i else 1.0 for j in range(4)]) for i in range(3)]
+    moving = [
+        _row(i, 1.0, [1.0], ranks=[1.3 if j == i else 1.0 for j in range(4)]) for i in range(3)
+    ]
     unflagged = analyse_baseline(moving).stragglers
     assert unflagged is not None and unflagged.flag is False
 
@@ -100,48 +114,89 @@ def test_a_failed_honest_change_is_recorded_but_not_used() -> None:
     assert out.loss_tolerance == LOSS_TOLERANCE_FLOOR
 
 
-SPACE = SearchSpace.from_dict({"name": "s", "knobs": [
-    {"name": "zero_stage", "type": "choice", "values": [0, 1, 2, 3]},
-    {"name": "micro_batch_size", "type": "int", "values": [1, 2, 4, 8, 16]}],
-    "constraints": ["not (zero_stage == 0 and micro_batch_size == 2)"]})
+SPACE = SearchSpace.from_dict(
+    {
+        "name": "s",
+        "knobs": [
+            {"name": "zero_stage", "type": "choice", "values": [0, 1, 2, 3]},
+            {"name": "micro_batch_size", "type": "int", "values": [1, 2, 4, 8, 16]},
+        ],
+        "constraints": ["not (zero_stage == 0 and micro_batch_size == 2)"],
+    }
+)
 
 
-@pytest.mark.parametrize(("base", "per_rank", "want"), [
-    ({"zero_stage": 3, "micro_batch_size": 4}, 16, 2),   # the nearest smaller split
-    ({"zero_stage": 3, "micro_batch_size": 1}, 16, 2),   # none smaller: the nearest larger
-    ({"zero_stage": 0, "micro_batch_size": 4}, 16, 1),   # 2 breaks a constraint: skipped
-    ({"zero_stage": 3, "micro_batch_size": 4}, 12, 2),   # 8 and 16 do not divide 12
-    ({"zero_stage": 3, "micro_batch_size": 1}, 1, None),  # no other split at all
-])
-def test_the_split_change_is_the_baseline_with_the_nearest_other_split(base, per_rank, want) -> None:
+@pytest.mark.parametrize(
+    ("base", "per_rank", "want"),
+    [
+        ({"zero_stage": 3, "micro_batch_size": 4}, 16, 2),  # the nearest smaller split
+        ({"zero_stage": 3, "micro_batch_size": 1}, 16, 2),  # none smaller: the nearest larger
+        ({"zero_stage": 0, "micro_batch_size": 4}, 16, 1),  # 2 breaks a constraint: skipped
+        ({"zero_stage": 3, "micro_batch_size": 4}, 12, 2),  # 8 and 16 do not divide 12
+        ({"zero_stage": 3, "micro_batch_size": 1}, 1, None),  # no other split at all
+    ],
+)
+def test_the_split_change_is_the_baseline_with_the_nearest_other_split(
+    base, per_rank, want
+) -> None:
     changes = dict(honest_change_configs(base, SPACE, per_rank))
     assert changes.get("micro_batch_size", {}).get("micro_batch_size") == want
     if want is not None:
         assert changes["micro_batch_size"]["zero_stage"] == base["zero_stage"]
 
 
-@pytest.mark.parametrize(("base", "want"), [
-    ({"zero_stage": 3, "micro_batch_size": 4}, 0),   # the far end: DeepSpeed's other optimizer path
-    ({"zero_stage": 0, "micro_batch_size": 4}, 3),   # from ZeRO-0, the highest
-    ({"zero_stage": 3, "micro_batch_size": 2}, 1),   # ZeRO-0 with micro-batch 2 breaks a constraint
-])
+@pytest.mark.parametrize(
+    ("base", "want"),
+    [
+        (
+            {"zero_stage": 3, "micro_batch_size": 4},
+            0,
+        ),  # the far end: DeepSpeed's other optimizer path
+        ({"zero_stage": 0, "micro_batch_size": 4}, 3),  # from ZeRO-0, the highest
+        (
+            {"zero_stage": 3, "micro_batch_size": 2},
+            1,
+        ),  # ZeRO-0 with micro-batch 2 breaks a constraint
+    ],
+)
 def test_the_zero_change_goes_to_the_far_stage(base, want) -> None:
     changes = dict(honest_change_configs(base, SPACE, 16))
     assert changes["zero_stage"] == {**base, "zero_stage": want}
 
 
-SPACE_16BIT = SearchSpace.from_dict({"name": "s", "knobs": [
-    {"name": "zero_stage", "type": "choice", "values": [0, 1, 2, 3]},
-    {"name": "micro_batch_size", "type": "int", "values": [1, 2, 4]},
-    {"name": "dtype", "type": "choice", "values": ["bf16", "fp32"]}]})
+SPACE_16BIT = SearchSpace.from_dict(
+    {
+        "name": "s",
+        "knobs": [
+            {"name": "zero_stage", "type": "choice", "values": [0, 1, 2, 3]},
+            {"name": "micro_batch_size", "type": "int", "values": [1, 2, 4]},
+            {"name": "dtype", "type": "choice", "values": ["bf16", "fp32"]},
+        ],
+    }
+)
 
 
-@pytest.mark.parametrize(("base", "want"), [
-    ({"zero_stage": 3, "micro_batch_size": 1, "dtype": "bf16"}, 1),     # ZeRO-0 in bf16 has no fp32 masters
-    ({"zero_stage": 1, "micro_batch_size": 1, "dtype": "bf16"}, 3),     # from the lowest of 1-3, the highest
-    ({"zero_stage": 0, "micro_batch_size": 1, "dtype": "bf16"}, None),  # nothing else trains pure bf16
-    ({"zero_stage": 3, "micro_batch_size": 1, "dtype": "fp32"}, 0),     # fp32: every stage is one arithmetic
-])
+@pytest.mark.parametrize(
+    ("base", "want"),
+    [
+        (
+            {"zero_stage": 3, "micro_batch_size": 1, "dtype": "bf16"},
+            1,
+        ),  # ZeRO-0 in bf16 has no fp32 masters
+        (
+            {"zero_stage": 1, "micro_batch_size": 1, "dtype": "bf16"},
+            3,
+        ),  # from the lowest of 1-3, the highest
+        (
+            {"zero_stage": 0, "micro_batch_size": 1, "dtype": "bf16"},
+            None,
+        ),  # nothing else trains pure bf16
+        (
+            {"zero_stage": 3, "micro_batch_size": 1, "dtype": "fp32"},
+            0,
+        ),  # fp32: every stage is one arithmetic
+    ],
+)
 def test_the_zero_change_never_crosses_zero0_and_zero1_in_16_bit(base, want) -> None:
     changes = dict(honest_change_configs(base, SPACE_16BIT, 4))
     assert changes.get("zero_stage", {}).get("zero_stage") == want
@@ -153,6 +208,8 @@ def test_the_eval_tolerance_counts_the_honest_changes_eval_difference() -> None:
     out = analyse_baseline(rows, honest_changes=[("zero_stage", change)])
     (c,) = out.honest_changes
     assert c.eval_loss_abs_diff == pytest.approx(2e-3)
-    assert out.eval_tolerance == pytest.approx(max(LOSS_TOLERANCE_FLOOR, HONEST_CHANGE_FACTOR * 2e-3))
+    assert out.eval_tolerance == pytest.approx(
+        max(LOSS_TOLERANCE_FLOOR, HONEST_CHANGE_FACTOR * 2e-3)
+    )
     alone = analyse_baseline(rows)
     assert alone.eval_tolerance == pytest.approx(LOSS_TOLERANCE_FLOOR)

@@ -2,7 +2,8 @@
 2 ranks through Ray and DeepSpeed. Each must get ``invariant_violation`` with a reason that names
 the cheat, and verify must never accept one, even the cheats that really are faster.
 
-The cheats live in the workload's own seams (``tests/cheats.py``, named by each fixture's ``variant``): the data fetch, the loss
+The cheats live in the workload's own seams (``tests/cheats.py``, named by each fixture's
+``variant``): the data fetch, the loss
 it reports, the optimizer step and the gradient reduction. The harness counts tokens, sequences
 and optimizer steps itself, recomputes the eval loss with the untouched reference code and
 compares parameter checksums across replicas; it trusts nothing the workload reports.
@@ -101,8 +102,12 @@ def test_an_out_of_scope_config_is_refused_before_it_runs(tmp_path: Path) -> Non
     from infrarsi.study.trial_log import read_trials, rows
 
     d = tmp_path / "scoped"
-    Contract.create(FIXTURES / "honest.yaml", study_dir=d, memory_capacity_bytes=1 << 30,
-                    editable_knobs=["zero_stage"]).save(d)
+    Contract.create(
+        FIXTURES / "honest.yaml",
+        study_dir=d,
+        memory_capacity_bytes=1 << 30,
+        editable_knobs=["zero_stage"],
+    ).save(d)
     ex = StudyExecutor(d)
     try:
         from infrarsi.stages.common import baseline_config
@@ -114,12 +119,17 @@ def test_an_out_of_scope_config_is_refused_before_it_runs(tmp_path: Path) -> Non
     finally:
         ex.close()
     assert got["status"] == "failed" and got["extra"]["out_of_scope"] is True
-    assert "editable.knobs" in got["error"] and repr(other.name) in got["error"] and repr(value) in got["error"]
+    assert (
+        "editable.knobs" in got["error"]
+        and repr(other.name) in got["error"]
+        and repr(value) in got["error"]
+    )
     assert [r.trial_id for r in rows(read_trials(d))] == [got["trial_id"]]
 
 
 def test_a_full_disk_at_the_log_write_is_a_log_error_and_resume_logs_the_trial_interrupted(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ENOSPC at the trial log's fsync (fault injected at the write; surrogate trials, no Ray):
     ``run_trial`` raises the ``LogError`` naming the segment and the fix, the row logged before
     is intact, the failed trial is not half logged, and its in-flight marker stays, so the next
@@ -158,14 +168,22 @@ def test_a_full_disk_at_the_log_write_is_a_log_error_and_resume_logs_the_trial_i
     finally:
         again.close()
     after = {r.trial_id: r for r in rows(read_trials(d))}
-    assert sorted(after) == [first["trial_id"], recovered["trial_id"]] == ["doctor-0000", "doctor-0001"]
+    assert (
+        sorted(after)
+        == [first["trial_id"], recovered["trial_id"]]
+        == ["doctor-0000", "doctor-0001"]
+    )
     lost = after["doctor-0001"]
     assert lost.extra["interrupted"] is True and lost.status == "failed"
-    assert lost.device_seconds == pytest.approx(lost.world_size * (lost.ended_at - lost.started_at), abs=1e-3)
+    assert lost.device_seconds == pytest.approx(
+        lost.world_size * (lost.ended_at - lost.started_at), abs=1e-3
+    )
     assert after["doctor-0000"].to_dict() == before[0].to_dict()
 
 
-def test_a_retried_attempt_key_returns_the_first_rows_and_runs_nothing_twice(tmp_path: Path) -> None:
+def test_a_retried_attempt_key_returns_the_first_rows_and_runs_nothing_twice(
+    tmp_path: Path,
+) -> None:
     """Ray Tune retries a trial whose trial actor died (killed, node lost) while the executor was
     still running it: the retry's call (same ``attempt_key``) waits for the first call and gets
     its row; the trial is run and logged once. Surrogate trials held 0.3 s each, no Ray."""
@@ -188,7 +206,9 @@ def test_a_retried_attempt_key_returns_the_first_rows_and_runs_nothing_twice(tmp
     got: dict[str, dict] = {}
     try:
         base = ex.full_config(dict(ex.workload.baseline))
-        first = threading.Thread(target=lambda: got.update(first=ex.run_trial(base, "run", attempt_key="t_00001")))
+        first = threading.Thread(
+            target=lambda: got.update(first=ex.run_trial(base, "run", attempt_key="t_00001"))
+        )
         first.start()
         while not list((d / "inflight").glob("*.json")):  # the first attempt is in flight
             threading.Event().wait(0.01)
@@ -201,12 +221,16 @@ def test_a_retried_attempt_key_returns_the_first_rows_and_runs_nothing_twice(tmp
         ex.close()
     assert got["retry"] == got["first"] == got["later"]
     logged = [r.trial_id for r in rows(read_trials(d))]
-    assert logged == ["run-0000", "run-0001", "run-0002"] == [
-        got["first"]["trial_id"], got["other"]["trial_id"], got["unkeyed"]["trial_id"]]
+    assert (
+        logged
+        == ["run-0000", "run-0001", "run-0002"]
+        == [got["first"]["trial_id"], got["other"]["trial_id"], got["unkeyed"]["trial_id"]]
+    )
 
 
 def test_an_attempt_that_raised_leaves_its_key_free_for_the_retry(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A first call that raised (a harness error) logged nothing: a retry with its key runs."""
     from infrarsi.stages.executor import StudyExecutor
     from infrarsi.stages.init import init_stage
@@ -217,7 +241,9 @@ def test_an_attempt_that_raised_leaves_its_key_free_for_the_retry(
     ex = StudyExecutor(d)
     try:
         base = ex.full_config(dict(ex.workload.baseline))
-        monkeypatch.setattr(ex.runner, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+        monkeypatch.setattr(
+            ex.runner, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))
+        )
         with pytest.raises(RuntimeError, match="boom"):
             ex.run_trial(base, "run", attempt_key="t_00001")
         monkeypatch.undo()

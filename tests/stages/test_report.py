@@ -23,8 +23,12 @@ def test_every_trial_out_of_memory_is_said_with_the_savers_to_allow(tmp_path: Pa
     from infrarsi.stages.report import write_report
 
     study = tmp_path / "study"
-    init_stage(SURROGATE, study, memory_capacity_bytes=1 << 30,
-               editable_knobs=["micro_batch_size", "dtype"])
+    init_stage(
+        SURROGATE,
+        study,
+        memory_capacity_bytes=1 << 30,
+        editable_knobs=["micro_batch_size", "dtype"],
+    )
     with pytest.raises(StudyError) as info:
         doctor_stage(study, repeats=2)
     logged = rows(read_trials(study))

@@ -23,15 +23,23 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "stages" / "surroga
 
 def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "infrarsi", *args], capture_output=True, text=True,
-                          env=env, timeout=600, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "infrarsi", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        **kw,
+    )
 
 
 def test_all_stages_then_each_stage_again_from_the_directory(tmp_path: Path) -> None:
     from infrarsi.stages.tune import tune_stage
 
     study = tmp_path / "study"
-    out = tune_stage(FIXTURE, study, trials=6, top_k=2, pairs=2, rounds=1, doctor_repeats=2, progress=False)
+    out = tune_stage(
+        FIXTURE, study, trials=6, top_k=2, pairs=2, rounds=1, doctor_repeats=2, progress=False
+    )
     for name in ("contract.yaml", "doctor.json", "verify.json", "report.md", "report.html"):
         assert (study / name).exists(), name
     got = rows(read_trials(study))
@@ -56,16 +64,26 @@ def test_all_stages_then_each_stage_again_from_the_directory(tmp_path: Path) -> 
     r = _cli("run", str(study), "--trials", "7", "--resume")
     assert r.returncode == 0, r.stderr
     said = r.stdout + r.stderr
-    for noise in ("View detailed results", "tensorboard", "max_concurrent_trials", "Configuration for experiment",
-                  "trial.start", "trial.end"):
+    for noise in (
+        "View detailed results",
+        "tensorboard",
+        "max_concurrent_trials",
+        "Configuration for experiment",
+        "trial.start",
+        "trial.end",
+    ):
         assert noise.lower() not in said.lower(), (noise, said)
     assert len(said.strip().splitlines()) <= 15, said
     assert len([x for x in rows(read_trials(study)) if x.stage == "run"]) == 7
     # ... and the study's log holds every event as JSON lines, the run's trials included (they
     # end in the executor actor), with the Ray session's logs (the ranks' stdout) beside it.
-    events = [json.loads(line) for line in (study / "logs" / "infrarsi.jsonl").read_text().splitlines()]
+    events = [
+        json.loads(line) for line in (study / "logs" / "infrarsi.jsonl").read_text().splitlines()
+    ]
     assert {"trial.start", "trial.end", "run.start"} <= {e["event"] for e in events}
-    assert any(e["event"] == "trial.end" and e.get("trial_id", "").startswith("run-") for e in events)
+    assert any(
+        e["event"] == "trial.end" and e.get("trial_id", "").startswith("run-") for e in events
+    )
     assert (study / "logs" / "ray").is_dir()
     # -v brings the events back to the terminal (stderr), stdout still the one JSON object.
     r = _cli("-v", "doctor", str(study), "--repeats", "2", "--json")
@@ -107,9 +125,13 @@ def test_sigkill_mid_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> N
     r = _cli("doctor", str(study), "--repeats", "2")
     assert r.returncode == 0, r.stderr
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen([sys.executable, "-m", "infrarsi", "run", str(study), "--trials", "8"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infrarsi", "run", str(study), "--trials", "8"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 300
     n_run = 0
     while time.time() < deadline and proc.poll() is None:

@@ -61,11 +61,21 @@ def _job_repo(tmp: Path) -> tuple[Path, Path]:
     repo_dir = tmp / "repo"
     (repo_dir / "my_job").mkdir(parents=True)
     (repo_dir / "my_job" / "padded_job.py").write_text(JOB)
-    wl = {"name": "padded", "model": {"entry_point": "padded_job:make_job", "code_dir": "my_job"},
-          "data": {"seq_len": 16}, "tokens_per_step": 16 * 16, "steps": {"warmup": 1, "measured": 2},
-          "resources": {"workers": 2, "device": "cpu"},
-          "baseline": {"zero_stage": 2, "micro_batch_size": 2, "activation_checkpointing": "none", "dtype": "fp32"},
-          "search_space": str(ROOT / "search_spaces" / "deepspeed_dense.yaml")}
+    wl = {
+        "name": "padded",
+        "model": {"entry_point": "padded_job:make_job", "code_dir": "my_job"},
+        "data": {"seq_len": 16},
+        "tokens_per_step": 16 * 16,
+        "steps": {"warmup": 1, "measured": 2},
+        "resources": {"workers": 2, "device": "cpu"},
+        "baseline": {
+            "zero_stage": 2,
+            "micro_batch_size": 2,
+            "activation_checkpointing": "none",
+            "dtype": "fp32",
+        },
+        "search_space": str(ROOT / "search_spaces" / "deepspeed_dense.yaml"),
+    }
     (repo_dir / "padded.yaml").write_text(yaml.safe_dump(wl, sort_keys=False))
     repo = git.Repo.init(repo_dir, initial_branch="main")
     with repo.config_writer() as cw:
@@ -113,17 +123,23 @@ def test_what_verify_measures_is_what_apply_promotes(tmp_path: Path, ray_local: 
     p_honest = propose(study, {}, why="the wait does nothing", patch=honest)
     summary = run_stage(study, progress=False)
 
-    run = {r.extra["proposal"]["proposal_id"]: r for r in rows(read_trials(study)) if r.stage == "run"}
+    run = {
+        r.extra["proposal"]["proposal_id"]: r for r in rows(read_trials(study)) if r.stage == "run"
+    }
     assert run["prop-0001"].status == "invariant_violation"
     assert run["prop-0002"].status == "ok" and run["prop-0003"].status == "ok"
-    assert run["prop-0003"].patches == [p_honest.patch] and run["prop-0003"].patch_sha256 == [file_sha256(honest)]
+    assert run["prop-0003"].patches == [p_honest.patch] and run["prop-0003"].patch_sha256 == [
+        file_sha256(honest)
+    ]
     # Defect 3: a patch with the baseline's knobs is the run's best, named with its patch.
     assert summary["best_patches"][0]["path"] == p_honest.patch
 
     out = verify_stage(study, top_k=3, pairs=3, rounds=2)
     by_patch = {tuple(p["path"] for p in c["patches"]): c for c in out["candidates"]}
     # Defect 1: the cheat is never a candidate, although its knobs are the same as prop-0002's.
-    assert set(by_patch) == {(), (p_honest.patch,)} and p_cheat.patch not in json.dumps(out["candidates"])
+    assert set(by_patch) == {(), (p_honest.patch,)} and p_cheat.patch not in json.dumps(
+        out["candidates"]
+    )
     # Defect 2: verify ran each candidate with exactly its patches, and its rows say so.
     log = {r.trial_id: r for r in rows(read_trials(study))}
     for c in out["candidates"]:
@@ -137,7 +153,9 @@ def test_what_verify_measures_is_what_apply_promotes(tmp_path: Path, ray_local: 
     # Past the trial's horizon: the honest patch trains like the baseline and restarts cleanly.
     checked = long_check_stage(study, candidate=accepted_candidate(study))
     assert checked.passed, checked.reason
-    assert checked.candidate_key == Candidate.from_dict(best).key and checked.patches == [p_honest.patch]
+    assert checked.candidate_key == Candidate.from_dict(best).key and checked.patches == [
+        p_honest.patch
+    ]
     res = apply(study, repo_dir, branch="tuned")
     code = git.Repo(repo_dir).git.show("tuned:my_job/padded_job.py")
     assert "WAIT_S = 0.0\n" in code and "self.mix2(h)" in code  # the honest patch, not the cheat's

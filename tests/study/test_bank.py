@@ -73,13 +73,19 @@ def test_similarity_prefers_closer_workloads(tmp_path: Path) -> None:
     bank.add_study(make_study(tmp_path, "a", hw="box-a"))
     wl = Workload.from_yaml(ROOT / "workloads/dense_debug.yaml").to_yaml_dict()
     near = bank.warm_start_rows(wl, SPACE, hw("x"), num_params=5_300_000)
-    far = bank.warm_start_rows({**wl, "tokens_per_step": 8 * 2048}, SPACE, hw("x"), num_params=53_000_000)
+    far = bank.warm_start_rows(
+        {**wl, "tokens_per_step": 8 * 2048}, SPACE, hw("x"), num_params=53_000_000
+    )
     assert near[0]["similarity"] > far[0]["similarity"]
 
 
 def test_fingerprint_and_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    a = hardware_fingerprint({"device": "cuda", "gpu_name": "H100", "hosts": ["n1"], "peak_flops_per_s": 1})
-    b = hardware_fingerprint({"device": "cuda", "gpu_name": "H100", "hosts": ["n2"], "peak_flops_per_s": 2})
+    a = hardware_fingerprint(
+        {"device": "cuda", "gpu_name": "H100", "hosts": ["n1"], "peak_flops_per_s": 1}
+    )
+    b = hardware_fingerprint(
+        {"device": "cuda", "gpu_name": "H100", "hosts": ["n2"], "peak_flops_per_s": 2}
+    )
     assert a == b != hardware_fingerprint({"device": "cuda", "gpu_name": "A100"})
     assert hardware_fingerprint({}) == "unknown"
     monkeypatch.setenv("INFRARSI_BANK", str(tmp_path / "b"))
@@ -99,8 +105,11 @@ def test_scale_prior_to_new_units(tmp_path: Path) -> None:
     bank = Bank(tmp_path / "bank")
     bank.add_study(make_study(tmp_path, "a", hw="box-a"))
     wl = Workload.from_yaml(ROOT / "workloads/dense_debug.yaml")
-    prior = scale_prior(bank.warm_start_rows(wl, SPACE, hw("gpu")), baseline_step_time_s=10.0,
-                        memory_capacity_bytes=80e9)
+    prior = scale_prior(
+        bank.warm_start_rows(wl, SPACE, hw("gpu")),
+        baseline_step_time_s=10.0,
+        memory_capacity_bytes=80e9,
+    )
     ok = min((p for p in prior if p["status"] == "ok"), key=lambda p: p["step_time_s"])
     assert ok["config"] == BEST and ok["step_time_s"] == pytest.approx(10.0 * 0.66 / 2.05)
     assert ok["peak_memory_bytes"] == pytest.approx(80e9 * 0.8)
@@ -130,7 +139,9 @@ def test_ingest_query_round_trip_is_idempotent_on_paths_and_uris(tmp_path: Path)
         assert bank.ingest(s) == 15  # ingest again: the study's file is replaced, not appended to
         assert len(bank.files()) == 1 and bank.table().num_rows == 15
         again = bank.query()
-        assert [(r["trial_id"], r["config"]) for r in again] == [(r["trial_id"], r["config"]) for r in first]
+        assert [(r["trial_id"], r["config"]) for r in again] == [
+            (r["trial_id"], r["config"]) for r in first
+        ]
         ok = bank.query(status="ok", device="BOX-A", workload="dense_debug", limit=3)
         assert len(ok) == 3 and {r["status"] for r in ok} == {"ok"}
         assert bank.query(device="box-z") == [] and bank.query(workload="moe") == []
@@ -138,28 +149,78 @@ def test_ingest_query_round_trip_is_idempotent_on_paths_and_uris(tmp_path: Path)
         r = next(x for x in best if x["config"] == BEST)
         assert r["relative_step_time"] == pytest.approx(0.66 / 2.05)
         # The three signatures, flattened, units in the names.
-        assert (r["hw_device_kind"], r["hw_device_name"], r["hw_devices_per_node"], r["hw_nodes"]) == ("cpu", "box-a", 2, 1)
-        assert (r["wl_name"], r["wl_family"], r["wl_seq_len_tokens"], r["wl_tokens_per_step"]) == ("dense_debug", "dense", 128, 2048)
-        assert (r["wl_n_layers"], r["wl_hidden"], r["wl_n_heads"], r["wl_num_experts"]) == (4, 256, 4, 0)
+        assert (
+            r["hw_device_kind"],
+            r["hw_device_name"],
+            r["hw_devices_per_node"],
+            r["hw_nodes"],
+        ) == ("cpu", "box-a", 2, 1)
+        assert (r["wl_name"], r["wl_family"], r["wl_seq_len_tokens"], r["wl_tokens_per_step"]) == (
+            "dense_debug",
+            "dense",
+            128,
+            2048,
+        )
+        assert (r["wl_n_layers"], r["wl_hidden"], r["wl_n_heads"], r["wl_num_experts"]) == (
+            4,
+            256,
+            4,
+            0,
+        )
         assert r["wl_num_params"] == 5_300_000
-        assert (r["par_world_size"], r["par_data_parallel"], r["par_zero_stage"], r["par_micro_batch_size"],
-                r["par_gradient_accumulation_steps"]) == (2, 2, 0, 8, 1)  # 16 sequences / (8 x 2)
-        assert bank.stats()["rows_by_status"] == {"failed": 1, "invariant_violation": 1, "ok": 12, "oom": 1}
+        assert (
+            r["par_world_size"],
+            r["par_data_parallel"],
+            r["par_zero_stage"],
+            r["par_micro_batch_size"],
+            r["par_gradient_accumulation_steps"],
+        ) == (2, 2, 0, 8, 1)  # 16 sequences / (8 x 2)
+        assert bank.stats()["rows_by_status"] == {
+            "failed": 1,
+            "invariant_violation": 1,
+            "ok": 12,
+            "oom": 1,
+        }
         assert bank.atomic_writes == (not loc.startswith("memory://"))
 
 
 def test_signature_columns_round_trip() -> None:
-    sig = HardwareSignature(device_kind="cuda", device_name="NVIDIA H200", memory_per_device_bytes=150 << 30,
-                            devices_per_node=8, nodes=2, cuda_version="13.0", torch_version="2.11")
+    sig = HardwareSignature(
+        device_kind="cuda",
+        device_name="NVIDIA H200",
+        memory_per_device_bytes=150 << 30,
+        devices_per_node=8,
+        nodes=2,
+        cuda_version="13.0",
+        torch_version="2.11",
+    )
     assert sig.columns()["hw_memory_per_device_bytes"] == 150 << 30
     assert HardwareSignature.from_columns(sig.columns()) == sig
-    lay = ParallelLayout.from_config({"tp": 2, "pp": 2, "zero_stage": 1, "micro_batch_size": 2}, world_size=16,
-                                     nodes=2, global_batch=64)
+    lay = ParallelLayout.from_config(
+        {"tp": 2, "pp": 2, "zero_stage": 1, "micro_batch_size": 2},
+        world_size=16,
+        nodes=2,
+        global_batch=64,
+    )
     assert (lay.data_parallel, lay.gradient_accumulation_steps) == (4, 8)
     assert ParallelLayout.from_columns({}) == ParallelLayout()  # a legacy row
-    hw = HardwareSignature.from_study({"device": "cuda", "device_name": "H200", "torch": "2.11", "deepspeed": "0.19",
-                                       "cuda": "13.0", "driver": "580.1", "memory_per_device_bytes": 1})
-    assert (hw.cuda_version, hw.driver_version, hw.deepspeed_version, hw.device_name) == ("13.0", "580.1", "0.19", "H200")
+    hw = HardwareSignature.from_study(
+        {
+            "device": "cuda",
+            "device_name": "H200",
+            "torch": "2.11",
+            "deepspeed": "0.19",
+            "cuda": "13.0",
+            "driver": "580.1",
+            "memory_per_device_bytes": 1,
+        }
+    )
+    assert (hw.cuda_version, hw.driver_version, hw.deepspeed_version, hw.device_name) == (
+        "13.0",
+        "580.1",
+        "0.19",
+        "H200",
+    )
 
 
 def test_a_study_keeps_one_file_across_calibrations(tmp_path: Path) -> None:
@@ -190,7 +251,9 @@ def test_banks_written_before_the_signatures_still_read(tmp_path: Path) -> None:
     wl = Workload.from_yaml(ROOT / "workloads/dense_debug.yaml")
     assert bank.warm_start_rows(wl, SPACE, hw("box-b"))  # still a warm start
     bank.ingest(s)  # re-ingest replaces the legacy file: no duplicate rows
-    assert [Path(f).name for f in bank.files()] == [f"{study_key(Contract.load(s, check_files=False))}.parquet"]
+    assert [Path(f).name for f in bank.files()] == [
+        f"{study_key(Contract.load(s, check_files=False))}.parquet"
+    ]
     assert bank.table().num_rows == 15 and bank.stats()["legacy_rows"] == 0
 
 

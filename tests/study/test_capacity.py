@@ -37,12 +37,15 @@ def workloads(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_resolution_order(workloads: tuple[Path, Path]) -> None:
     plain, capped = (Workload.from_yaml(p) for p in workloads)
-    assert resolve_memory_capacity(flag_bytes=GIB, workload=capped, device_bytes=80 * GIB) == \
-        MemoryCapacity(GIB, "--memory-capacity")
-    assert resolve_memory_capacity(flag_bytes=None, workload=capped, device_bytes=80 * GIB) == \
-        MemoryCapacity(2 * GIB, "workload")
-    assert resolve_memory_capacity(flag_bytes=None, workload=plain, device_bytes=80 * GIB) == \
-        MemoryCapacity(80 * GIB, "device")
+    assert resolve_memory_capacity(
+        flag_bytes=GIB, workload=capped, device_bytes=80 * GIB
+    ) == MemoryCapacity(GIB, "--memory-capacity")
+    assert resolve_memory_capacity(
+        flag_bytes=None, workload=capped, device_bytes=80 * GIB
+    ) == MemoryCapacity(2 * GIB, "workload")
+    assert resolve_memory_capacity(
+        flag_bytes=None, workload=plain, device_bytes=80 * GIB
+    ) == MemoryCapacity(80 * GIB, "device")
     unlimited = resolve_memory_capacity(flag_bytes=None, workload=plain, device_bytes=None)
     assert unlimited == MemoryCapacity(None, "unlimited") and unlimited.unlimited
     assert unlimited.optimizer_memory_capacity_bytes == float(UNLIMITED_MEMORY_CAPACITY_BYTES)
@@ -50,7 +53,9 @@ def test_resolution_order(workloads: tuple[Path, Path]) -> None:
     assert MemoryCapacity(GIB, "workload").optimizer_memory_capacity_bytes == float(GIB)
 
 
-def test_contract_says_where_its_capacity_came_from(tmp_path: Path, workloads: tuple[Path, Path]) -> None:
+def test_contract_says_where_its_capacity_came_from(
+    tmp_path: Path, workloads: tuple[Path, Path]
+) -> None:
     plain, capped = workloads
     flag = Contract.create(capped, study_dir=tmp_path / "flag", memory_capacity_bytes=GIB)
     assert flag.memory_capacity == MemoryCapacity(GIB, "--memory-capacity")
@@ -60,7 +65,9 @@ def test_contract_says_where_its_capacity_came_from(tmp_path: Path, workloads: t
     none = Contract.create(plain, study_dir=tmp_path / "none")
     assert Contract.load(tmp_path / "none").memory_capacity == MemoryCapacity(None, "unlimited")
     # doctor fills in the device's memory when init left the capacity unset ...
-    none.with_calibration(memory_capacity_bytes=80 * GIB, reason="doctor: the device's memory").save(tmp_path / "none")
+    none.with_calibration(
+        memory_capacity_bytes=80 * GIB, reason="doctor: the device's memory"
+    ).save(tmp_path / "none")
     measured = Contract.load(tmp_path / "none")
     assert measured.memory_capacity == MemoryCapacity(80 * GIB, "device")
     assert measured.memory_capacity.describe() == "80.00 GiB per device (device)"

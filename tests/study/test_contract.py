@@ -27,8 +27,14 @@ def wl_copy(tmp_path: Path) -> Path:
 
 def test_create_and_load_roundtrip(tmp_path: Path, wl_copy: Path) -> None:
     study = tmp_path / "study"
-    c = Contract.create(wl_copy, study_dir=study, request="Make it 2x faster, keep the loss.",
-                        trials=14, wall_time_s=600, memory_capacity_bytes=4 << 30)
+    c = Contract.create(
+        wl_copy,
+        study_dir=study,
+        request="Make it 2x faster, keep the loss.",
+        trials=14,
+        wall_time_s=600,
+        memory_capacity_bytes=4 << 30,
+    )
     assert (study / CONTRACT_FILE).exists()
     loaded = Contract.load(study)
     assert loaded.contract_hash == c.contract_hash == c.compute_hash()
@@ -71,12 +77,16 @@ def test_edit_with_recomputed_hash_is_still_refused(tmp_path: Path, wl_copy: Pat
 def test_changed_workload_file_is_refused(tmp_path: Path, wl_copy: Path) -> None:
     study = tmp_path / "s"
     Contract.create(wl_copy, study_dir=study)
-    wl_copy.write_text(wl_copy.read_text().replace("tokens_per_step: 2048", "tokens_per_step: 1024"))
+    wl_copy.write_text(
+        wl_copy.read_text().replace("tokens_per_step: 2048", "tokens_per_step: 1024")
+    )
     with pytest.raises(ContractError) as e:
         Contract.load(study)
     assert str(wl_copy) in str(e.value) and "NEW_DIR" in str(e.value)
     # A comment-only edit does not change the workload's hash.
-    wl_copy.write_text(wl_copy.read_text().replace("tokens_per_step: 1024", "tokens_per_step: 2048") + "\n# note\n")
+    wl_copy.write_text(
+        wl_copy.read_text().replace("tokens_per_step: 1024", "tokens_per_step: 2048") + "\n# note\n"
+    )
     Contract.load(study)
 
 
@@ -92,8 +102,12 @@ def test_changed_search_space_is_refused(tmp_path: Path, wl_copy: Path) -> None:
 def test_calibration_is_the_only_allowed_change(tmp_path: Path, wl_copy: Path) -> None:
     study = tmp_path / "s"
     c = Contract.create(wl_copy, study_dir=study)
-    cal = c.with_calibration(loss_atol=2e-4, eval_atol=5e-4, memory_capacity_bytes=1 << 30,
-                             reason="doctor: 3 baseline trials").save(study)
+    cal = c.with_calibration(
+        loss_atol=2e-4,
+        eval_atol=5e-4,
+        memory_capacity_bytes=1 << 30,
+        reason="doctor: 3 baseline trials",
+    ).save(study)
     again = Contract.load(study)
     assert again.contract_hash == cal.contract_hash != c.contract_hash
     assert again.invariants.loss_atol == 2e-4 and again.invariants.loss_calibrated
@@ -155,15 +169,25 @@ OLD = Path(__file__).resolve().parents[1] / "fixtures/study/old_contract"
 """A contract written (and calibrated) by infrarsi at e29713c, before switches were recorded."""
 
 
-def test_switches_are_recorded_and_frozen(tmp_path: Path, wl_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_switches_are_recorded_and_frozen(
+    tmp_path: Path, wl_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("INFRARSI_PRIOR", "off")
     monkeypatch.setenv("INFRARSI_LOSS_GUARD", "on")
     monkeypatch.setenv("INFRARSI_BANK", str(tmp_path / "bank"))
     study = tmp_path / "s"
     Contract.create(wl_copy, study_dir=study)
     data = yaml.safe_load((study / CONTRACT_FILE).read_text())
-    assert data["switches"] == {"analytic_prior": False, "loss_guard": True, "bank": str(tmp_path / "bank")}
-    for name in ("INFRARSI_PRIOR", "INFRARSI_LOSS_GUARD", "INFRARSI_BANK"):  # later: the contract's record
+    assert data["switches"] == {
+        "analytic_prior": False,
+        "loss_guard": True,
+        "bank": str(tmp_path / "bank"),
+    }
+    for name in (
+        "INFRARSI_PRIOR",
+        "INFRARSI_LOSS_GUARD",
+        "INFRARSI_BANK",
+    ):  # later: the contract's record
         monkeypatch.setenv(name, "sometimes" if name != "INFRARSI_BANK" else "off")
     sw = Contract.load(study).switches_in_force()
     assert (sw.analytic_prior, sw.loss_guard, sw.bank) == (False, True, str(tmp_path / "bank"))
@@ -173,7 +197,9 @@ def test_switches_are_recorded_and_frozen(tmp_path: Path, wl_copy: Path, monkeyp
         Contract.load(study)
 
 
-def test_contract_from_before_switches_still_verifies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_contract_from_before_switches_still_verifies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     study = tmp_path / "old"
     shutil.copytree(OLD, study)
     before = (study / CONTRACT_FILE).read_text()
@@ -194,7 +220,9 @@ def test_contract_from_before_switches_still_verifies(tmp_path: Path, monkeypatc
 
 
 # ------------------------------------------------------------------------------ search space, git
-def test_search_space_is_read_from_the_study_copy_and_checked_once(tmp_path: Path, wl_copy: Path) -> None:
+def test_search_space_is_read_from_the_study_copy_and_checked_once(
+    tmp_path: Path, wl_copy: Path
+) -> None:
     study = tmp_path / "s"
     c = Contract.create(wl_copy, study_dir=study)
     assert "zero_stage" in c.search_space(study).names  # no copy yet: the original file
@@ -231,14 +259,18 @@ def test_git_head_and_dirty_flag_of_the_workload_repository(tmp_path: Path, wl_c
     assert (dirty.workload_git_sha, dirty.workload_git_dirty) == (head, True)
 
 
-@pytest.mark.parametrize(("name", "content", "match"), [
-    (CONTRACT_FILE, b"\xff\xfe\x00", "cannot be read as UTF-8"),
-    (CONTRACT_FILE, b"1: 2\nstudy: s\n", "field 1: field names must be strings"),
-    (".contract.frozen.json", b"\xff{", "frozen copy of the contract cannot be read"),
-    (".contract.frozen.json", b"[1, 2]", "must be a JSON object"),
-])
-def test_a_damaged_contract_file_is_a_contract_error(tmp_path: Path, wl_copy: Path, name: str, content: bytes,
-                                                     match: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        (CONTRACT_FILE, b"\xff\xfe\x00", "cannot be read as UTF-8"),
+        (CONTRACT_FILE, b"1: 2\nstudy: s\n", "field 1: field names must be strings"),
+        (".contract.frozen.json", b"\xff{", "frozen copy of the contract cannot be read"),
+        (".contract.frozen.json", b"[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_a_damaged_contract_file_is_a_contract_error(
+    tmp_path: Path, wl_copy: Path, name: str, content: bytes, match: str
+) -> None:
     """A contract file edited into something unreadable is refused naming the file (exit code 2),
     never a decoding traceback."""
     study = tmp_path / "s"
@@ -250,7 +282,9 @@ def test_a_damaged_contract_file_is_a_contract_error(tmp_path: Path, wl_copy: Pa
 
 
 # ------------------------------------------------------------------------------ long-check budget
-def test_the_long_check_budget_is_recorded_and_an_old_contract_gets_the_default(tmp_path: Path, wl_copy: Path) -> None:
+def test_the_long_check_budget_is_recorded_and_an_old_contract_gets_the_default(
+    tmp_path: Path, wl_copy: Path
+) -> None:
     import shutil
 
     from infrarsi.study.contract import DEFAULT_LONG_CHECK_BUDGET_S
@@ -268,5 +302,8 @@ def test_the_long_check_budget_is_recorded_and_an_old_contract_gets_the_default(
     shutil.copytree(OLD, old)
     assert "long_check_s" not in (old / CONTRACT_FILE).read_text()
     c = Contract.load(old, check_files=False)  # written before the field: loads, keeps its hash
-    assert c.budgets.long_check_s is None and c.budgets.long_check_budget_s == DEFAULT_LONG_CHECK_BUDGET_S
+    assert (
+        c.budgets.long_check_s is None
+        and c.budgets.long_check_budget_s == DEFAULT_LONG_CHECK_BUDGET_S
+    )
     assert c.compute_hash() == c.contract_hash

@@ -25,9 +25,16 @@ def contract() -> Contract:
 
 def honest(**over: object) -> TrialResult:
     r = TrialResult(
-        trial_id="run-1", stage="run", config={"zero_stage": 0}, status="ok",
-        step_time_s=0.7, loss=[x + 3e-7 for x in BASE_LOSS], eval_loss=7.9,
-        tokens_per_step=TOKENS, optimizer_steps=STEPS, world_size=2,
+        trial_id="run-1",
+        stage="run",
+        config={"zero_stage": 0},
+        status="ok",
+        step_time_s=0.7,
+        loss=[x + 3e-7 for x in BASE_LOSS],
+        eval_loss=7.9,
+        tokens_per_step=TOKENS,
+        optimizer_steps=STEPS,
+        world_size=2,
         extra={"tokens_seen": [TOKENS] * STEPS, "param_checksum_spread": 0.0},
     )
     for k, v in over.items():
@@ -35,9 +42,16 @@ def honest(**over: object) -> TrialResult:
     return r
 
 
-BASELINE = TrialResult(trial_id="doctor-0", stage="doctor", config={}, status="ok",
-                       loss=list(BASE_LOSS), eval_loss=7.9, tokens_per_step=TOKENS,
-                       optimizer_steps=STEPS)
+BASELINE = TrialResult(
+    trial_id="doctor-0",
+    stage="doctor",
+    config={},
+    status="ok",
+    loss=list(BASE_LOSS),
+    eval_loss=7.9,
+    tokens_per_step=TOKENS,
+    optimizer_steps=STEPS,
+)
 
 
 def test_honest_candidate_passes(contract: Contract) -> None:
@@ -51,15 +65,21 @@ def test_skip_optimizer_steps(contract: Contract) -> None:
     r = honest(optimizer_steps=5, loss=BASE_LOSS[:5], extra={"tokens_seen": [TOKENS] * 5})
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
-    assert f"optimizer_steps: expected {STEPS}, harness counted 5 (skipped optimizer steps)" in reasons
+    assert (
+        f"optimizer_steps: expected {STEPS}, harness counted 5 (skipped optimizer steps)" in reasons
+    )
 
 
 def test_shrink_batch(contract: Contract) -> None:
     r = honest(tokens_per_step=TOKENS // 2, extra={"sequences_per_step": 8})
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
-    assert any(x.startswith("tokens_per_step: expected 2048, harness counted 1024 (shrunk batch: "
-                            "fewer sequences") for x in reasons)
+    assert any(
+        x.startswith(
+            "tokens_per_step: expected 2048, harness counted 1024 (shrunk batch: fewer sequences"
+        )
+        for x in reasons
+    )
     assert any("sequences_per_step: expected 16, harness counted 8" in x for x in reasons)
 
 
@@ -78,8 +98,10 @@ def test_fewer_tokens(contract: Contract) -> None:
     r = honest(extra={"tokens_seen": seen})
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
-    assert any("tokens_seen: step 3 fed 512 tokens" in x and "training on fewer tokens" in x
-               for x in reasons)
+    assert any(
+        "tokens_seen: step 3 fed 512 tokens" in x and "training on fewer tokens" in x
+        for x in reasons
+    )
 
 
 def test_engine_style_extras(contract: Contract) -> None:
@@ -98,17 +120,23 @@ def test_engine_style_cheat_signals(contract: Contract) -> None:
     # shrink_batch as the engine sees it: half the sequences per step, tokens halved too.
     r = honest(tokens_per_step=TOKENS // 2, extra={"sequences_seen": [8] * STEPS})
     ok, reasons = check_invariants(r, BASELINE, contract)
-    assert not ok and any(x.startswith("sequences_seen: step 0 fed 8 sequences") and "shrunk batch" in x
-                          for x in reasons)
+    assert not ok and any(
+        x.startswith("sequences_seen: step 0 fed 8 sequences") and "shrunk batch" in x
+        for x in reasons
+    )
     # fake_loss as the engine sees it: the harness's loss is honest, the reported one is 0.8x.
     r = honest(extra={"workload_loss": [0.8 * x for x in BASE_LOSS]})
     ok, reasons = check_invariants(r, BASELINE, contract)
-    assert not ok and any(x.startswith("workload_loss:") and "fake loss reported" in x for x in reasons)
+    assert not ok and any(
+        x.startswith("workload_loss:") and "fake loss reported" in x for x in reasons
+    )
     # fewer_tokens as the engine sees it: all 16 sequences, each cut to half its tokens.
     r = honest(tokens_per_step=TOKENS // 2, extra={"sequences_seen": [16] * STEPS})
     ok, reasons = check_invariants(r, BASELINE, contract)
-    assert reasons == ["tokens_per_step: expected 2048, harness counted 1024 (training on fewer "
-                       "tokens: every sequence is there but shorter, tokens were dropped)"]
+    assert reasons == [
+        "tokens_per_step: expected 2048, harness counted 1024 (training on fewer "
+        "tokens: every sequence is there but shorter, tokens were dropped)"
+    ]
     # Honest engine extras pass.
     r = honest(extra={"sequences_seen": [16] * STEPS, "workload_loss": list(honest().loss)})
     assert check_invariants(r, BASELINE, contract) == (True, [])
@@ -137,12 +165,17 @@ def test_tolerance_is_respected(contract: Contract) -> None:
 
 
 def test_missing_counts_are_violations(contract: Contract) -> None:
-    ok, reasons = check_invariants(honest(tokens_per_step=None, optimizer_steps=None), None, contract)
+    ok, reasons = check_invariants(
+        honest(tokens_per_step=None, optimizer_steps=None), None, contract
+    )
     assert not ok and len(reasons) == 2
 
 
 def test_non_ok_results_are_not_rechecked(contract: Contract) -> None:
-    assert check_invariants(honest(status="oom", optimizer_steps=1), BASELINE, contract) == (True, [])
+    assert check_invariants(honest(status="oom", optimizer_steps=1), BASELINE, contract) == (
+        True,
+        [],
+    )
 
 
 def test_reference_of() -> None:
@@ -155,14 +188,24 @@ def test_stopped_early_by_the_loss_guard(contract: Contract) -> None:
     loss step, not a 'skipped optimizer steps' cheat; the counts are checked over the steps
     that ran, so a step-skipping cheat is still named."""
     loss = [*BASE_LOSS[:2], BASE_LOSS[2] + 0.01]
-    r = honest(loss=loss, optimizer_steps=3, eval_loss=None,
-               extra={"tokens_seen": [TOKENS] * 3, "stopped_early": "loss guard: step 2 ..."})
+    r = honest(
+        loss=loss,
+        optimizer_steps=3,
+        eval_loss=None,
+        extra={"tokens_seen": [TOKENS] * 3, "stopped_early": "loss guard: step 2 ..."},
+    )
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
     assert reasons[0] == "stopped early: loss guard: step 2 ..."
     assert any(x.startswith("loss: step 2 is") for x in reasons)
-    assert not any("optimizer_steps" in x or "eval_loss" in x or "per-step values" in x for x in reasons)
-    cheat = honest(loss=loss, optimizer_steps=2, eval_loss=None,
-                   extra={"tokens_seen": [TOKENS] * 3, "stopped_early": "loss guard: step 2 ..."})
+    assert not any(
+        "optimizer_steps" in x or "eval_loss" in x or "per-step values" in x for x in reasons
+    )
+    cheat = honest(
+        loss=loss,
+        optimizer_steps=2,
+        eval_loss=None,
+        extra={"tokens_seen": [TOKENS] * 3, "stopped_early": "loss guard: step 2 ..."},
+    )
     _, reasons = check_invariants(cheat, BASELINE, contract)
     assert "optimizer_steps: expected 3, harness counted 2 (skipped optimizer steps)" in reasons

@@ -43,9 +43,16 @@ def test_two_writers_that_both_got_in_never_share_a_trial_id(tmp_path: Path) -> 
 
     root = Path(__file__).resolve().parents[2]
     reserve = StudyPaths(tmp_path).trial_ids
-    procs = [subprocess.Popen([sys.executable, "-c", ALLOCATE, str(reserve), "40"], stdout=subprocess.PIPE,
-                              text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ALLOCATE, str(reserve), "40"],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        for _ in range(2)
+    ]
     mine = TrialIds(["run-0000"], reserve_dir=reserve)
     here = [mine.new("run") for _ in range(40)]
     theirs = [p.communicate(timeout=120)[0].split() for p in procs]
@@ -54,22 +61,31 @@ def test_two_writers_that_both_got_in_never_share_a_trial_id(tmp_path: Path) -> 
     assert sorted(p.name for p in reserve.iterdir()) == sorted(every)
 
 
-def test_a_marker_is_live_elsewhere_only_while_fresh_and_its_writer_may_be_alive(tmp_path: Path) -> None:
+def test_a_marker_is_live_elsewhere_only_while_fresh_and_its_writer_may_be_alive(
+    tmp_path: Path,
+) -> None:
     import socket
     import subprocess
     import sys
     import time
 
     now = time.time()
-    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True).stdout)
+    dead = int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        ).stdout
+    )
     live = InflightMarkers.live_elsewhere
     assert live({"host": "other-host", "pid": 1, "last_alive_at": now - 1}, now)
-    assert not live({"host": "other-host", "pid": 1, "last_alive_at": now - 60}, now)  # stale heartbeat
+    assert not live(
+        {"host": "other-host", "pid": 1, "last_alive_at": now - 60}, now
+    )  # stale heartbeat
     assert not live({"pid": 1, "last_alive_at": now}, now)  # an older marker: no host, as before
     here = socket.gethostname()
     assert not live({"host": here, "pid": dead, "last_alive_at": now}, now)  # its process is gone
-    assert not live({"host": here, "pid": os.getpid(), "last_alive_at": now}, now)  # a closed executor of ours
+    assert not live(
+        {"host": here, "pid": os.getpid(), "last_alive_at": now}, now
+    )  # a closed executor of ours
     assert live({"host": here, "pid": os.getppid(), "last_alive_at": now}, now)
 
 
@@ -105,8 +121,9 @@ def test_an_existing_directory_is_left_as_it_is(tmp_path: Path) -> None:
     assert stat.S_IMODE(d.stat().st_mode) == 0o755
 
 
-
-def test_a_marker_in_an_unwritable_study_is_a_log_error_naming_the_file(tmp_path: Path, make_unwritable) -> None:
+def test_a_marker_in_an_unwritable_study_is_a_log_error_naming_the_file(
+    tmp_path: Path, make_unwritable
+) -> None:
     from infrarsi.errors import LogError
 
     m = InflightMarkers(StudyPaths(tmp_path))
@@ -119,7 +136,9 @@ def test_a_marker_in_an_unwritable_study_is_a_log_error_naming_the_file(tmp_path
     assert [x["trial_id"] for x in m.leftovers()] == ["run-0000"]
 
 
-def test_a_marker_is_touched_while_its_trial_runs_and_not_after(tmp_path: Path, monkeypatch) -> None:
+def test_a_marker_is_touched_while_its_trial_runs_and_not_after(
+    tmp_path: Path, monkeypatch
+) -> None:
     """The heartbeat: a leftover marker's ``last_alive_at`` (its mtime) moves on while the trial
     is in flight, so an interrupted row can count the device time up to it."""
     import time

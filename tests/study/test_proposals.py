@@ -27,6 +27,14 @@ def test_proposals_queue_in_order_and_each_is_taken_once(tmp_path: Path) -> None
 
 
 def test_a_proposal_round_trips_through_its_dict() -> None:
-    p = Proposal(proposal_id="prop-0001", config={"a": 1}, why="w", proposer="mcp", asked={"a": 1},
-                 patch="proposals/patches/prop-0001.diff", patch_paths=["workloads/x.py"], created_at=1.0)
+    p = Proposal(
+        proposal_id="prop-0001",
+        config={"a": 1},
+        why="w",
+        proposer="mcp",
+        asked={"a": 1},
+        patch="proposals/patches/prop-0001.diff",
+        patch_paths=["workloads/x.py"],
+        created_at=1.0,
+    )
     assert Proposal.from_dict({**p.to_dict(), "from_a_later_version": 1}) == p

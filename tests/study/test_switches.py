@@ -48,7 +48,9 @@ def test_a_word_that_is_neither_is_refused_with_the_fix() -> None:
     with pytest.raises(ConfigError) as e:
         parse_switch("maybe", what="environment variable INFRARSI_PRIOR")
     assert "INFRARSI_PRIOR" in str(e.value) and "'maybe'" in str(e.value) and "Fix" in str(e.value)
-    assert parse_bank(" s3://bucket/bank ", what="--bank") == "s3://bucket/bank"  # shared across clusters
+    assert (
+        parse_bank(" s3://bucket/bank ", what="--bank") == "s3://bucket/bank"
+    )  # shared across clusters
     with pytest.raises(ConfigError, match="scheme and a path"):
         parse_bank("s3://", what="--bank")
     with pytest.raises(ConfigError, match="local directory"):
@@ -63,12 +65,15 @@ def test_bank_paths_are_made_absolute(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_resolve_explicit_then_environment_then_default(tmp_path: Path) -> None:
     env = {"INFRARSI_PRIOR": "off", "INFRARSI_LOSS_GUARD": "0", "INFRARSI_BANK": str(tmp_path)}
-    assert StudySwitches.resolve(environ=env) == StudySwitches(analytic_prior=False, loss_guard=False,
-                                                               bank=str(tmp_path))
-    assert StudySwitches.resolve(analytic_prior=True, loss_guard=True, bank="off", environ=env) == \
-        StudySwitches(analytic_prior=True, loss_guard=True, bank=None)
+    assert StudySwitches.resolve(environ=env) == StudySwitches(
+        analytic_prior=False, loss_guard=False, bank=str(tmp_path)
+    )
+    assert StudySwitches.resolve(
+        analytic_prior=True, loss_guard=True, bank="off", environ=env
+    ) == StudySwitches(analytic_prior=True, loss_guard=True, bank=None)
     assert StudySwitches.resolve(environ={"INFRARSI_BANK": ""}) == StudySwitches(
-        analytic_prior=True, loss_guard=True, bank=str(Path(DEFAULT_BANK).expanduser()))
+        analytic_prior=True, loss_guard=True, bank=str(Path(DEFAULT_BANK).expanduser())
+    )
     assert prior_from_environment({"INFRARSI_PRIOR": "no"}) is False
     assert prior_from_environment({}) is True
     with pytest.raises(ConfigError, match="INFRARSI_LOSS_GUARD"):
@@ -82,9 +87,15 @@ FAST = {"zero_stage": 1, "micro_batch_size": 2, "activation_checkpointing": "sel
 def _doctor_report(study: Path) -> None:
     """A doctor's report with a baseline loss trace (what turns the loss guard on)."""
     rows = [r for r in read_results(study) if r.stage == "doctor"]
-    DoctorReport(trials=len(rows), ok_trials=len(rows), statuses={"ok": len(rows)},
-                 step_time_s=StepTimeNoise(median=float(rows[0].step_time_s or 1.0)), noise_margin=0.01,
-                 reference_loss=list(rows[0].loss), baseline_trial_wall_s=10.0).save(study)
+    DoctorReport(
+        trials=len(rows),
+        ok_trials=len(rows),
+        statuses={"ok": len(rows)},
+        step_time_s=StepTimeNoise(median=float(rows[0].step_time_s or 1.0)),
+        noise_margin=0.01,
+        reference_loss=list(rows[0].loss),
+        baseline_trial_wall_s=10.0,
+    ).save(study)
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +129,15 @@ def _study(tmp_path: Path, name: str, bank: Path, on: bool) -> Path:
     return d
 
 
-def test_switches_off_in_the_contract_stay_off(tmp_path: Path, bank: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_switches_off_in_the_contract_stay_off(
+    tmp_path: Path, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     d = _study(tmp_path, "off", bank, on=False)
-    for name, value in (("INFRARSI_PRIOR", "on"), ("INFRARSI_LOSS_GUARD", "on"), ("INFRARSI_BANK", str(bank))):
+    for name, value in (
+        ("INFRARSI_PRIOR", "on"),
+        ("INFRARSI_LOSS_GUARD", "on"),
+        ("INFRARSI_BANK", str(bank)),
+    ):
         monkeypatch.setenv(name, value)
     contract = Contract.load(d)
     ex = StudyExecutor(d)
@@ -129,7 +146,10 @@ def test_switches_off_in_the_contract_stay_off(tmp_path: Path, bank: Path, monke
         assert ex.loss_guard() is None
     finally:
         ex.close()
-    elsewhere = [dataclasses.replace(r, hardware={**r.hardware, "device": "other-gpu"}) for r in read_results(d)]
+    elsewhere = [
+        dataclasses.replace(r, hardware={**r.hardware, "device": "other-gpu"})
+        for r in read_results(d)
+    ]
     opt = build_optimizer(contract, elsewhere, study_dir=d)
     assert type(opt) is Optimizer and opt.prior is None
     assert bank_warm_start_configs(contract, opt.space, elsewhere) == []
@@ -137,7 +157,9 @@ def test_switches_off_in_the_contract_stay_off(tmp_path: Path, bank: Path, monke
     assert add_to_bank(d) == {"disabled": True} and sorted(bank.iterdir()) == files
 
 
-def test_switches_on_in_the_contract_stay_on(tmp_path: Path, bank: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_switches_on_in_the_contract_stay_on(
+    tmp_path: Path, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     d = _study(tmp_path, "on", bank, on=True)
     for name in ("INFRARSI_PRIOR", "INFRARSI_LOSS_GUARD", "INFRARSI_BANK"):
         monkeypatch.setenv(name, "off")
@@ -151,7 +173,10 @@ def test_switches_on_in_the_contract_stay_on(tmp_path: Path, bank: Path, monkeyp
     opt = build_optimizer(contract, [], study_dir=d)
     assert opt.prior is not None
     # The bank seeds a study on OTHER hardware: this one's rows, as if measured on another GPU.
-    elsewhere = [dataclasses.replace(r, hardware={**r.hardware, "device": "other-gpu"}) for r in read_results(d)]
+    elsewhere = [
+        dataclasses.replace(r, hardware={**r.hardware, "device": "other-gpu"})
+        for r in read_results(d)
+    ]
     prior = bank_warm_start_configs(contract, opt.space, elsewhere)
     assert {p["source_study"] for p in prior} == {"source"}
     assert all(prior[0]["config"][k] == v for k, v in FAST.items())  # the faster config first

@@ -21,11 +21,25 @@ from infrarsi.study.trial_log import TrialLogWriter, read_trials, rows, trial_sc
 
 def _result(i: int, **kw) -> TrialResult:
     base = dict(
-        trial_id=f"t{i}", stage="run", config={"zero_stage": i % 4, "dtype": "fp32"}, status="ok",
-        patches=["workloads/patches/a.patch"], step_time_s=0.5 + i, step_time_samples_s=[0.5, 0.6],
-        peak_memory_bytes=10**8 + i, loss=[3.0, 2.9], tokens_per_step=2048, optimizer_steps=2,
-        world_size=2, nodes=1, device_seconds=12.5, started_at=1_700_000_000.25, ended_at=1_700_000_010.5,
-        hardware={"device": "cpu"}, extra={"warm": True}, phase_times_s={"forward": 0.1},
+        trial_id=f"t{i}",
+        stage="run",
+        config={"zero_stage": i % 4, "dtype": "fp32"},
+        status="ok",
+        patches=["workloads/patches/a.patch"],
+        step_time_s=0.5 + i,
+        step_time_samples_s=[0.5, 0.6],
+        peak_memory_bytes=10**8 + i,
+        loss=[3.0, 2.9],
+        tokens_per_step=2048,
+        optimizer_steps=2,
+        world_size=2,
+        nodes=1,
+        device_seconds=12.5,
+        started_at=1_700_000_000.25,
+        ended_at=1_700_000_010.5,
+        hardware={"device": "cpu"},
+        extra={"warm": True},
+        phase_times_s={"forward": 0.1},
     )
     base.update(kw)
     return TrialResult(**base)
@@ -45,14 +59,27 @@ def test_schema_has_the_required_columns_and_types():
     assert s.field("optimizer_steps").type == pa.int64()
     assert s.field("memory_censored").type == pa.bool_()
     assert s.field("step_time_s").type == pa.float64()
-    for name in ("trial_id", "stage", "status", "error", "peak_memory_bytes", "tokens_per_s", "mfu",
-                 "world_size", "nodes", "device_seconds"):
+    for name in (
+        "trial_id",
+        "stage",
+        "status",
+        "error",
+        "peak_memory_bytes",
+        "tokens_per_s",
+        "mfu",
+        "world_size",
+        "nodes",
+        "device_seconds",
+    ):
         assert name in s.names
 
 
 def test_round_trip_of_rows_including_nulls(tmp_path):
-    written = [_result(0), _result(1, status="oom", step_time_s=None, memory_censored=True, loss=[]),
-               _result(2, status="failed", error="boom", step_time_s=None, peak_memory_bytes=None)]
+    written = [
+        _result(0),
+        _result(1, status="oom", step_time_s=None, memory_censored=True, loss=[]),
+        _result(2, status="failed", error="boom", step_time_s=None, peak_memory_bytes=None),
+    ]
     with TrialLogWriter(tmp_path) as w:
         for r in written:
             w.write(r)
@@ -101,8 +128,11 @@ _WRITER = textwrap.dedent(
 def test_log_survives_a_writer_killed_with_sigkill(tmp_path):
     """Every batch flushed before kill -9 is read back; the torn tail is dropped, not an error."""
     root = str(Path(__file__).resolve().parents[2])
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER.format(root=root, study=str(tmp_path))],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER.format(root=root, study=str(tmp_path))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     acknowledged = -1
     try:
         assert proc.stdout is not None
@@ -167,7 +197,9 @@ def _enospc(fd: int) -> None:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def test_a_full_disk_is_a_log_error_naming_the_file_and_the_fix_and_loses_no_row(tmp_path, monkeypatch):
+def test_a_full_disk_is_a_log_error_naming_the_file_and_the_fix_and_loses_no_row(
+    tmp_path, monkeypatch
+):
     """ENOSPC at the fsync of the third row (fault injected at the write): a ``LogError`` naming
     the segment, the full disk and the fix; the two rows logged before read back unchanged, the
     failed row is not half in the log, and once space is back the next row opens a new segment."""
@@ -204,7 +236,9 @@ def test_a_full_disk_when_a_segment_is_created_is_a_log_error(tmp_path, monkeypa
     assert read_trials(tmp_path)["trial_id"].to_pylist() == ["t0"]
 
 
-def test_an_unwritable_study_directory_is_a_log_error_and_the_log_is_intact(tmp_path, make_unwritable):
+def test_an_unwritable_study_directory_is_a_log_error_and_the_log_is_intact(
+    tmp_path, make_unwritable
+):
     with TrialLogWriter(tmp_path) as w:
         w.write(_result(0))
     make_unwritable(tmp_path / "trials")

@@ -28,13 +28,20 @@ def patch_path(name: str) -> Path:
 def patched_package(name: str, tmp: Path) -> ModuleType:
     """The ``workloads`` package with patch ``name`` applied, imported as ``patched_<name>``."""
     dst = tmp / f"patched_{name}"
-    shutil.copytree(ROOT / "workloads", dst / "workloads", ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run(["git", "apply", str(patch_path(name))], cwd=dst, check=True, capture_output=True)
+    shutil.copytree(
+        ROOT / "workloads", dst / "workloads", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    subprocess.run(
+        ["git", "apply", str(patch_path(name))], cwd=dst, check=True, capture_output=True
+    )
     alias = f"patched_{name.replace('-', '_').replace('.', '_')}"
     for k in [k for k in sys.modules if k == alias or k.startswith(alias + ".")]:
         del sys.modules[k]
-    spec = importlib.util.spec_from_file_location(alias, dst / "workloads" / "__init__.py",
-                                                  submodule_search_locations=[str(dst / "workloads")])
+    spec = importlib.util.spec_from_file_location(
+        alias,
+        dst / "workloads" / "__init__.py",
+        submodule_search_locations=[str(dst / "workloads")],
+    )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[alias] = mod
@@ -55,7 +62,9 @@ def assert_same_loss_and_grads(ma: torch.nn.Module, mb: torch.nn.Module, vocab: 
     losses = []
     for m in (ma, mb):
         logits = m(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1)
+        )
         loss.backward()
         losses.append(loss)
     torch.testing.assert_close(losses[1], losses[0], rtol=0, atol=1e-6)

@@ -11,18 +11,28 @@ from workloads.models import build_model
 
 
 def _ctx(family: str, **options: str) -> JobContext:
-    return JobContext(args={"family": family, "size": "debug", "overrides": {"n_layers": 2}}, options=options,
-                      device="cpu", rank=0, world_size=1, seq_len=32)
+    return JobContext(
+        args={"family": family, "size": "debug", "overrides": {"n_layers": 2}},
+        options=options,
+        device="cpu",
+        rank=0,
+        world_size=1,
+        seq_len=32,
+    )
 
 
 def test_builtin_job_builds_the_family_model_with_the_knob_options() -> None:
-    job = check_job(builtin_job(_ctx("dense", activation_checkpointing="full")), "workloads.jobs:builtin_job")
+    job = check_job(
+        builtin_job(_ctx("dense", activation_checkpointing="full")), "workloads.jobs:builtin_job"
+    )
     torch.manual_seed(0)
     model = job.build_model()
     torch.manual_seed(0)
     same = build_model("dense", "debug", {"n_layers": 2}, {"activation_checkpointing": "full"})
     assert model.checkpointing == "full"
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), same.parameters(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), same.parameters(), strict=True)
+    )
     assert (job.shape.n_layers, job.shape.dim, job.shape.num_experts) == (2, 256, 0)
     logits = job.forward(model, torch.zeros(1, 8, dtype=torch.long))
     assert logits.shape == (1, 8, job.shape.vocab_size)

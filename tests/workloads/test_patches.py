@@ -78,10 +78,14 @@ def _moe_pair(tmp: Path, num_experts: int = 8, dim: int = 32, hidden: int = 48):
 
 
 @pytest.mark.parametrize("empty_experts", [False, True])
-def test_moe_batched_experts_run_matches_the_loop_with_gradients(tmp_path: Path, empty_experts: bool) -> None:
+def test_moe_batched_experts_run_matches_the_loop_with_gradients(
+    tmp_path: Path, empty_experts: bool
+) -> None:
     a, b = _moe_pair(tmp_path)
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, 3 if empty_experts else 8, (70,), generator=g).sort().values  # 3: experts 3-7 get none
+    ids = (
+        torch.randint(0, 3 if empty_experts else 8, (70,), generator=g).sort().values
+    )  # 3: experts 3-7 get none
     x = torch.randn(70, 32, generator=g)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     ya, yb = a.run(xa, ids), b.run(xb, ids)
@@ -98,8 +102,9 @@ def test_moe_batched_experts_run_matches_the_loop_with_gradients(tmp_path: Path,
 
 def test_moe_batched_experts_whole_moe_model_same_loss_and_grads(tmp_path: Path) -> None:
     patched = patched_module(MOE, tmp_path, "models.moe.model")
-    args = committed_moe.FLAVOURS["debug"].with_overrides({"n_layers": 2, "dim": 64, "n_heads": 4,
-                                                       "vocab_size": 256, "expert_hidden": 64})
+    args = committed_moe.FLAVOURS["debug"].with_overrides(
+        {"n_layers": 2, "dim": 64, "n_heads": 4, "vocab_size": 256, "expert_hidden": 64}
+    )
     torch.manual_seed(0)
     ma = committed_moe.build_moe_transformer(args)
     torch.manual_seed(0)
@@ -120,8 +125,16 @@ def test_sdpa_gqa_patch_is_in_scope_and_edits_the_dense_model() -> None:
 @pytest.mark.parametrize("n_kv_heads", [None, 2, 1])
 def test_sdpa_gqa_model_same_loss_and_grads(tmp_path: Path, n_kv_heads: int | None) -> None:
     patched = patched_module(SDPA, tmp_path, "models.dense.model")
-    args = committed.FLAVOURS["debug"].with_overrides({"n_layers": 2, "dim": 64, "n_heads": 4, "n_kv_heads": n_kv_heads,
-                                                       "vocab_size": 256, "ffn_hidden": 96})
+    args = committed.FLAVOURS["debug"].with_overrides(
+        {
+            "n_layers": 2,
+            "dim": 64,
+            "n_heads": 4,
+            "n_kv_heads": n_kv_heads,
+            "vocab_size": 256,
+            "ffn_hidden": 96,
+        }
+    )
     torch.manual_seed(0)
     ma = committed.Transformer(args)
     torch.manual_seed(0)
@@ -141,15 +154,20 @@ def test_compile_block_patch_is_in_scope_and_compiles_the_blocks() -> None:
 
 def _train_step(m: torch.nn.Module, tokens: torch.Tensor, vocab: int) -> torch.Tensor:
     logits = m(tokens[:, :-1])
-    loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+    loss = torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, vocab), tokens[:, 1:].reshape(-1)
+    )
     loss.backward()
     return loss
 
 
-@pytest.mark.parametrize(("family", "checkpointing"), [("dense", "none"), ("dense", "selective"),
-                                                        ("dense", "full"), ("moe", "none")])
-def test_compile_block_model_same_loss_and_grads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 family: str, checkpointing: str) -> None:
+@pytest.mark.parametrize(
+    ("family", "checkpointing"),
+    [("dense", "none"), ("dense", "selective"), ("dense", "full"), ("moe", "none")],
+)
+def test_compile_block_model_same_loss_and_grads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str, checkpointing: str
+) -> None:
     """The patch's ``compile()`` runs with backend ``aot_eager``: Dynamo's graph capture and AOT
     autograd's traced forward and backward (what the patch changes about the program), without
     Inductor's C++ code generation, which takes minutes on a 2-core CPU; the GPU check runs the
@@ -162,7 +180,14 @@ def test_compile_block_model_same_loss_and_grads(tmp_path: Path, monkeypatch: py
     sub = "models.dense.model" if family == "dense" else "models.moe.model"
     patched = patched_module(COMPILE, tmp_path, sub)
     base = committed if family == "dense" else committed_moe
-    over = {"n_layers": 2, "dim": 64, "n_heads": 4, "vocab_size": 256, "ffn_hidden": 96, "expert_hidden": 64}
+    over = {
+        "n_layers": 2,
+        "dim": 64,
+        "n_heads": 4,
+        "vocab_size": 256,
+        "ffn_hidden": 96,
+        "expert_hidden": 64,
+    }
     args = base.FLAVOURS["debug"].with_overrides(over)
     build_a = committed.Transformer if family == "dense" else committed_moe.build_moe_transformer
     build_b = patched.Transformer if family == "dense" else patched.build_moe_transformer
@@ -170,9 +195,17 @@ def test_compile_block_model_same_loss_and_grads(tmp_path: Path, monkeypatch: py
     ma = build_a(args, checkpointing)
     torch.manual_seed(0)
     mb = build_b(args, checkpointing)
-    compiled = [n for n, m in mb.named_modules() if getattr(m, "_compiled_call_impl", None) is not None]
-    assert compiled == (["layers.0", "layers.1"] if family == "dense" else ["layers.0.attention", "layers.1.attention"])
-    assert [n for n, _ in ma.named_parameters()] == [n for n, _ in mb.named_parameters()]  # names kept
+    compiled = [
+        n for n, m in mb.named_modules() if getattr(m, "_compiled_call_impl", None) is not None
+    ]
+    assert compiled == (
+        ["layers.0", "layers.1"]
+        if family == "dense"
+        else ["layers.0.attention", "layers.1.attention"]
+    )
+    assert [n for n, _ in ma.named_parameters()] == [
+        n for n, _ in mb.named_parameters()
+    ]  # names kept
     tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(2))
     for _ in range(2):  # the second call runs the cached graph
         la, lb = _train_step(ma, tokens, 256), _train_step(mb, tokens, 256)
@@ -181,7 +214,9 @@ def test_compile_block_model_same_loss_and_grads(tmp_path: Path, monkeypatch: py
     for n, p in mb.named_parameters():
         assert p.grad is not None
         torch.testing.assert_close(p.grad, ga[n].grad, rtol=1e-4, atol=1e-5, msg=n)
-    if family == "dense" and checkpointing == "none":  # bf16 weights and activations compile and train too
+    if (
+        family == "dense" and checkpointing == "none"
+    ):  # bf16 weights and activations compile and train too
         mb.to(torch.bfloat16)
         assert torch.isfinite(_train_step(mb, tokens, 256))
 
@@ -191,12 +226,20 @@ def test_compile_block_model_same_loss_and_grads(tmp_path: Path, monkeypatch: py
 
 @pytest.mark.parametrize("family", ["dense", "moe"])
 def test_selective_checkpointing_recomputes_attention_only_same_loss_and_grads(
-        family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``activation_checkpointing: selective`` (no patch: a model build option) checkpoints the
     attention sub-layer of every block and nothing else, and trains to the same numbers."""
     from workloads.models import build_model
 
-    over = {"n_layers": 2, "dim": 64, "n_heads": 4, "vocab_size": 256, "ffn_hidden": 96, "expert_hidden": 64}
+    over = {
+        "n_layers": 2,
+        "dim": 64,
+        "n_heads": 4,
+        "vocab_size": 256,
+        "ffn_hidden": 96,
+        "expert_hidden": 64,
+    }
     tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(2))
     runs = {}
     for mode in ("none", "selective"):
@@ -214,7 +257,10 @@ def test_selective_checkpointing_recomputes_attention_only_same_loss_and_grads(
         monkeypatch.setattr(mod, "checkpoint", spy)  # the name Block.forward calls
         runs[mode] = (_train_step(m, tokens, 256), dict(m.named_parameters()), seen)
         monkeypatch.undo()
-    assert runs["none"][2] == [] and runs["selective"][2] == ["_attn", "_attn"]  # attention of each block only
+    assert runs["none"][2] == [] and runs["selective"][2] == [
+        "_attn",
+        "_attn",
+    ]  # attention of each block only
     torch.testing.assert_close(runs["selective"][0], runs["none"][0], rtol=0, atol=1e-6)
     for n, p in runs["selective"][1].items():
         torch.testing.assert_close(p.grad, runs["none"][1][n].grad, rtol=1e-5, atol=1e-7, msg=n)

@@ -51,14 +51,26 @@ def model_args(family: str, size: str, overrides: dict[str, Any] | None = None) 
 
 
 def build_model(
-    family: str, size: str, overrides: dict[str, Any] | None = None, options: dict[str, Any] | None = None
+    family: str,
+    size: str,
+    overrides: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> nn.Module:
     """Build the single-device model of ``family``/``size``. ``options`` may hold
     ``activation_checkpointing`` (``none`` | ``selective`` | ``full``); other keys are ignored
     here (the harness applies them)."""
     args = model_args(family, size, overrides)
     opts = options or {}
-    return MODEL_FAMILIES[family].builder(args, activation_checkpointing=opts.get("activation_checkpointing", "none"))
+    return MODEL_FAMILIES[family].builder(
+        args, activation_checkpointing=opts.get("activation_checkpointing", "none")
+    )
 
 
-__all__ = ["BUILD_OPTIONS", "MODEL_FAMILIES", "ModelArgs", "ModelFamily", "build_model", "model_args"]
+__all__ = [
+    "BUILD_OPTIONS",
+    "MODEL_FAMILIES",
+    "ModelArgs",
+    "ModelFamily",
+    "build_model",
+    "model_args",
+]

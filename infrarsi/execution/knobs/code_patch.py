@@ -7,7 +7,8 @@ A search space may hold::
       values: [none, rope_complex, moe_batched_experts, rope_complex+moe_batched_experts]
 
 A value is ``none``, a patch name, or a patch SET: names joined by ``+`` (``a+b``), applied in
-that order in one worktree. Patch name ``N`` maps to the unified diff ``workloads/patches/N.diff``, relative to the root of
+that order in one worktree. Patch name ``N`` maps to the unified diff ``workloads/patches/N.diff``,
+relative to the root of
 the repository that holds the workload (the directory holding the ``workloads`` package). The
 knob's handler only records the value (``TrialBuild.runtime["code_patch"]``): the patch acts on
 the CODE, not on the DeepSpeed config. The study executor (``infrarsi.stages.executor``) runs a
@@ -70,8 +71,13 @@ def patch_set(value: Any) -> list[str]:
     return [] if name == NO_PATCH else name.split(SET_SEP)
 
 
-@register_knob(PATCH_KNOB, default=NO_PATCH,
-               values=checked_by(check_patch_name, f"{NO_PATCH}, a patch name, or distinct names joined by {SET_SEP}"))
+@register_knob(
+    PATCH_KNOB,
+    default=NO_PATCH,
+    values=checked_by(
+        check_patch_name, f"{NO_PATCH}, a patch name, or distinct names joined by {SET_SEP}"
+    ),
+)
 def code_patch(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     """The code patch the trial runs with: ``none``, a patch name, or a set ``a+b`` applied in order.
 
@@ -111,8 +117,13 @@ def patch_names(space: Any) -> list[str]:
     else:
         import yaml
 
-        data = space if isinstance(space, dict) else yaml.safe_load(
-            Path(space).read_text() if Path(str(space)).exists() else str(space))
+        data = (
+            space
+            if isinstance(space, dict)
+            else yaml.safe_load(
+                Path(space).read_text() if Path(str(space)).exists() else str(space)
+            )
+        )
         knobs = [k for k in (data or {}).get("knobs", []) if k.get("name") == PATCH_KNOB]
         values = knobs[0].get("values", []) if knobs else []
     return [check_patch_name(v) for v in values if str(v) != NO_PATCH]
@@ -155,19 +166,29 @@ def patched_code(code_dir: str | Path, value: Any) -> Iterator[PatchedCode]:
     try:
         repo = git.Repo(str(root), search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise PatchError(f"knob {PATCH_KNOB!r} value {name!r}: {root} is not in a git repository; code "
-                         f"patches need the workload's code committed to git.") from None
+        raise PatchError(
+            f"knob {PATCH_KNOB!r} value {name!r}: {root} is not in a git repository; code "
+            f"patches need the workload's code committed to git."
+        ) from None
     sub = root.relative_to(Path(str(repo.working_tree_dir)).resolve())
     files = [patch_file(root, n) for n in patch_set(name)]
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
-        raise PatchError(f"knob {PATCH_KNOB!r} value {name!r}: patch file(s) {missing} do not exist; "
-                         f"name a file {PATCH_DIR}/<name>{PATCH_SUFFIX} of the workload's repository.")
+        raise PatchError(
+            f"knob {PATCH_KNOB!r} value {name!r}: patch file(s) {missing} do not exist; "
+            f"name a file {PATCH_DIR}/<name>{PATCH_SUFFIX} of the workload's repository."
+        )
     if len(files) > 1:
         check_conflicts(repo, files)
     with patched_worktree(repo, files) as tree:
-        yield PatchedCode(code_dir=str(tree.path / sub), patches=patch_relpaths(name),
-                          extra={"patch_base_sha": tree.base_sha, "patch_paths_touched": list(tree.paths_touched)})
+        yield PatchedCode(
+            code_dir=str(tree.path / sub),
+            patches=patch_relpaths(name),
+            extra={
+                "patch_base_sha": tree.base_sha,
+                "patch_paths_touched": list(tree.paths_touched),
+            },
+        )
 
 
 def check_space_patches(space: Any, code_root: str | Path, globs: Sequence[str]) -> list[str]:

@@ -110,11 +110,12 @@ def micro_batch_size(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     mbs = int(value)
     per_step = mbs * ctx.world_size
     if mbs <= 0 or ctx.global_batch_size % per_step:
+        whole = ctx.global_batch_size % ctx.world_size == 0
+        per_rank = ctx.global_batch_size // ctx.world_size if whole else ctx.global_batch_size
         raise KnobError(
             f"knob {MICRO_BATCH_SIZE!r}={value!r}: the global batch of {ctx.global_batch_size} sequences "
             f"(tokens_per_step / seq_len) must be a multiple of micro_batch_size x world_size = "
-            f"{mbs} x {ctx.world_size}; pick a micro-batch size that divides "
-            f"{ctx.global_batch_size // ctx.world_size if ctx.global_batch_size % ctx.world_size == 0 else ctx.global_batch_size}."
+            f"{mbs} x {ctx.world_size}; pick a micro-batch size that divides {per_rank}."
         )
     build.ds_config["train_micro_batch_size_per_gpu"] = mbs
     build.ds_config["gradient_accumulation_steps"] = ctx.global_batch_size // per_step

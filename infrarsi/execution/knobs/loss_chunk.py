@@ -57,7 +57,9 @@ def loss_chunk_tokens(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     except (TypeError, ValueError):
         n = -1
     if n < 0 or str(n) != str(value).strip():
-        raise KnobError(f"knob {LOSS_CHUNK_KNOB!r}: expected 0 (off) or a positive token count, got {value!r}")
+        raise KnobError(
+            f"knob {LOSS_CHUNK_KNOB!r}: expected 0 (off) or a positive token count, got {value!r}"
+        )
     build.runtime[LOSS_CHUNK_KNOB] = n
 
 
@@ -75,8 +77,8 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=logits.device)
         for i in range(0, logits.shape[0], chunk):
             # one fp32 buffer per chunk (never the logits themselves), worked on in place
-            x = logits[i:i + chunk].to(torch.float32, copy=True)
-            t, ok = targets[i:i + chunk], valid[i:i + chunk]
+            x = logits[i : i + chunk].to(torch.float32, copy=True)
+            t, ok = targets[i : i + chunk], valid[i : i + chunk]
             tc = t.clamp(min=0).unsqueeze(1)
             target_logit = x.gather(1, tc).squeeze(1)
             m = x.amax(dim=-1, keepdim=True)
@@ -88,7 +90,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
                 p = e.div_(s)  # softmax
                 p.scatter_add_(1, tc, torch.full_like(tc, -1, dtype=p.dtype))
                 p.mul_((ok.to(p.dtype) / denom).unsqueeze(1))
-                grad[i:i + chunk] = p
+                grad[i : i + chunk] = p
         if grad is not None:
             ctx.save_for_backward(grad)
         # 0/0 = nan when every target is ignored, as F.cross_entropy
@@ -100,7 +102,9 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         return grad.mul_(grad_out.to(grad.dtype)), None, None
 
 
-def chunked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, chunk_tokens: int) -> torch.Tensor:
+def chunked_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, chunk_tokens: int
+) -> torch.Tensor:
     """Mean cross-entropy (fp32 arithmetic) of ``logits [..., vocab]`` against ``targets [...]``,
     ``chunk_tokens`` rows at a time; ``chunk_tokens`` 0 (or at least the token count) is the plain
     ``F.cross_entropy(logits.float(), targets)``. Same value and gradient either way (to fp32

@@ -69,12 +69,24 @@ def _record(name: str) -> Any:
 
 
 SURROGATE_KNOBS: dict[str, tuple[KnobValues, KnobMemory, str]] = {
-    TP: (integer(lo=1), "saver", "Tensor-parallel degree, simulated by the surrogate backend only. Record-only: "
-                                 "sets runtime `tp`; no DeepSpeed key."),
-    PP: (integer(lo=1), "saver", "Pipeline-parallel degree, simulated by the surrogate backend only. Record-only: "
-                                 "sets runtime `pp`; no DeepSpeed key."),
-    FLASH_ATTENTION: (boolean(), "saver", "Flash attention on or off, simulated by the surrogate backend only. "
-                                          "Record-only: sets runtime `flash_attention`; no DeepSpeed key."),
+    TP: (
+        integer(lo=1),
+        "saver",
+        "Tensor-parallel degree, simulated by the surrogate backend only. Record-only: "
+        "sets runtime `tp`; no DeepSpeed key.",
+    ),
+    PP: (
+        integer(lo=1),
+        "saver",
+        "Pipeline-parallel degree, simulated by the surrogate backend only. Record-only: "
+        "sets runtime `pp`; no DeepSpeed key.",
+    ),
+    FLASH_ATTENTION: (
+        boolean(),
+        "saver",
+        "Flash attention on or off, simulated by the surrogate backend only. "
+        "Record-only: sets runtime `flash_attention`; no DeepSpeed key.",
+    ),
 }
 """The surrogate-only knobs: the values each accepts, its memory tag and its documentation line."""
 
@@ -96,9 +108,13 @@ def problem_for(workload: Workload, memory_capacity_bytes: int | None = None) ->
     if memory_capacity_bytes is None:
         memory_capacity_bytes = workload.memory_capacity_bytes
     return problem_from_params(
-        world_size=workload.world_size, global_batch=workload.global_batch_size,
-        seq_len=workload.data.seq_len, params=workload.surrogate, model_size=workload.job_model().size,
-        memory_capacity_bytes=memory_capacity_bytes, source=workload.path or workload.name,
+        world_size=workload.world_size,
+        global_batch=workload.global_batch_size,
+        seq_len=workload.data.seq_len,
+        params=workload.surrogate,
+        model_size=workload.job_model().size,
+        memory_capacity_bytes=memory_capacity_bytes,
+        source=workload.path or workload.name,
     )
 
 
@@ -111,8 +127,10 @@ def wall_clock_scale(workload: Workload) -> float:
     except (TypeError, ValueError):
         scale = math.nan
     if not math.isfinite(scale) or scale < 0 or isinstance(raw, bool):
-        raise WorkloadError(f"{workload.path or workload.name}: field 'surrogate.wall_clock_scale' is {raw!r}; "
-                            f"rule: a number >= 0 (real seconds per simulated second; 0 answers at once).")
+        raise WorkloadError(
+            f"{workload.path or workload.name}: field 'surrogate.wall_clock_scale' is {raw!r}; "
+            f"rule: a number >= 0 (real seconds per simulated second; 0 answers at once)."
+        )
     return scale
 
 
@@ -134,7 +152,11 @@ def loss_curve(steps: int, data_seed: int, dtype: str) -> list[float]:
 
 
 def sample_trial(
-    problem: Problem, config: dict[str, Any], rng: np.random.Generator, *, measured_steps: int = 8,
+    problem: Problem,
+    config: dict[str, Any],
+    rng: np.random.Generator,
+    *,
+    measured_steps: int = 8,
     warmup_steps: int = 2,
 ) -> tuple[str, Evaluation, dict[str, Any]]:
     """Draw one noisy trial: (status, noiseless evaluation, measured fields). The measured
@@ -146,22 +168,35 @@ def sample_trial(
     sigma = math.sqrt(math.log(1 + NOISE_CV**2))
     run_factor = float(rng.lognormal(-0.5 * sigma**2, sigma))
     if not ev.valid:
-        out.update(peak_memory_bytes=None, wall_s=0.3 * problem.setup_s,
-                   error=f"simulated launch failure: {ev.reason}")
+        out.update(
+            peak_memory_bytes=None,
+            wall_s=0.3 * problem.setup_s,
+            error=f"simulated launch failure: {ev.reason}",
+        )
         return "failed", ev, out
     if not ev.fits:
         frac = 0.5 + 0.5 * rng.random()  # it dies somewhere in the first step
-        out.update(peak_memory_bytes=int(problem.memory_capacity_bytes),
-                   wall_s=problem.setup_s + frac * ev.step_time_s,
-                   error=(f"simulated CUDA out of memory: modelled peak "
-                          f"{ev.peak_memory_bytes / 2**30:.1f} GiB > capacity "
-                          f"{problem.memory_capacity_bytes / 2**30:.1f} GiB"))
+        out.update(
+            peak_memory_bytes=int(problem.memory_capacity_bytes),
+            wall_s=problem.setup_s + frac * ev.step_time_s,
+            error=(
+                f"simulated CUDA out of memory: modelled peak "
+                f"{ev.peak_memory_bytes / 2**30:.1f} GiB > capacity "
+                f"{problem.memory_capacity_bytes / 2**30:.1f} GiB"
+            ),
+        )
         return "oom", ev, out
     steps = warmup_steps + measured_steps
     if u_crash < CRASH_RATE:
         done = rng.integers(0, steps)
-        out.update(peak_memory_bytes=None, wall_s=problem.setup_s + done * ev.step_time_s * run_factor,
-                   error=f"simulated crash: NCCL watchdog timeout on rank {int(rng.integers(problem.world_size))} at step {int(done)}")
+        out.update(
+            peak_memory_bytes=None,
+            wall_s=problem.setup_s + done * ev.step_time_s * run_factor,
+            error=(
+                f"simulated crash: NCCL watchdog timeout on rank "
+                f"{int(rng.integers(problem.world_size))} at step {int(done)}"
+            ),
+        )
         return "failed", ev, out
     straggle = 1.0 + (0.15 + 0.45 * rng.random()) if u_strag < STRAGGLER_RATE else 1.0
     slow_rank = int(rng.integers(problem.world_size))
@@ -172,16 +207,25 @@ def sample_trial(
     mem = ev.peak_memory_bytes * (1 + MEMORY_NOISE_CV * rng.standard_normal())
     mem = min(mem, float(problem.memory_capacity_bytes))
     warm = warmup_steps * ev.step_time_s * run_factor * 1.3
-    out.update(step_time_samples_s=[float(x) for x in samples],
-               rank_step_time_s=[float(x) for x in ranks], peak_memory_bytes=int(mem),
-               wall_s=problem.setup_s + warm + float(samples.sum()), warmup_s=warm,
-               run_factor=run_factor * straggle)
+    out.update(
+        step_time_samples_s=[float(x) for x in samples],
+        rank_step_time_s=[float(x) for x in ranks],
+        peak_memory_bytes=int(mem),
+        wall_s=problem.setup_s + warm + float(samples.sum()),
+        warmup_s=warm,
+        run_factor=run_factor * straggle,
+    )
     return "ok", ev, out
 
 
 def run_surrogate(
-    workload: Workload, config: dict[str, Any], *, trial_id: str, stage: str = "run",
-    memory_capacity_bytes: int | None = None, seed: int = 0,
+    workload: Workload,
+    config: dict[str, Any],
+    *,
+    trial_id: str,
+    stage: str = "run",
+    memory_capacity_bytes: int | None = None,
+    seed: int = 0,
 ) -> TrialResult:
     """Answer one trial of a ``backend: surrogate`` workload from the analytic model.
 
@@ -192,19 +236,41 @@ def run_surrogate(
     hold = wall_clock_scale(workload)
     problem = problem_for(workload, memory_capacity_bytes)
     rng = _rng(config, seed, trial_id)
-    status, ev, m = sample_trial(problem, config, rng, measured_steps=workload.steps.measured,
-                                 warmup_steps=workload.steps.warmup)
+    status, ev, m = sample_trial(
+        problem,
+        config,
+        rng,
+        measured_steps=workload.steps.measured,
+        warmup_steps=workload.steps.warmup,
+    )
     ws = problem.world_size
     result = TrialResult(
-        trial_id=trial_id, stage=stage, config=dict(config), status=status, error=m["error"],
-        memory_measure="surrogate", simulated=True, world_size=ws, nodes=problem.nodes,
-        tokens_per_step=problem.tokens_per_step, device_seconds=float(ws * m["wall_s"]),
-        started_at=started, setup_time_s=problem.setup_s,
-        hardware={"device": problem.gpu.name, "count": ws, "gpus_per_node": problem.gpus_per_node,
-                  "peak_flops": problem.gpu.peak_flops, "simulated": True},
-        extra={"model_params": problem.model.num_params, "modelled_step_time_s": ev.step_time_s,
-               "modelled_peak_memory_bytes": ev.peak_memory_bytes,
-               "memory_parts_bytes": ev.memory_parts_bytes},
+        trial_id=trial_id,
+        stage=stage,
+        config=dict(config),
+        status=status,
+        error=m["error"],
+        memory_measure="surrogate",
+        simulated=True,
+        world_size=ws,
+        nodes=problem.nodes,
+        tokens_per_step=problem.tokens_per_step,
+        device_seconds=float(ws * m["wall_s"]),
+        started_at=started,
+        setup_time_s=problem.setup_s,
+        hardware={
+            "device": problem.gpu.name,
+            "count": ws,
+            "gpus_per_node": problem.gpus_per_node,
+            "peak_flops": problem.gpu.peak_flops,
+            "simulated": True,
+        },
+        extra={
+            "model_params": problem.model.num_params,
+            "modelled_step_time_s": ev.step_time_s,
+            "modelled_peak_memory_bytes": ev.peak_memory_bytes,
+            "memory_parts_bytes": ev.memory_parts_bytes,
+        },
     )
     if status == "oom":
         result.peak_memory_bytes = m["peak_memory_bytes"]

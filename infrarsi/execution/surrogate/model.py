@@ -283,31 +283,56 @@ def evaluate(problem: Problem, config: dict[str, Any]) -> Evaluation:
         "bubble": bubble_s,
         "optimizer": opt_s + offload_s,
     }
-    parts = {"model_states": states, "activations": acts, "buffers": buffers,
-             "workspace": workspace}
+    parts = {
+        "model_states": states,
+        "activations": acts,
+        "buffers": buffers,
+        "workspace": workspace,
+    }
     return Evaluation(
-        step_time_s=step, peak_memory_bytes=peak_mem,
-        fits=peak_mem <= problem.memory_capacity_bytes and not reason, valid=not reason,
-        mfu=mfu, phase_times_s=phases, memory_parts_bytes=parts, reason=reason,
+        step_time_s=step,
+        peak_memory_bytes=peak_mem,
+        fits=peak_mem <= problem.memory_capacity_bytes and not reason,
+        valid=not reason,
+        mfu=mfu,
+        phase_times_s=phases,
+        memory_parts_bytes=parts,
+        reason=reason,
     )
 
 
 def problem_from_params(
-    *, world_size: int, global_batch: int, seq_len: int, params: dict[str, Any],
-    model_size: str, memory_capacity_bytes: int | None = None, source: str = "<workload>",
+    *,
+    world_size: int,
+    global_batch: int,
+    seq_len: int,
+    params: dict[str, Any],
+    model_size: str,
+    memory_capacity_bytes: int | None = None,
+    source: str = "<workload>",
 ) -> Problem:
     """Build a ``Problem`` from a workload's ``surrogate`` dict (``gpu``, ``model``,
     ``gpus_per_node``, ``setup_s``)."""
     gpu_name = str(params.get("gpu", "h100_sxm"))
     if gpu_name not in GPUS:
-        raise WorkloadError(f"{source}: field 'surrogate.gpu' is {gpu_name!r}; known kinds: {sorted(GPUS)}.")
+        raise WorkloadError(
+            f"{source}: field 'surrogate.gpu' is {gpu_name!r}; known kinds: {sorted(GPUS)}."
+        )
     size = str(params.get("model", model_size))
     if size not in MODELS:
-        raise WorkloadError(f"{source}: surrogate model size {size!r} is unknown; known sizes: {sorted(MODELS)}. Set model.size or surrogate.model.")
+        raise WorkloadError(
+            f"{source}: surrogate model size {size!r} is unknown; known sizes: {sorted(MODELS)}. "
+            f"Set model.size or surrogate.model."
+        )
     gpu = GPUS[gpu_name]
     cap = memory_capacity_bytes or int(params.get("memory_capacity_bytes", gpu.memory_bytes))
     return Problem(
-        gpu=gpu, model=MODELS[size], world_size=world_size,
-        gpus_per_node=int(params.get("gpus_per_node", 8)), global_batch=global_batch,
-        seq_len=seq_len, memory_capacity_bytes=int(cap), setup_s=float(params.get("setup_s", 45.0)),
+        gpu=gpu,
+        model=MODELS[size],
+        world_size=world_size,
+        gpus_per_node=int(params.get("gpus_per_node", 8)),
+        global_batch=global_batch,
+        seq_len=seq_len,
+        memory_capacity_bytes=int(cap),
+        setup_s=float(params.get("setup_s", 45.0)),
     )

@@ -4,7 +4,8 @@ A Bayesian logistic regression on one-hot (knob, value) indicators, fitted by MA
 ``logit P(fail) = b + sum_k w[k, value_k]`` with priors ``b ~ N(logit 0.05, 1.5^2)`` and
 ``w ~ N(0, 2^2)`` (``OptimizerSettings.feasibility_*``). Because all values of a config share the
 blame, a culprit value (``dtype=bf16`` breaking the loss tolerance) takes it, and the values it
-shares with successful configs are explained away. OOMs count as runs that did not fail this way (the memory model owns them).
+shares with successful configs are explained away. OOMs count as runs that did not fail this way
+(the memory model owns them).
 Invariant violations and NaNs weigh more than crashes and timeouts, which are often transient.
 Exact failed configs are excluded by the optimizer regardless of this model.
 
@@ -63,7 +64,13 @@ class FeasibilityModel:
         self.exonerated.clear()
         self._coef = None
 
-    def add(self, config: Mapping[str, Any], failed: bool, weight: float = 1.0, completed: bool | None = None) -> None:
+    def add(
+        self,
+        config: Mapping[str, Any],
+        failed: bool,
+        weight: float = 1.0,
+        completed: bool | None = None,
+    ) -> None:
         """Record one trial of ``config`` (``weight``: how many failures one counts for;
         ``completed``: it ran to the end, default ``not failed``; an OOM did not fail this way but
         did not complete, so it exonerates no value in the culprit model)."""
@@ -85,15 +92,18 @@ class FeasibilityModel:
         fail = np.array([r[1] for r in self.rows])
         ok = np.array([r[2] for r in self.rows])
         prec = np.full(d, 1.0 / self.settings.feasibility_weight_sd**2)
-        prec[0] = 1.0 / self.settings.feasibility_bias_sd ** 2
+        prec[0] = 1.0 / self.settings.feasibility_bias_sd**2
         mu0 = np.zeros(d)
         mu0[0] = self._prior_bias_mean()
         beta = mu0.copy()
 
         def log_post(b: np.ndarray) -> float:
             z = X @ b
-            return float(-(fail * np.logaddexp(0, -z)).sum() - (ok * np.logaddexp(0, z)).sum()
-                         - 0.5 * (prec * (b - mu0) ** 2).sum())
+            return float(
+                -(fail * np.logaddexp(0, -z)).sum()
+                - (ok * np.logaddexp(0, z)).sum()
+                - 0.5 * (prec * (b - mu0) ** 2).sum()
+            )
 
         current = log_post(beta)
         for _ in range(50):  # damped Newton on the weighted binomial log posterior
@@ -120,7 +130,9 @@ class FeasibilityModel:
         if self._coef is None:
             self._fit()
         coef = self._coef or {}
-        base = 1.0 / (1.0 + math.exp(-self._prior_bias_mean()))  # an untouched config is not penalised
+        base = 1.0 / (
+            1.0 + math.exp(-self._prior_bias_mean())
+        )  # an untouched config is not penalised
         blame = self.blame()
         n = len(configs)
         names = list(configs[0]) if n else []
@@ -133,7 +145,9 @@ class FeasibilityModel:
             codes, reprs = _value_codes(configs, k)
             z_sum += np.array([coef.get(f"{k}={r}", 0.0) for r in reprs])[codes]
             cap *= np.array([1.0 - blame.get(f"{k}={r}", 0.0) for r in reprs])[codes]
-        p_logistic = np.minimum(1.0, (1.0 - 1.0 / (1.0 + np.exp(-(self._bias + z_sum)))) / (1.0 - base))
+        p_logistic = np.minimum(
+            1.0, (1.0 - 1.0 / (1.0 + np.exp(-(self._bias + z_sum)))) / (1.0 - base)
+        )
         return np.minimum(p_logistic, cap)
 
     def blame(self) -> dict[str, float]:

@@ -3,7 +3,8 @@
 With an analytic prior (``infrarsi.search.priors.mean``) the inputs carry two extra columns after the
 ``d`` real features: the fitted prior's log step time and its log(peak / capacity) at that config
 (one input tensor serves both models, as ``ModelListGP`` needs). Kernels ignore them
-(``active_dims``); this mean adds one of them to an inner mean over the real features. For a model with a ``Standardize`` outcome transform the offset
+(``active_dims``); this mean adds one of them to an inner mean over the real features. For a model
+with a ``Standardize`` outcome transform the offset
 is standardised with the transform's location and scale (``set_standardization``), so predictions
 in original units are ``offset + inner + GP residual``.
 """

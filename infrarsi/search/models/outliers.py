@@ -69,12 +69,17 @@ def _predict(model: Any, X: torch.Tensor) -> tuple[float, float]:
     """Posterior mean and sd (observation noise included) of one point, in outcome units."""
     with torch.no_grad():
         post = model.posterior(X, observation_noise=True)
-        return float(post.mean.reshape(())), float(post.variance.reshape(()).clamp_min(1e-12).sqrt())
+        return float(post.mean.reshape(())), float(
+            post.variance.reshape(()).clamp_min(1e-12).sqrt()
+        )
 
 
-def trim_slow_outliers(y: torch.Tensor, fit: Callable[[list[int]], Any],
-                       inputs: Callable[[list[int]], torch.Tensor],
-                       settings: OptimizerSettings = DEFAULT_SETTINGS) -> set[int]:
+def trim_slow_outliers(
+    y: torch.Tensor,
+    fit: Callable[[list[int]], Any],
+    inputs: Callable[[list[int]], torch.Tensor],
+    settings: OptimizerSettings = DEFAULT_SETTINGS,
+) -> set[int]:
     """Indices into ``y`` (log step times) to leave out of the step-time fit.
 
     ``fit(indices)`` fits the model (and anything else that learns from the same points, like the
@@ -92,9 +97,12 @@ def trim_slow_outliers(y: torch.Tensor, fit: Callable[[list[int]], Any],
             resid, z = loo_residuals(model)
         except (RuntimeError, AttributeError):  # not positive definite, or not an exact GP
             break
-        eligible = [int(j) for j in torch.argsort(z, descending=True)
-                    if float(z[j]) > settings.outlier_screen_z
-                    and float(resid[j]) > settings.outlier_min_log][:settings.outlier_max_tests]
+        eligible = [
+            int(j)
+            for j in torch.argsort(z, descending=True)
+            if float(z[j]) > settings.outlier_screen_z
+            and float(resid[j]) > settings.outlier_min_log
+        ][: settings.outlier_max_tests]
         found = None
         for j in eligible:
             c = keep[j]

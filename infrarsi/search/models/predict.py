@@ -42,7 +42,7 @@ class ExactMarginal:
         means, vars_ = [], []
         with torch.no_grad():
             for i in range(0, Xc.shape[0], CHUNK):
-                x = Xc[i:i + CHUNK]
+                x = Xc[i : i + CHUNK]
                 Ks = self.model.covar_module(self.X, x).to_dense()
                 m = self.model.mean_module(x) + Ks.mT @ self.alpha
                 v = torch.linalg.solve_triangular(self.L, Ks, upper=False)
@@ -58,7 +58,9 @@ class ExactMarginal:
         with torch.no_grad():
             for i in range(0, Xc.shape[0], CHUNK):
                 # exact distances: the matmul form of cdist leaves ~1e-8 on identical rows
-                d = torch.cdist(Xc[i:i + CHUNK], self.X, compute_mode="donot_use_mm_for_euclid_dist")
+                d = torch.cdist(
+                    Xc[i : i + CHUNK], self.X, compute_mode="donot_use_mm_for_euclid_dist"
+                )
                 out.append(d.amin(-1) > 1e-9)
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
 
@@ -74,7 +76,9 @@ class VariationalMarginal:
             self.gp = gp
             self.Z = strat.inducing_points
             Kzz = gp.covar_module(self.Z).to_dense()
-            self.L = torch.linalg.cholesky(Kzz + strat.jitter_val * torch.eye(self.Z.shape[0], dtype=Kzz.dtype))
+            self.L = torch.linalg.cholesky(
+                Kzz + strat.jitter_val * torch.eye(self.Z.shape[0], dtype=Kzz.dtype)
+            )
             self.m = dist.variational_mean.detach().clone()
             Lq = dist.chol_variational_covar.detach().tril()
             self.S_minus_I = Lq @ Lq.mT - torch.eye(self.Z.shape[0], dtype=Kzz.dtype)
@@ -84,8 +88,10 @@ class VariationalMarginal:
         means, vars_ = [], []
         with torch.no_grad():
             for i in range(0, Xc.shape[0], CHUNK):
-                x = Xc[i:i + CHUNK]
-                A = torch.linalg.solve_triangular(self.L, self.gp.covar_module(self.Z, x).to_dense(), upper=False)
+                x = Xc[i : i + CHUNK]
+                A = torch.linalg.solve_triangular(
+                    self.L, self.gp.covar_module(self.Z, x).to_dense(), upper=False
+                )
                 means.append(self.gp.mean_module(x) + A.mT @ self.m)
                 kd = self.gp.covar_module(x, diag=True)
                 vars_.append((kd + (A * (self.S_minus_I @ A)).sum(0)).clamp_min(1e-12))

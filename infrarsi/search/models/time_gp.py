@@ -50,8 +50,11 @@ of the unit cube for any knob with up to 64 values), where this kernel is exp(-1
 
 def hyper_state(model: torch.nn.Module) -> State:
     """The model's learned parameters (no training data, no outcome-transform buffers)."""
-    return {k: v.detach().clone() for k, v in model.state_dict().items()
-            if not k.startswith("outcome_transform") and "train" not in k}
+    return {
+        k: v.detach().clone()
+        for k, v in model.state_dict().items()
+        if not k.startswith("outcome_transform") and "train" not in k
+    }
 
 
 def _linear_mean(d: int) -> LinearMean:
@@ -80,7 +83,9 @@ def _smooth_kernel(d: int, kernel: str, active_dims: list[int] | None) -> Kernel
     the same lengthscale prior (``OptimizerSettings.time_kernel``)."""
     if kernel == "matern":
         prior = LogNormalPrior(loc=math.sqrt(2) + 0.5 * math.log(d), scale=math.sqrt(3))
-        return MaternKernel(nu=2.5, ard_num_dims=d, lengthscale_prior=prior, active_dims=active_dims).double()
+        return MaternKernel(
+            nu=2.5, ard_num_dims=d, lengthscale_prior=prior, active_dims=active_dims
+        ).double()
     return get_covar_module_with_dim_scaled_prior(ard_num_dims=d, active_dims=active_dims)
 
 
@@ -111,16 +116,30 @@ def acquisition_variance_cut(model: SingleTaskGP, config_sd: float, acquisition_
     return max(config_sd**2 - acquisition_sd**2, 0.0)
 
 
-def _build(train_X: torch.Tensor, Y: torch.Tensor, offset: tuple[int, int] | None, config_sd: float,
-           kernel: str) -> SingleTaskGP:
-    if offset is None:  # no analytic prior: BoTorch's default kernel, no per-config term (module docstring)
+def _build(
+    train_X: torch.Tensor,
+    Y: torch.Tensor,
+    offset: tuple[int, int] | None,
+    config_sd: float,
+    kernel: str,
+) -> SingleTaskGP:
+    if (
+        offset is None
+    ):  # no analytic prior: BoTorch's default kernel, no per-config term (module docstring)
         d = train_X.shape[-1]
         covar = {} if kernel == "rbf" else {"covar_module": _smooth_kernel(d, kernel, None)}
-        return SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=_linear_mean(d), **covar)
+        return SingleTaskGP(
+            train_X, Y, outcome_transform=Standardize(m=1), mean_module=_linear_mean(d), **covar
+        )
     d, column = offset
     mean = OffsetMean(_linear_mean(d), d, column)
-    model = SingleTaskGP(train_X, Y, outcome_transform=Standardize(m=1), mean_module=mean,
-                         covar_module=_covar(d, config_sd, kernel))
+    model = SingleTaskGP(
+        train_X,
+        Y,
+        outcome_transform=Standardize(m=1),
+        mean_module=mean,
+        covar_module=_covar(d, config_sd, kernel),
+    )
     _set_config_scale(model, config_sd)
     return model
 
@@ -131,10 +150,16 @@ def _standardize_offset(model: SingleTaskGP) -> None:
         model.mean_module.set_standardization(tf.means.reshape(()), tf.stdvs.reshape(()))
 
 
-def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State | None = None,
-                maxiter: int = 60, offset: tuple[int, int] | None = None, *,
-                config_sd: float = DEFAULT_SETTINGS.config_deviation_sd,
-                kernel: str = DEFAULT_SETTINGS.time_kernel) -> tuple[SingleTaskGP, State]:
+def fit_time_gp(
+    train_X: torch.Tensor,
+    log_step_time: torch.Tensor,
+    warm: State | None = None,
+    maxiter: int = 60,
+    offset: tuple[int, int] | None = None,
+    *,
+    config_sd: float = DEFAULT_SETTINGS.config_deviation_sd,
+    kernel: str = DEFAULT_SETTINGS.time_kernel,
+) -> tuple[SingleTaskGP, State]:
     """Fit the GP.
 
     Args:
@@ -152,7 +177,9 @@ def fit_time_gp(train_X: torch.Tensor, log_step_time: torch.Tensor, warm: State 
         The fitted model in eval mode, and its parameters (for the next warm start).
     """
     Y = log_step_time.reshape(-1, 1).to(torch.float64)
-    if Y.shape[0] > 1 and float(Y.std()) < 1e-9:  # all equal: add a hint of spread to stay well posed
+    if (
+        Y.shape[0] > 1 and float(Y.std()) < 1e-9
+    ):  # all equal: add a hint of spread to stay well posed
         Y = Y + 1e-6 * torch.arange(Y.shape[0], dtype=torch.float64).reshape(-1, 1)
     model = _build(train_X, Y, offset, config_sd, kernel)
     if warm is not None:
@@ -178,13 +205,23 @@ def state_to_json(state: State | None) -> dict[str, Any] | None:
     """Tensors -> nested lists (for ``Optimizer.state_dict``)."""
     if state is None:
         return None
-    return {k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""), "data": v.reshape(-1).tolist()}
-            for k, v in state.items()}
+    return {
+        k: {
+            "shape": list(v.shape),
+            "dtype": str(v.dtype).replace("torch.", ""),
+            "data": v.reshape(-1).tolist(),
+        }
+        for k, v in state.items()
+    }
 
 
 def state_from_json(raw: dict[str, Any] | None) -> State | None:
     """Inverse of ``state_to_json``."""
     if raw is None:
         return None
-    return {k: torch.tensor(v["data"], dtype=getattr(torch, v.get("dtype", "float64"))).reshape(v["shape"])
-            for k, v in raw.items()}
+    return {
+        k: torch.tensor(v["data"], dtype=getattr(torch, v.get("dtype", "float64"))).reshape(
+            v["shape"]
+        )
+        for k, v in raw.items()
+    }

@@ -36,8 +36,15 @@ KINDS = ("time", "memory")
 class PriorFeatures:
     """Model inputs of configs (``inputs``) and the prior's fitted log coefficients."""
 
-    def __init__(self, space: SearchSpace, encoder: Encoder, prior: PriorMean | None, memory_capacity: float,
-                 settings: OptimizerSettings, transfer: TransferModel | None = None) -> None:
+    def __init__(
+        self,
+        space: SearchSpace,
+        encoder: Encoder,
+        prior: PriorMean | None,
+        memory_capacity: float,
+        settings: OptimizerSettings,
+        transfer: TransferModel | None = None,
+    ) -> None:
         self.space = space
         self.encoder = encoder
         self.prior = prior
@@ -64,7 +71,9 @@ class PriorFeatures:
 
     def _require_prior(self) -> PriorMean:
         if self.prior is None:
-            raise InfrarsiError("PriorFeatures: the prior's terms were asked for, but the optimizer has no prior.")
+            raise InfrarsiError(
+                "PriorFeatures: the prior's terms were asked for, but the optimizer has no prior."
+            )
         return self.prior
 
     def terms(self, configs: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +88,10 @@ class PriorFeatures:
         kt, km = len(prior.time_names), len(prior.memory_names)
         if not keys:
             return np.zeros((0, kt)), np.zeros((0, km))
-        return (np.stack([self._term_rows[k][0] for k in keys]), np.stack([self._term_rows[k][1] for k in keys]))
+        return (
+            np.stack([self._term_rows[k][0] for k in keys]),
+            np.stack([self._term_rows[k][1] for k in keys]),
+        )
 
     def augment(self, X: torch.Tensor, T: np.ndarray, M: np.ndarray) -> torch.Tensor:
         """``X`` plus the fitted prior's log step time and log(peak / capacity) columns."""
@@ -107,16 +119,28 @@ class PriorFeatures:
             centre = None
             if self.transfer is not None:  # the weight first: it scales the centre and the residual
                 X = self.encoder.encode(configs)
-                self.transfer.update_weight(X, T, log_prior_sum(T, self._coef("time", T.shape[1])), y)
+                self.transfer.update_weight(
+                    X, T, log_prior_sum(T, self._coef("time", T.shape[1])), y
+                )
                 y = y - self.transfer.offset(X).numpy()
                 centre = self.transfer.centre("time")
             self.coefficients["time"] = fit_log_coefficients(
-                T, y, noise_sd=s.prior_time_noise_sd, warm=self.coefficients["time"], prior_sd=s.prior_time_coef_sd,
-                max_iter=s.prior_fit_iters, centre=centre)
+                T,
+                y,
+                noise_sd=s.prior_time_noise_sd,
+                warm=self.coefficients["time"],
+                prior_sd=s.prior_time_coef_sd,
+                max_iter=s.prior_fit_iters,
+                centre=centre,
+            )
             self.fit_keys["time"] = key
 
-    def fit_memory(self, configs: Sequence[Mapping[str, Any]], log_rel_peaks: Sequence[float],
-                   censored: Sequence[bool]) -> None:
+    def fit_memory(
+        self,
+        configs: Sequence[Mapping[str, Any]],
+        log_rel_peaks: Sequence[float],
+        censored: Sequence[bool],
+    ) -> None:
         """Refit the memory coefficients on log(peak / capacity) when the data changed (OOMs as
         censored rows: the value is a lower bound)."""
         if not configs or self.prior is None:
@@ -126,17 +150,31 @@ class PriorFeatures:
             _, M = self.terms(configs)
             s = self.settings
             self.coefficients["memory"] = fit_log_coefficients(
-                M, np.array(log_rel_peaks), np.array(censored), noise_sd=s.prior_memory_noise_sd,
-                scale=self.memory_capacity, warm=self.coefficients["memory"], prior_sd=s.prior_memory_coef_sd,
-                max_iter=s.prior_fit_iters, centre=None if self.transfer is None else self.transfer.centre("memory"))
+                M,
+                np.array(log_rel_peaks),
+                np.array(censored),
+                noise_sd=s.prior_memory_noise_sd,
+                scale=self.memory_capacity,
+                warm=self.coefficients["memory"],
+                prior_sd=s.prior_memory_coef_sd,
+                max_iter=s.prior_fit_iters,
+                centre=None if self.transfer is None else self.transfer.centre("memory"),
+            )
             self.fit_keys["memory"] = key
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-able fitted coefficients and their data fingerprints."""
-        return {"coefficients": {k: None if v is None else [float(x) for x in v] for k, v in self.coefficients.items()},
-                "fit_keys": dict(self.fit_keys)}
+        return {
+            "coefficients": {
+                k: None if v is None else [float(x) for x in v]
+                for k, v in self.coefficients.items()
+            },
+            "fit_keys": dict(self.fit_keys),
+        }
 
-    def load_state_dict(self, coefficients: Mapping[str, Any] | None, fit_keys: Mapping[str, Any] | None) -> None:
+    def load_state_dict(
+        self, coefficients: Mapping[str, Any] | None, fit_keys: Mapping[str, Any] | None
+    ) -> None:
         """Restore ``state_dict()``'s parts. Coefficients saved for another set of terms (an older
         prior) are dropped, so they are refitted from the trials."""
         if self.prior is None:
@@ -144,6 +182,12 @@ class PriorFeatures:
         coef = coefficients or {}
         keys = fit_keys or {}
         n_terms = {"time": len(self.prior.time_names), "memory": len(self.prior.memory_names)}
-        self.coefficients = {k: None if coef.get(k) is None or len(coef[k]) != n_terms[k]
-                             else np.asarray(coef[k], dtype=float) for k in KINDS}
-        self.fit_keys = {k: keys.get(k) if self.coefficients[k] is not None else None for k in KINDS}
+        self.coefficients = {
+            k: None
+            if coef.get(k) is None or len(coef[k]) != n_terms[k]
+            else np.asarray(coef[k], dtype=float)
+            for k in KINDS
+        }
+        self.fit_keys = {
+            k: keys.get(k) if self.coefficients[k] is not None else None for k in KINDS
+        }

@@ -51,7 +51,9 @@ class PriorMean(Protocol):
         ...
 
 
-def log_prior_sum(terms: np.ndarray | torch.Tensor, log_coef: np.ndarray | torch.Tensor) -> torch.Tensor:
+def log_prior_sum(
+    terms: np.ndarray | torch.Tensor, log_coef: np.ndarray | torch.Tensor
+) -> torch.Tensor:
     """``log(sum_k exp(log_coef_k) * terms_k)`` per row, computed stably; ``(n,)`` float64."""
     F = torch.as_tensor(terms, dtype=torch.float64)
     u = torch.as_tensor(log_coef, dtype=torch.float64)
@@ -59,11 +61,18 @@ def log_prior_sum(terms: np.ndarray | torch.Tensor, log_coef: np.ndarray | torch
     return torch.logsumexp(logF + u, dim=-1)
 
 
-def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray | None = None, *,
-                         noise_sd: float, scale: float = 1.0, warm: np.ndarray | None = None,
-                         prior_sd: float = DEFAULT_SETTINGS.prior_time_coef_sd,
-                         max_iter: int = DEFAULT_SETTINGS.prior_fit_iters,
-                         centre: np.ndarray | None = None) -> np.ndarray:
+def fit_log_coefficients(
+    terms: np.ndarray,
+    y: np.ndarray,
+    censored: np.ndarray | None = None,
+    *,
+    noise_sd: float,
+    scale: float = 1.0,
+    warm: np.ndarray | None = None,
+    prior_sd: float = DEFAULT_SETTINGS.prior_time_coef_sd,
+    max_iter: int = DEFAULT_SETTINGS.prior_fit_iters,
+    centre: np.ndarray | None = None,
+) -> np.ndarray:
     """MAP log coefficients ``u`` of ``y ~ log(sum_k exp(u_k) * terms_k / scale)``.
 
     Args:
@@ -83,7 +92,11 @@ def fit_log_coefficients(terms: np.ndarray, y: np.ndarray, censored: np.ndarray 
     """
     F = torch.as_tensor(np.asarray(terms, dtype=float) / scale, dtype=torch.float64)
     Y = torch.as_tensor(np.asarray(y, dtype=float), dtype=torch.float64)
-    cens = torch.zeros_like(Y, dtype=torch.bool) if censored is None else torch.as_tensor(np.asarray(censored, dtype=bool))
+    cens = (
+        torch.zeros_like(Y, dtype=torch.bool)
+        if censored is None
+        else torch.as_tensor(np.asarray(censored, dtype=bool))
+    )
     k = F.shape[1]
     mu = np.zeros(k) if centre is None or len(centre) != k else np.asarray(centre, dtype=float)
     start = mu.copy() if warm is None or len(warm) != k else np.asarray(warm, dtype=float)

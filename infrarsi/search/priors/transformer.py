@@ -20,7 +20,8 @@ coefficient (``priors.mean``):
   plus one layer's working set; 1F1B keeps L layers' worth on the first stage); fp32 logits;
   communication buckets (at their configured size); a fixed workspace.
 
-Knobs are read by name (``infrarsi.knob_names``) with neutral defaults, so a space without ``tp`` or ``pp`` works; unknown
+Knobs are read by name (``infrarsi.knob_names``) with neutral defaults, so a space without ``tp``
+or ``pp`` works; unknown
 knobs are left to the GPs. This module never sees the true model of any backend.
 """
 
@@ -36,8 +37,19 @@ import numpy as np
 from infrarsi import knob_names as kn
 from infrarsi.datasheets import NOMINAL_GPU
 
-TIME_TERMS = ("compute_bf16", "compute_fp32", "short_gemm", "narrow_gemm", "micro_batch_overhead", "tp_comm", "dp_comm", "optimizer",
-              "offload", "pipeline_bubble", "fixed")
+TIME_TERMS = (
+    "compute_bf16",
+    "compute_fp32",
+    "short_gemm",
+    "narrow_gemm",
+    "micro_batch_overhead",
+    "tp_comm",
+    "dp_comm",
+    "optimizer",
+    "offload",
+    "pipeline_bubble",
+    "fixed",
+)
 MEMORY_TERMS = ("model_states", "activations", "logits", "buffers", "fixed")
 
 
@@ -175,11 +187,29 @@ class TransformerPrior:
         dp_comm = (per_step + gas * per_mb * (0.4 if overlap else 1.0)) / bw
         local = shard / (dp if zero >= 1 else 1)
         optimizer = 0.0 if offload else local * 32 / j.memory_bytes_per_s
-        off = local / j.cpu_adam_params_per_s + local * (elem + 2) / j.host_bytes_per_s if offload else 0.0
+        off = (
+            local / j.cpu_adam_params_per_s + local * (elem + 2) / j.host_bytes_per_s
+            if offload
+            else 0.0
+        )
         if offload_param:
             off += gas * 2 * shard * elem / dp / j.host_bytes_per_s
-        bubble = (pp - 1) / gas * (ideal + short_gemm + narrow_gemm + mb_overhead) if pp > 1 else 0.0
-        time = [compute_bf16, compute_fp32, short_gemm, narrow_gemm, mb_overhead, tp_comm, dp_comm, optimizer, off, bubble, 0.02]
+        bubble = (
+            (pp - 1) / gas * (ideal + short_gemm + narrow_gemm + mb_overhead) if pp > 1 else 0.0
+        )
+        time = [
+            compute_bf16,
+            compute_fp32,
+            short_gemm,
+            narrow_gemm,
+            mb_overhead,
+            tp_comm,
+            dp_comm,
+            optimizer,
+            off,
+            bubble,
+            0.02,
+        ]
 
         # ---- memory (bytes per device) ----
         p_b, g_b, o_b = (4, 4, 8) if fp32 else (2, 2, 12)
@@ -192,7 +222,10 @@ class TransformerPrior:
         elif zero == 2:
             states = shard * (p_b + (g_b + o_b) / dp)
         else:
-            states = shard * ((0 if offload_param else p_b) + g_b + o_b) / dp + 2 * shard / (L / pp) * elem
+            states = (
+                shard * ((0 if offload_param else p_b) + g_b + o_b) / dp
+                + 2 * shard / (L / pp) * elem
+            )
         f = elem / 2
         full_layer = s * mbs * h * (34 + (0 if flash else 5 * a * s / h)) / tp * f
         if ckpt == "full":
@@ -206,20 +239,46 @@ class TransformerPrior:
         # (a 5e7-element bucket OOMed a 5M-parameter job on CPU); "auto" is infrarsi's rule
         # (one bucket for the whole model, between 1e6 and 5e8 elements).
         elems = min(5e8, max(j.num_params, 1e6)) if bucket == "auto" else float(bucket)
-        buffers = elems * 4 * (2 if overlap else 1) if zero >= 1 else (min(5e8, shard) * elem if dp > 1 else 0.0)
+        buffers = (
+            elems * 4 * (2 if overlap else 1)
+            if zero >= 1
+            else (min(5e8, shard) * elem if dp > 1 else 0.0)
+        )
         memory = [states, acts, logits, buffers, j.fixed_memory_bytes]
         return time, memory
 
 
-def transformer_shape(*, n_layers: int, hidden: int, n_heads: int, vocab: int, seq_len: int, global_batch: int,
-                      world_size: int, num_params: float | None = None, ffn_hidden: int | None = None,
-                      **hardware: Any) -> JobShape:
+def transformer_shape(
+    *,
+    n_layers: int,
+    hidden: int,
+    n_heads: int,
+    vocab: int,
+    seq_len: int,
+    global_batch: int,
+    world_size: int,
+    num_params: float | None = None,
+    ffn_hidden: int | None = None,
+    **hardware: Any,
+) -> JobShape:
     """A ``JobShape``; ``num_params`` defaults to the Llama-style count (SwiGLU, untied embeddings)."""
     if num_params is None:
         ffn = ffn_hidden or int(8 * hidden / 3)
-        num_params = float(n_layers * (4 * hidden * hidden + 3 * hidden * ffn + 2 * hidden) + 2 * vocab * hidden)
-    if not all(v > 0 for v in (n_layers, hidden, n_heads, vocab, seq_len, global_batch, world_size)) or not math.isfinite(num_params):
+        num_params = float(
+            n_layers * (4 * hidden * hidden + 3 * hidden * ffn + 2 * hidden) + 2 * vocab * hidden
+        )
+    if not all(
+        v > 0 for v in (n_layers, hidden, n_heads, vocab, seq_len, global_batch, world_size)
+    ) or not math.isfinite(num_params):
         raise ValueError("transformer_shape: every size must be > 0")
-    return JobShape(n_layers=n_layers, hidden=hidden, n_heads=n_heads, vocab=vocab, num_params=float(num_params),
-                    seq_len=seq_len, global_batch=global_batch, world_size=world_size, **hardware)
-
+    return JobShape(
+        n_layers=n_layers,
+        hidden=hidden,
+        n_heads=n_heads,
+        vocab=vocab,
+        num_params=float(num_params),
+        seq_len=seq_len,
+        global_batch=global_batch,
+        world_size=world_size,
+        **hardware,
+    )

@@ -41,12 +41,18 @@ def test_the_launch_line_gives_the_examples_workload(tmp_path):
 def test_the_trainer_script_trains_through_deepspeed_and_a_cpu_pair_fails_naming_why(ray_local):
     """On one CPU rank the trial's micro-batch reaches the Trainer and DeepSpeed alike; on two CPU
     ranks accelerate runs each rank alone, and the trial fails saying so (GPUs: scripts/gpu_check.sh)."""
-    pytest.importorskip("accelerate", reason="the Trainer reaches DeepSpeed through accelerate (the hf extra)")
+    pytest.importorskip(
+        "accelerate", reason="the Trainer reaches DeepSpeed through accelerate (the hf extra)"
+    )
     from infrarsi.execution.runner import TrialRunner
 
     pair = Workload.from_yaml(EXAMPLE / "hf_trainer.yaml")
-    one = pair.model_copy(update={"resources": pair.resources.model_copy(update={"workers": 1}),
-                                  "tokens_per_step": pair.tokens_per_step // 2})
+    one = pair.model_copy(
+        update={
+            "resources": pair.resources.model_copy(update={"workers": 1}),
+            "tokens_per_step": pair.tokens_per_step // 2,
+        }
+    )
     for wl, trial in ((one, "hf-1"), (pair, "hf-2")):
         runner = TrialRunner(wl, address=ray_local)
         try:
@@ -56,9 +62,13 @@ def test_the_trainer_script_trains_through_deepspeed_and_a_cpu_pair_fails_naming
         if wl is one:
             assert res.status == "ok", (res.error or "")[-3000:]
             assert res.optimizer_steps == 5 and res.tokens_per_step == 512
-            assert res.extra["sequences_seen"] == [8] * 5  # the Trainer fed micro-batches of 2, 4 times per step
+            assert (
+                res.extra["sequences_seen"] == [8] * 5
+            )  # the Trainer fed micro-batches of 2, 4 times per step
             assert res.extra["ds_config"]["train_micro_batch_size_per_gpu"] == 2
         else:
-            assert res.status == "failed" and "the Trainer sees 1 process(es) where the trial has 2 ranks" in (
-                res.error or ""
+            assert (
+                res.status == "failed"
+                and "the Trainer sees 1 process(es) where the trial has 2 ranks"
+                in (res.error or "")
             )

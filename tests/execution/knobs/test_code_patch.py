@@ -52,7 +52,9 @@ def make_repo(tmp: Path, values: list[str], *, steps: tuple[int, int] = (1, 3)) 
     """A git repo with the workload code, ``workloads/dense_debug.yaml`` (short) and a space whose
     ``code_patch`` knob takes ``values``; the patches ``boom`` and ``outside`` are generated."""
     root = tmp / "repo"
-    shutil.copytree(ROOT / "workloads", root / "workloads", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "workloads", root / "workloads", ignore=shutil.ignore_patterns("__pycache__")
+    )
     (root / "search_spaces").mkdir()
     space = yaml.safe_load((ROOT / "search_spaces/deepspeed_dense.yaml").read_text())
     space["knobs"] = [k for k in space["knobs"] if k["name"] != PATCH_KNOB]
@@ -66,8 +68,12 @@ def make_repo(tmp: Path, values: list[str], *, steps: tuple[int, int] = (1, 3)) 
         cw.set_value("user", "name", "test")
         cw.set_value("user", "email", "test@example.com")
     _commit(repo, "workload")
-    _diff_patch(repo, "boom", '    c, s = cos[: x.shape[-2]], sin[: x.shape[-2]]\n',
-                '    raise RuntimeError("boom patch is applied")\n')
+    _diff_patch(
+        repo,
+        "boom",
+        "    c, s = cos[: x.shape[-2]], sin[: x.shape[-2]]\n",
+        '    raise RuntimeError("boom patch is applied")\n',
+    )
     _diff_patch(repo, "outside", "", "print('not workload code')\n", path="infrarsi_hack.py")
     _commit(repo, "patches")
     return root
@@ -75,8 +81,15 @@ def make_repo(tmp: Path, values: list[str], *, steps: tuple[int, int] = (1, 3)) 
 
 def test_handler_records_and_checks_the_name() -> None:
     assert KNOB_HANDLERS[PATCH_KNOB] is code_patch
-    ctx = KnobContext(world_size=2, num_params=1, hidden_size=1, global_batch_size=16, seq_len=128,
-                      device="cpu", config={})
+    ctx = KnobContext(
+        world_size=2,
+        num_params=1,
+        hidden_size=1,
+        global_batch_size=16,
+        seq_len=128,
+        device="cpu",
+        config={},
+    )
     build = TrialBuild()
     code_patch("rope_complex", build, ctx)
     assert build.runtime == {PATCH_KNOB: "rope_complex"} and not build.ds_config and not build.env
@@ -103,7 +116,11 @@ def test_patch_outside_the_editable_scope_is_refused_at_init(tmp_path: Path) -> 
     # A narrower scope refuses the model patch too; a missing patch file is named.
     root2 = make_repo(tmp_path / "2", ["none", "rope_complex"])
     with pytest.raises(PatchError, match=r"rope_complex.diff.*workloads/models/moe/\*\*"):
-        init_stage(root2 / "workloads/dense_debug.yaml", tmp_path / "s2", editable_globs=["workloads/models/moe/**"])
+        init_stage(
+            root2 / "workloads/dense_debug.yaml",
+            tmp_path / "s2",
+            editable_globs=["workloads/models/moe/**"],
+        )
     (root2 / "workloads/patches/rope_complex.diff").unlink()
     with pytest.raises(PatchError, match=r"rope_complex\.diff does not exist"):
         init_stage(root2 / "workloads/dense_debug.yaml", tmp_path / "s3")
@@ -120,7 +137,9 @@ def test_patch_that_does_not_apply_to_head_is_refused_at_init(tmp_path: Path) ->
 
 
 @pytest.mark.integration
-def test_patched_trial_runs_the_patched_code_with_the_same_loss(tmp_path: Path, ray_local: str) -> None:
+def test_patched_trial_runs_the_patched_code_with_the_same_loss(
+    tmp_path: Path, ray_local: str
+) -> None:
     from infrarsi.stages.executor import StudyExecutor
     from infrarsi.study.trial_log import read_trials
 
@@ -171,8 +190,13 @@ def test_apply_puts_the_winners_patch_on_the_branch(tmp_path: Path) -> None:
     best = space.validate({**FAST, PATCH_KNOB: "rope_complex"})
     rel = ["workloads/patches/rope_complex.diff"]
     sha = [file_sha256(root / p) for p in rel]
-    write_rows(study, [row("doctor-0", "doctor", base, 0.0, step=2.0),
-                       row("run-0", "run", best, 30.0, step=0.6, patches=rel, patch_sha256=sha)])
+    write_rows(
+        study,
+        [
+            row("doctor-0", "doctor", base, 0.0, step=2.0),
+            row("run-0", "run", best, 30.0, step=0.6, patches=rel, patch_sha256=sha),
+        ],
+    )
     write_verified(study, [row("v", "verify", best, 60.0, step=0.6, patches=rel, patch_sha256=sha)])
     res = apply(study, root, branch="tuned")
     assert MODEL in res.files
@@ -186,7 +210,7 @@ def _conflicting_pair(root: Path) -> None:
     """Patches ``twice`` and ``plus_one`` edit the same line of the model (each applies alone),
     and ``ident`` an unrelated line."""
     repo = git.Repo(root)
-    line = '    out = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)\n'
+    line = "    out = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)\n"
     _diff_patch(repo, "twice", line, line.replace(".flatten(-2)", ".flatten(-2) * 2"))
     _diff_patch(repo, "plus_one", line, line.replace(".flatten(-2)", ".flatten(-2) + 1"))
     _diff_patch(repo, "ident", "class RMSNorm(nn.Module):\n", "class RMSNorm(nn.Module):  # norm\n")
@@ -204,19 +228,29 @@ def test_patch_set_syntax() -> None:
             patch_set(bad)
 
 
-def test_a_conflicting_set_in_the_space_is_refused_at_init_and_a_compatible_one_is_kept(tmp_path: Path) -> None:
+def test_a_conflicting_set_in_the_space_is_refused_at_init_and_a_compatible_one_is_kept(
+    tmp_path: Path,
+) -> None:
     from infrarsi.errors import PatchConflictError
     from infrarsi.execution.knobs.code_patch import check_space_patches, set_conflicts
 
-    root = make_repo(tmp_path, ["none", "twice", "plus_one", "ident", "twice+ident", "twice+plus_one"])
+    root = make_repo(
+        tmp_path, ["none", "twice", "plus_one", "ident", "twice+ident", "twice+plus_one"]
+    )
     _conflicting_pair(root)
     assert set(set_conflicts(root, ["twice+ident", "twice+plus_one", "plus_one+twice"])) == {
-        "twice+plus_one", "plus_one+twice"}
+        "twice+plus_one",
+        "plus_one+twice",
+    }
     space = root / "search_spaces/deepspeed_dense.yaml"
     with pytest.raises(PatchConflictError) as e:
         init_stage(root / "workloads/dense_debug.yaml", tmp_path / "study")
     msg = str(e.value)
-    assert "twice+plus_one" in msg and "plus_one.diff conflicts with" in msg and "twice+ident'" not in msg
+    assert (
+        "twice+plus_one" in msg
+        and "plus_one.diff conflicts with" in msg
+        and "twice+ident'" not in msg
+    )
     assert not (tmp_path / "study" / "contract.yaml").exists()
     # Without the conflicting set the space passes; each patch file is returned once.
     data = yaml.safe_load(space.read_text())
@@ -234,12 +268,17 @@ def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_p
     from infrarsi.study.contract import Contract
     from infrarsi.study.trial_log import read_trials
 
-    root = make_repo(tmp_path, ["none", "twice", "plus_one", "ident", "twice+ident", "twice+plus_one"])
+    root = make_repo(
+        tmp_path, ["none", "twice", "plus_one", "ident", "twice+ident", "twice+plus_one"]
+    )
     _conflicting_pair(root)
     study = tmp_path / "study"
-    contract = Contract.create(root / "workloads/dense_debug.yaml", study_dir=study,
-                               search_space=root / "search_spaces/deepspeed_dense.yaml",
-                               memory_capacity_bytes=1 << 30)
+    contract = Contract.create(
+        root / "workloads/dense_debug.yaml",
+        study_dir=study,
+        search_space=root / "search_spaces/deepspeed_dense.yaml",
+        memory_capacity_bytes=1 << 30,
+    )
     contract.save(study)
     copy_space(contract, study)
     ex = StudyExecutor(study, check=False)
@@ -249,8 +288,15 @@ def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_p
         from infrarsi.result import TrialResult
 
         ran.append({"config": config, **kw})
-        return TrialResult(trial_id=str(kw["trial_id"]), stage=str(kw["stage"]), config=config,
-                           status="ok", patches=list(kw["patches"]), world_size=2, device_seconds=1.0)
+        return TrialResult(
+            trial_id=str(kw["trial_id"]),
+            stage=str(kw["stage"]),
+            config=config,
+            status="ok",
+            patches=list(kw["patches"]),
+            world_size=2,
+            device_seconds=1.0,
+        )
 
     ex.runner.run = fake_run  # type: ignore[method-assign]
     try:
@@ -267,7 +313,9 @@ def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_p
         assert row["status"] == "failed" and row["device_seconds"] == 0.0
         assert "plus_one.diff conflicts with" in row["extra"]["patch_conflict"]
         assert row["patches"] == ["workloads/patches/twice.diff", "workloads/patches/plus_one.diff"]
-    assert [r["config"][PATCH_KNOB] for r in ran] == ["twice+ident"]  # the conflict never reached the runner
+    assert [r["config"][PATCH_KNOB] for r in ran] == [
+        "twice+ident"
+    ]  # the conflict never reached the runner
     assert good["status"] == "ok"
     assert good["patches"] == ["workloads/patches/twice.diff", "workloads/patches/ident.diff"]
     assert ran[0]["code_dir"] == str(tree)
@@ -294,14 +342,19 @@ def test_apply_puts_every_patch_of_the_winners_set_on_the_branch(tmp_path: Path)
     best = space.validate({**FAST, PATCH_KNOB: "rope_complex+sdpa_gqa"})
     rel = ["workloads/patches/rope_complex.diff", "workloads/patches/sdpa_gqa.diff"]
     sha = [file_sha256(root / p) for p in rel]
-    write_rows(study, [row("doctor-0", "doctor", base, 0.0, step=2.0), row("run-0", "run", best, 30.0, step=0.6)])
+    write_rows(
+        study,
+        [row("doctor-0", "doctor", base, 0.0, step=2.0), row("run-0", "run", best, 30.0, step=0.6)],
+    )
     write_verified(study, [row("v", "verify", best, 60.0, step=0.6, patches=rel, patch_sha256=sha)])
     apply(study, root, branch="tuned")
     text = git.Repo(root).git.show(f"tuned:{MODEL}")
     assert "view_as_complex" in text and "enable_gqa=" in text
 
 
-def test_patched_code_is_a_temporary_worktree_with_the_patch_and_none_is_the_own_code(tmp_path: Path) -> None:
+def test_patched_code_is_a_temporary_worktree_with_the_patch_and_none_is_the_own_code(
+    tmp_path: Path,
+) -> None:
     from infrarsi.execution.knobs.code_patch import patched_code
 
     root = make_repo(tmp_path, ["none", "rope_complex"])
@@ -318,7 +371,10 @@ def test_patched_code_is_a_temporary_worktree_with_the_patch_and_none_is_the_own
         pass
     plain = tmp_path / "plain"
     shutil.copytree(root / "workloads", plain / "workloads", ignore=shutil.ignore_patterns(".git"))
-    with pytest.raises(PatchError, match="not in a git repository"), patched_code(plain, "rope_complex"):
+    with (
+        pytest.raises(PatchError, match="not in a git repository"),
+        patched_code(plain, "rope_complex"),
+    ):
         pass
 
 
@@ -334,12 +390,30 @@ def test_infrarsi_trial_runs_a_code_patch_in_a_worktree(tmp_path: Path, ray_loca
     root = make_repo(tmp_path, ["none", "boom"])
     study = tmp_path / "log"
     exe = Path(sys.executable).with_name("infrarsi")
-    proc = subprocess.run([str(exe), "trial", "workloads/dense_debug.yaml", "--set", "code_patch=boom",
-                           "--set", "zero_stage=0", "--log", str(study), "--address", ray_local],
-                          capture_output=True, text=True, timeout=600, cwd=root)
+    proc = subprocess.run(
+        [
+            str(exe),
+            "trial",
+            "workloads/dense_debug.yaml",
+            "--set",
+            "code_patch=boom",
+            "--set",
+            "zero_stage=0",
+            "--log",
+            str(study),
+            "--address",
+            ray_local,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the trial is not ok
     (row,) = rows(read_trials(study))
     assert row.status == "failed" and "boom patch is applied" in row.error, row.error[-2000:]
     assert row.patches == ["workloads/patches/boom.diff"]
     assert row.extra["patch_base_sha"] == git.Repo(root).head.commit.hexsha
-    assert [p for p in git.Repo(root).git.worktree("list").splitlines() if "infrarsi-wt-" in p] == []
+    assert [
+        p for p in git.Repo(root).git.worktree("list").splitlines() if "infrarsi-wt-" in p
+    ] == []

@@ -64,9 +64,17 @@ def test_auto_buckets_are_sized_to_the_model(wl):
 
 
 def test_full_translation_of_a_config(wl):
-    cfg = {"zero_stage": 3, "micro_batch_size": 2, "activation_checkpointing": "full", "dtype": "bf16",
-           "offload_optimizer": True, "offload_param": True, "overlap_comm": True,
-           "optimizer_impl": "adamw_fused", "threads_per_worker": 2}
+    cfg = {
+        "zero_stage": 3,
+        "micro_batch_size": 2,
+        "activation_checkpointing": "full",
+        "dtype": "bf16",
+        "offload_optimizer": True,
+        "offload_param": True,
+        "overlap_comm": True,
+        "optimizer_impl": "adamw_fused",
+        "threads_per_worker": 2,
+    }
     b = build_trial(wl, cfg, 2, N_DENSE, 256)
     z = b.ds_config["zero_optimization"]
     assert z["stage"] == 3 and z["overlap_comm"] is True
@@ -85,16 +93,19 @@ def test_defaults_when_a_knob_is_missing(wl):
     assert b.model_options["expert_parallel"] is False
 
 
-@pytest.mark.parametrize("cfg,match", [
-    ({"offload_param": True, "zero_stage": 2}, "zero_stage == 3"),
-    ({"offload_optimizer": True, "zero_stage": 0}, "zero_stage >= 1"),
-    ({"expert_parallel": True, "zero_stage": 3}, "zero_stage=3"),
-    ({"dtype": "fp16"}, "fp32 or bf16"),
-    ({"activation_checkpointing": "some"}, "none, selective or full"),
-    ({"optimizer_impl": "sgd"}, "adamw"),
-    ({"no_such_knob": 1}, "Known knobs"),
-    ({"reduce_bucket_size": "big", "zero_stage": 1}, "reduce_bucket_size"),
-])
+@pytest.mark.parametrize(
+    "cfg,match",
+    [
+        ({"offload_param": True, "zero_stage": 2}, "zero_stage == 3"),
+        ({"offload_optimizer": True, "zero_stage": 0}, "zero_stage >= 1"),
+        ({"expert_parallel": True, "zero_stage": 3}, "zero_stage=3"),
+        ({"dtype": "fp16"}, "fp32 or bf16"),
+        ({"activation_checkpointing": "some"}, "none, selective or full"),
+        ({"optimizer_impl": "sgd"}, "adamw"),
+        ({"no_such_knob": 1}, "Known knobs"),
+        ({"reduce_bucket_size": "big", "zero_stage": 1}, "reduce_bucket_size"),
+    ],
+)
 def test_bad_values_raise_knob_errors(wl, cfg, match):
     with pytest.raises(KnobError, match=match):
         build_trial(wl, cfg, 2, N_DENSE, 256)
@@ -110,7 +121,9 @@ def test_the_handlers_that_read_the_zero_stage_run_after_it(wl):
     """``after=("zero_stage",)`` orders the handlers, whatever order the config lists its knobs in."""
     for name in ("offload_optimizer", "offload_param", "expert_parallel"):
         assert KNOBS[name].after == ("zero_stage",)
-    b = build_trial(wl, {"offload_param": True, "offload_optimizer": True, "zero_stage": 3}, 2, N_DENSE, 256)
+    b = build_trial(
+        wl, {"offload_param": True, "offload_optimizer": True, "zero_stage": 3}, 2, N_DENSE, 256
+    )
     assert b.ds_config["zero_optimization"]["offload_param"]["device"] == "cpu"
 
 
@@ -123,9 +136,11 @@ def test_a_new_knob_is_one_yaml_entry_and_one_registered_function(wl, tmp_path):
     from deepspeed.runtime.config import DeepSpeedConfig
 
     path = tmp_path / "space.yaml"
-    path.write_text("name: s\nobjective: step_time\nknobs:\n"
-                    "  - {name: zero_stage, type: choice, values: [0, 2], memory: saver}\n"
-                    "  - {name: test_clip_norm, type: int, values: [0, 1, 5]}\n")
+    path.write_text(
+        "name: s\nobjective: step_time\nknobs:\n"
+        "  - {name: zero_stage, type: choice, values: [0, 2], memory: saver}\n"
+        "  - {name: test_clip_norm, type: int, values: [0, 1, 5]}\n"
+    )
 
     @register_knob("test_clip_norm", values=integer(lo=0), default=0, after=("zero_stage",))
     def test_clip_norm(value: int, build: TrialBuild, ctx: KnobContext) -> None:
@@ -141,10 +156,14 @@ def test_a_new_knob_is_one_yaml_entry_and_one_registered_function(wl, tmp_path):
             ds = build_trial(wl, cfg, 2, N_DENSE, 256).ds_config
             assert ds["gradient_clipping"] == float(cfg["test_clip_norm"])
             assert ds["zero_optimization"]["stage"] == cfg["zero_stage"]
-        assert build_trial(wl, {}, 2, N_DENSE, 256).ds_config["gradient_clipping"] == 0.0  # the default
+        assert (
+            build_trial(wl, {}, 2, N_DENSE, 256).ds_config["gradient_clipping"] == 0.0
+        )  # the default
         # DeepSpeed checks the batch sizes against its world size (1 without a process group)
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        engine_config = DeepSpeedConfig(build_trial(wl, {"test_clip_norm": 5}, world, N_DENSE, 256).ds_config)
+        engine_config = DeepSpeedConfig(
+            build_trial(wl, {"test_clip_norm": 5}, world, N_DENSE, 256).ds_config
+        )
         assert engine_config.gradient_clipping == 5.0 and engine_config.zero_optimization_stage == 0
     finally:
         unregister_knob("test_clip_norm")

@@ -18,8 +18,15 @@ from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialB
 
 
 def _ctx() -> KnobContext:
-    return KnobContext(world_size=2, num_params=10, hidden_size=8, global_batch_size=8, seq_len=16,
-                       device="cpu", config={})
+    return KnobContext(
+        world_size=2,
+        num_params=10,
+        hidden_size=8,
+        global_batch_size=8,
+        seq_len=16,
+        device="cpu",
+        config={},
+    )
 
 
 def _pair(logits: torch.Tensor, targets: torch.Tensor, chunk: int, scale: float = 1.0):
@@ -36,7 +43,9 @@ def test_chunked_loss_same_value_and_gradient_fp32(chunk: int) -> None:
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 32, 50, generator=g) * 4
     targets = torch.randint(0, 50, (3, 32), generator=g)
-    la, lb, ga, gb = _pair(logits, targets, chunk, scale=0.25)  # 0.25: the incoming gradient (1/accumulation)
+    la, lb, ga, gb = _pair(
+        logits, targets, chunk, scale=0.25
+    )  # 0.25: the incoming gradient (1/accumulation)
     assert lb.dtype == torch.float32 and lb.shape == ()
     torch.testing.assert_close(lb, la, rtol=1e-6, atol=1e-6)
     assert gb.dtype == torch.float32
@@ -48,9 +57,13 @@ def test_chunked_loss_bf16_logits_keep_their_dtype_and_match() -> None:
     logits = (torch.randn(2, 40, 300, generator=g) * 3).to(torch.bfloat16)
     targets = torch.randint(0, 300, (2, 40), generator=g)
     la, lb, ga, gb = _pair(logits, targets, 16)
-    torch.testing.assert_close(lb, la, rtol=1e-6, atol=1e-6)  # both in fp32 from the same bf16 values
+    torch.testing.assert_close(
+        lb, la, rtol=1e-6, atol=1e-6
+    )  # both in fp32 from the same bf16 values
     assert gb.dtype == torch.bfloat16
-    torch.testing.assert_close(gb.float(), ga.float(), rtol=1e-2, atol=1e-5)  # bf16 rounding of one grad
+    torch.testing.assert_close(
+        gb.float(), ga.float(), rtol=1e-2, atol=1e-5
+    )  # bf16 rounding of one grad
 
 
 def test_chunked_loss_leaves_the_logits_untouched_and_ignores_minus_100() -> None:
@@ -73,7 +86,9 @@ def test_chunked_loss_without_grad_and_off_is_the_plain_loss() -> None:
     plain = F.cross_entropy(logits.reshape(-1, 13), targets.reshape(-1))
     assert torch.equal(chunked_cross_entropy(logits, targets, 0), plain)  # 0: the plain call itself
     assert torch.equal(chunked_cross_entropy(logits, targets, 32), plain)  # one chunk: the same
-    torch.testing.assert_close(chunked_cross_entropy(logits, targets, 5), plain, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        chunked_cross_entropy(logits, targets, 5), plain, rtol=1e-6, atol=1e-6
+    )
 
 
 def test_loss_chunk_knob_records_the_count_and_refuses_bad_values() -> None:

@@ -14,9 +14,18 @@ from infrarsi.workload import Workload
 
 W1 = "workloads/surrogate_dense_1node.yaml"
 W2 = "workloads/surrogate_dense_2node.yaml"
-FAST = {"zero_stage": 1, "micro_batch_size": 4, "activation_checkpointing": "none", "tp": 2, "pp": 1,
-        "flash_attention": True, "dtype": "bf16", "offload_optimizer": False, "overlap_comm": True,
-        "reduce_bucket_size": 200000000}
+FAST = {
+    "zero_stage": 1,
+    "micro_batch_size": 4,
+    "activation_checkpointing": "none",
+    "tp": 2,
+    "pp": 1,
+    "flash_attention": True,
+    "dtype": "bf16",
+    "offload_optimizer": False,
+    "overlap_comm": True,
+    "reduce_bucket_size": 200000000,
+}
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +34,31 @@ def wl() -> Workload:
 
 
 def _problem(ws: int = 8, cap: int = 80 * 10**9):  # type: ignore[no-untyped-def]
-    return problem_from_params(world_size=ws, global_batch=1024, seq_len=2048, params={}, model_size="8b",
-                               memory_capacity_bytes=cap)
+    return problem_from_params(
+        world_size=ws,
+        global_batch=1024,
+        seq_len=2048,
+        params={},
+        model_size="8b",
+        memory_capacity_bytes=cap,
+    )
 
 
 def test_zero_model_states_match_rajbhandari() -> None:
     p = _problem()
     n = MODELS["8b"].num_params
     assert 7.9e9 < n < 8.1e9
-    base = {"tp": 1, "pp": 1, "micro_batch_size": 1, "activation_checkpointing": "full", "flash_attention": True}
-    states = {z: evaluate(p, {**base, "zero_stage": z}).memory_parts_bytes["model_states"] for z in range(4)}
+    base = {
+        "tp": 1,
+        "pp": 1,
+        "micro_batch_size": 1,
+        "activation_checkpointing": "full",
+        "flash_attention": True,
+    }
+    states = {
+        z: evaluate(p, {**base, "zero_stage": z}).memory_parts_bytes["model_states"]
+        for z in range(4)
+    }
     assert states[0] == pytest.approx(16 * n)
     assert states[1] == pytest.approx(4 * n + 12 * n / 8)
     assert states[2] == pytest.approx(2 * n + 14 * n / 8)
@@ -45,15 +69,25 @@ def test_activation_memory_matches_korthikanti() -> None:
     p = _problem(cap=10**15)
     m = MODELS["8b"]
     s, h, a, L, V = 2048, m.hidden, m.n_heads, m.n_layers, m.vocab
-    cfg = {"zero_stage": 3, "tp": 1, "pp": 1, "micro_batch_size": 2, "activation_checkpointing": "none",
-           "flash_attention": False}
+    cfg = {
+        "zero_stage": 3,
+        "tp": 1,
+        "pp": 1,
+        "micro_batch_size": 2,
+        "activation_checkpointing": "none",
+        "flash_attention": False,
+    }
     acts = evaluate(p, cfg).memory_parts_bytes["activations"]
     assert acts == pytest.approx(L * s * 2 * h * (34 + 5 * a * s / h) + s * 2 * V * 6)
     with_tp = evaluate(p, {**cfg, "tp": 4}).memory_parts_bytes["activations"]
     assert with_tp == pytest.approx(acts / 4)
     flash = evaluate(p, {**cfg, "flash_attention": True}).memory_parts_bytes["activations"]
-    selective = evaluate(p, {**cfg, "activation_checkpointing": "selective", "flash_attention": True}).memory_parts_bytes["activations"]
-    full = evaluate(p, {**cfg, "activation_checkpointing": "full", "flash_attention": True}).memory_parts_bytes["activations"]
+    selective = evaluate(
+        p, {**cfg, "activation_checkpointing": "selective", "flash_attention": True}
+    ).memory_parts_bytes["activations"]
+    full = evaluate(
+        p, {**cfg, "activation_checkpointing": "full", "flash_attention": True}
+    ).memory_parts_bytes["activations"]
     assert full < selective <= flash < acts
 
 
@@ -68,17 +102,27 @@ def test_step_time_follows_flops_and_parallelism() -> None:
     z3_big = evaluate(p, {**FAST, "zero_stage": 3, "micro_batch_size": 8})
     z1_small = evaluate(p, {**FAST, "micro_batch_size": 1})
     # ZeRO-3 gathers parameters every micro-batch: costly at mbs 1, much less at mbs 8
-    assert z3_small.step_time_s / z1_small.step_time_s > z3_big.step_time_s / evaluate(p, {**FAST, "micro_batch_size": 8}).step_time_s
+    assert (
+        z3_small.step_time_s / z1_small.step_time_s
+        > z3_big.step_time_s / evaluate(p, {**FAST, "micro_batch_size": 8}).step_time_s
+    )
     pipe = evaluate(p, {**FAST, "zero_stage": 1, "pp": 4, "tp": 1, "micro_batch_size": 32})
     gas = 1024 // (2 * 32)
     busy = pipe.phase_times_s["forward"] + pipe.phase_times_s["backward"]
     assert pipe.phase_times_s["bubble"] >= busy * 3 / gas
-    two_node = problem_from_params(world_size=16, global_batch=1024, seq_len=2048, params={}, model_size="8b")
-    assert evaluate(two_node, {**FAST, "zero_stage": 3}).phase_times_s["communication"] > evaluate(p, {**FAST, "zero_stage": 3}).phase_times_s["communication"]
+    two_node = problem_from_params(
+        world_size=16, global_batch=1024, seq_len=2048, params={}, model_size="8b"
+    )
+    assert (
+        evaluate(two_node, {**FAST, "zero_stage": 3}).phase_times_s["communication"]
+        > evaluate(p, {**FAST, "zero_stage": 3}).phase_times_s["communication"]
+    )
 
 
 def test_invalid_parallel_layout_fails() -> None:
-    p = problem_from_params(world_size=12, global_batch=1024, seq_len=2048, params={}, model_size="8b")
+    p = problem_from_params(
+        world_size=12, global_batch=1024, seq_len=2048, params={}, model_size="8b"
+    )
     ev = evaluate(p, {**FAST, "tp": 8})
     assert not ev.valid and "divide" in ev.reason
 
@@ -95,11 +139,15 @@ def test_run_is_deterministic_and_simulated(wl: Workload) -> None:
     assert a.device_seconds > 8 * a.step_time_s * wl.steps.measured
     assert a.peak_memory_bytes is not None and a.peak_memory_bytes <= 80 * 10**9
     assert set(a.phase_times_s) >= {"forward", "backward", "communication", "optimizer"}
-    assert 0 < (a.mfu or 0) < 1 and a.tokens_per_s == pytest.approx(wl.tokens_per_step / a.step_time_s)
+    assert 0 < (a.mfu or 0) < 1 and a.tokens_per_s == pytest.approx(
+        wl.tokens_per_step / a.step_time_s
+    )
 
 
 def test_oom_is_censored_at_capacity(wl: Workload) -> None:
-    r = run_surrogate(wl, {**FAST, "zero_stage": 0, "micro_batch_size": 32, "tp": 1}, trial_id="t", seed=0)
+    r = run_surrogate(
+        wl, {**FAST, "zero_stage": 0, "micro_batch_size": 32, "tp": 1}, trial_id="t", seed=0
+    )
     assert r.status == "oom" and r.memory_censored and r.peak_memory_bytes == 80 * 10**9
     assert r.step_time_s is None and r.device_seconds > 0 and "out of memory" in r.error
     small = run_surrogate(wl, FAST, trial_id="t", seed=0, memory_capacity_bytes=20 * 10**9)
@@ -117,7 +165,9 @@ def test_noise_crashes_and_loss(wl: Workload) -> None:
     assert 0 < len(failed) < 15 and all(r.device_seconds > 0 for r in failed)
     oks = [r for r in runs if r.status == "ok"]
     assert oks[0].loss == oks[1].loss and oks[0].config == oks[1].config
-    fp32 = run_surrogate(wl, {**FAST, "dtype": "fp32", "zero_stage": 3, "micro_batch_size": 1}, trial_id="x", seed=0)
+    fp32 = run_surrogate(
+        wl, {**FAST, "dtype": "fp32", "zero_stage": 3, "micro_batch_size": 1}, trial_id="x", seed=0
+    )
     assert fp32.status == "ok", fp32.error
     diff = max(abs(x - y) for x, y in zip(fp32.loss, oks[0].loss, strict=True))
     assert 0 < diff < 1e-3
@@ -138,7 +188,8 @@ def test_space_workloads_and_handlers() -> None:
 
 
 def test_wall_clock_scale_holds_the_trial_for_its_scaled_simulated_time(
-        wl: Workload, monkeypatch: pytest.MonkeyPatch) -> None:
+    wl: Workload, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``surrogate.wall_clock_scale: s`` sleeps s x the simulated wall time (device_seconds /
     world size); the row is the same as without it; a negative or non-numeric scale is refused."""
     import infrarsi.execution.surrogate.backend as backend

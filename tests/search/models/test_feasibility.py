@@ -56,14 +56,18 @@ def test_a_failure_with_no_suspect_is_transient() -> None:
     m = FeasibilityModel()
     m.add(BASE, failed=False)
     m.add(cfg(mbs=2), failed=False)
-    m.add(cfg(mbs=2), failed=True, weight=FAILURE_WEIGHT["failed"])  # a crash of a config that also ran fine
+    m.add(
+        cfg(mbs=2), failed=True, weight=FAILURE_WEIGHT["failed"]
+    )  # a crash of a config that also ran fine
     assert m.blame() == {}
 
 
 def test_an_oom_exonerates_nothing() -> None:
     m = FeasibilityModel()
     m.add(BASE, failed=False)
-    m.add(cfg(dtype="bf16", mbs=8), failed=False, completed=False)  # an OOM: never reached the loss check
+    m.add(
+        cfg(dtype="bf16", mbs=8), failed=False, completed=False
+    )  # an OOM: never reached the loss check
     m.add(cfg(dtype="bf16"), failed=True, weight=3.0)
     assert m.blame()["dtype='bf16'"] == pytest.approx(3.0 / (3.0 + CULPRIT_PRIOR))
     m.clear()
@@ -82,8 +86,12 @@ def test_the_batched_p_ok_matches_one_config_at_a_time() -> None:
     m.add(cfg(dtype="bf16", mbs=4), failed=True, weight=FAILURE_WEIGHT["nan"])
     m.add(cfg(offload=True, zero=1), failed=True)
     m.add(cfg(mbs=4), failed=False)
-    grid = [cfg(zero=z, mbs=b, dtype=d, offload=o)
-            for z, b, d, o in itertools.product([1, 3], [1, 4, True], ["fp32", "bf16"], [False, True, 1])]
+    grid = [
+        cfg(zero=z, mbs=b, dtype=d, offload=o)
+        for z, b, d, o in itertools.product(
+            [1, 3], [1, 4, True], ["fp32", "bf16"], [False, True, 1]
+        )
+    ]
     got = m.p_ok(grid)
     want = np.array([m.p_ok([c])[0] for c in grid])  # one config: the batched path on n = 1
     assert np.allclose(got, want, rtol=0, atol=1e-12)
@@ -92,9 +100,13 @@ def test_the_batched_p_ok_matches_one_config_at_a_time() -> None:
     for c, p in zip(grid, got, strict=True):  # the formula, written out per config
         z = m._bias + sum(coef.get(f"{k}={v!r}", 0.0) for k, v in c.items())
         logistic = min(1.0, (1.0 - 1.0 / (1.0 + math.exp(-z))) / (1.0 - base))
-        assert p == pytest.approx(min(logistic, math.prod(1.0 - blame.get(f"{k}={v!r}", 0.0) for k, v in c.items())),
-                                  rel=1e-12)
+        assert p == pytest.approx(
+            min(logistic, math.prod(1.0 - blame.get(f"{k}={v!r}", 0.0) for k, v in c.items())),
+            rel=1e-12,
+        )
     one, true = m.p_ok([cfg(mbs=1), cfg(mbs=True)])  # equal and same hash, but other values
     assert one != true and one == m.p_ok([cfg(mbs=1)])[0] and true == m.p_ok([cfg(mbs=True)])[0]
     reordered = [dict(reversed(list(c.items()))) if i % 2 else c for i, c in enumerate(grid)]
-    assert np.allclose(m.p_ok(reordered), got, rtol=0, atol=1e-12)  # the one-config-at-a-time fallback agrees
+    assert np.allclose(
+        m.p_ok(reordered), got, rtol=0, atol=1e-12
+    )  # the one-config-at-a-time fallback agrees

@@ -36,7 +36,9 @@ def test_offset_models_use_the_offset_and_fast_predictors_match_posteriors() -> 
     assert torch.allclose(ExactMarginal(gp)(shifted)[0], m + 1.0, atol=1e-6)
 
     censored = torch.zeros(20, dtype=torch.bool)
-    tobit, _ = fit_tobit_gp(Xa, off_m, censored, mean_indices=[1], mean_signs=[1.0], maxiter=50, offset=(2, 3))
+    tobit, _ = fit_tobit_gp(
+        Xa, off_m, censored, mean_indices=[1], mean_signs=[1.0], maxiter=50, offset=(2, 3)
+    )
     mm, vv = VariationalMarginal(tobit)(Xt)
     with torch.no_grad():
         post = tobit.posterior(Xt)

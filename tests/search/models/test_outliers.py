@@ -26,7 +26,9 @@ def test_loo_residuals_match_refitting_without_each_point() -> None:
     tf = model.outcome_transform
     ys = (y - tf.means.reshape(())) / tf.stdvs.reshape(())
     with torch.no_grad():
-        K = model.covar_module(X).to_dense() + model.likelihood.noise * torch.eye(12, dtype=torch.float64)
+        K = model.covar_module(X).to_dense() + model.likelihood.noise * torch.eye(
+            12, dtype=torch.float64
+        )
         m = model.mean_module(X)
     for i in range(12):
         rest = [j for j in range(12) if j != i]
@@ -36,7 +38,9 @@ def test_loo_residuals_match_refitting_without_each_point() -> None:
         var = K[i, i] - k @ torch.linalg.solve(Kr, k)
         want = float((ys[i] - mu) * tf.stdvs.reshape(()))
         assert math.isclose(float(resid[i]), want, rel_tol=1e-6, abs_tol=1e-9)
-        assert math.isclose(float(z[i]), float((ys[i] - mu) / var.sqrt()), rel_tol=1e-6, abs_tol=1e-9)
+        assert math.isclose(
+            float(z[i]), float((ys[i] - mu) / var.sqrt()), rel_tol=1e-6, abs_tol=1e-9
+        )
 
 
 def _trim(X: torch.Tensor, y: torch.Tensor) -> set[int]:

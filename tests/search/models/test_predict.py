@@ -12,7 +12,9 @@ from infrarsi.search.models.time_gp import fit_time_gp
 from infrarsi.search.models.tobit import fit_tobit_gp
 
 
-def _data(n: int = 24, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _data(
+    n: int = 24, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Censored synthetic log(peak / capacity) over 3 features (as in ``test_tobit``), in float64."""
     g = torch.Generator().manual_seed(seed)
     X = torch.rand(n, 3, generator=g, dtype=torch.float64)
@@ -46,4 +48,6 @@ def test_untried_finds_every_training_row_in_a_large_pool() -> None:
     y = X[:, :12].sum(-1) + 0.01 * torch.randn(40, generator=g, dtype=torch.float64)
     model, _state = time_gp.fit_time_gp(X, y, maxiter=5, offset=(12, 12))
     pool = torch.cat([torch.rand(500, 13, generator=g, dtype=torch.float64), X])
-    assert torch.nonzero(~ExactMarginal(model).untried(pool)).reshape(-1).tolist() == list(range(500, 540))
+    assert torch.nonzero(~ExactMarginal(model).untried(pool)).reshape(-1).tolist() == list(
+        range(500, 540)
+    )

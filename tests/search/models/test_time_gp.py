@@ -41,9 +41,16 @@ def test_the_config_term_is_an_identity_kernel_with_a_fixed_scale() -> None:
     _smooth, config = model.covar_module.kernels
     K = config(torch.cat([grid[18:23], torch.zeros(5, 1, dtype=torch.float64)], dim=-1)).to_dense()
     sd = float(model.outcome_transform.stdvs.reshape(()))
-    assert torch.allclose(torch.diagonal(K), torch.full((5,), (0.04 / sd) ** 2, dtype=torch.float64))
-    assert float((K - torch.diag(torch.diagonal(K))).abs().max()) < 1e-12  # neighbours one step apart: 0
-    assert not config.raw_outputscale.requires_grad and not config.base_kernel.raw_lengthscale.requires_grad
+    assert torch.allclose(
+        torch.diagonal(K), torch.full((5,), (0.04 / sd) ** 2, dtype=torch.float64)
+    )
+    assert (
+        float((K - torch.diag(torch.diagonal(K))).abs().max()) < 1e-12
+    )  # neighbours one step apart: 0
+    assert (
+        not config.raw_outputscale.requires_grad
+        and not config.base_kernel.raw_lengthscale.requires_grad
+    )
 
 
 def test_replicates_of_a_config_move_its_prediction_towards_their_mean() -> None:
@@ -54,7 +61,9 @@ def test_replicates_of_a_config_move_its_prediction_towards_their_mean() -> None
     with_term, _ = _posterior(0.04, x)
     assert abs(with_term - replicate_mean) < abs(without - replicate_mean)
     # a config next to it, never measured, is not pulled along as much
-    nxt = torch.linspace(0, 1, 64, dtype=torch.float64)[j + 2]  # 22: not on the measured grid (every 3rd)
+    nxt = torch.linspace(0, 1, 64, dtype=torch.float64)[
+        j + 2
+    ]  # 22: not on the measured grid (every 3rd)
     n0, _ = _posterior(0.0, nxt)
     n1, _ = _posterior(0.04, nxt)
     assert (without - with_term) > (n0 - n1)
@@ -76,7 +85,9 @@ def test_the_acquisition_credits_an_untried_config_with_part_of_the_term() -> No
     cut = time_gp.acquisition_variance_cut(model, 0.08, 0.03)
     assert cut == pytest.approx(0.08**2 - 0.03**2)
     pred = ExactMarginal(model, cut)
-    X = torch.cat([_at(grid[21]), _at(grid[20]), _at(grid[22])])  # 21 is measured (every 3rd), 20 too (4x); 22 is not
+    X = torch.cat(
+        [_at(grid[21]), _at(grid[20]), _at(grid[22])]
+    )  # 21 is measured (every 3rd), 20 too (4x); 22 is not
     assert pred.untried(X).tolist() == [False, False, True]
     # the whole grid at once (cdist's matmul form would leave rounding on the measured rows)
     full = torch.cat([_at(x) for x in grid])
@@ -99,7 +110,9 @@ def test_the_matern_kernel_variant_replaces_the_smooth_kernel() -> None:
     from gpytorch.kernels import MaternKernel
 
     X, y, _ = _data()
-    with_prior, _ = time_gp.fit_time_gp(X, y, maxiter=5, offset=(1, 1), config_sd=0.08, kernel="matern")
+    with_prior, _ = time_gp.fit_time_gp(
+        X, y, maxiter=5, offset=(1, 1), config_sd=0.08, kernel="matern"
+    )
     smooth, _config = with_prior.covar_module.kernels
     assert isinstance(smooth, MaternKernel) and smooth.nu == 2.5
     plain, _ = time_gp.fit_time_gp(X[:, :1], y, maxiter=5, kernel="matern")

@@ -42,6 +42,7 @@ def test_expected_log_prob_matches_hand_computation() -> None:
     for i in range(4):
         m, v, yi = float(mean[i]), float(var[i]), float(y[i])
         if censored[i]:  # E_q[log Phi((f - y)/s)] by adaptive quadrature
+
             def integrand(f: float, m: float = m, v: float = v, yi: float = yi) -> float:
                 return float(stats.norm.pdf(f, m, math.sqrt(v)) * stats.norm.logcdf((f - yi) / s))
 
@@ -60,7 +61,9 @@ def test_uncensored_mask_is_plain_gaussian() -> None:
     assert torch.allclose(a, b)
 
 
-def _data(n: int = 24, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _data(
+    n: int = 24, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     X = torch.rand(n, 3, generator=g)
     truth = 2.5 * X[:, 0] - 1.0 * X[:, 1] - 0.6 + 0.2 * torch.sin(4 * X[:, 2])
@@ -77,7 +80,9 @@ def test_fast_elbo_equals_gpytorch_elbo() -> None:
     with torch.no_grad():
         m = dist.variational_mean.shape[0]
         dist.variational_mean.copy_(torch.randn(m, generator=g))
-        dist.chol_variational_covar.copy_(0.5 * torch.eye(m) + 0.05 * torch.randn(m, m, generator=g).tril())
+        dist.chol_variational_covar.copy_(
+            0.5 * torch.eye(m) + 0.05 * torch.randn(m, m, generator=g).tril()
+        )
     model.train()
     ref = float(tobit_loss(model, X, y, censored).detach())
     fast = float(fast_neg_elbo(model, X, y, censored).detach())
@@ -87,9 +92,13 @@ def test_fast_elbo_equals_gpytorch_elbo() -> None:
 def test_censored_points_push_predictions_up_versus_dropping() -> None:
     X, y, censored, _ = _data(30)
     assert 5 <= int(censored.sum()) <= 20
-    tobit, _ = fit_tobit_gp(X, y, censored, mean_indices=[0, 1], mean_signs=[1.0, -1.0], maxiter=200)
+    tobit, _ = fit_tobit_gp(
+        X, y, censored, mean_indices=[0, 1], mean_signs=[1.0, -1.0], maxiter=200
+    )
     keep = ~censored
-    dropped, _ = fit_tobit_gp(X[keep], y[keep], censored[keep], mean_indices=[0, 1], mean_signs=[1.0, -1.0], maxiter=200)
+    dropped, _ = fit_tobit_gp(
+        X[keep], y[keep], censored[keep], mean_indices=[0, 1], mean_signs=[1.0, -1.0], maxiter=200
+    )
     Xc = X[censored]
     mean_t, _ = VariationalMarginal(tobit)(Xc)
     mean_d, _ = VariationalMarginal(dropped)(Xc)
@@ -102,11 +111,13 @@ def test_censored_points_push_predictions_up_versus_dropping() -> None:
 
 def test_warm_start_extends_the_inducing_set() -> None:
     X, y, censored, _ = _data(20)
-    _, state = fit_tobit_gp(X[:15], y[:15], censored[:15], mean_indices=[0], mean_signs=[1.0], maxiter=100)
-    model, _ = fit_tobit_gp(X, y, censored, mean_indices=[0], mean_signs=[1.0], warm=state, maxiter=0)
+    _, state = fit_tobit_gp(
+        X[:15], y[:15], censored[:15], mean_indices=[0], mean_signs=[1.0], maxiter=100
+    )
+    model, _ = fit_tobit_gp(
+        X, y, censored, mean_indices=[0], mean_signs=[1.0], warm=state, maxiter=0
+    )
     dist = model.model.variational_strategy._variational_distribution
     old = state["model.variational_strategy._variational_distribution.variational_mean"]
     assert torch.equal(dist.variational_mean.detach()[:15], old)
     assert torch.equal(dist.variational_mean.detach()[15:], torch.zeros(5))
-
-

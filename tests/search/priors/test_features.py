@@ -12,7 +12,14 @@ from infrarsi.search import Optimizer, SearchSpace
 
 def test_prior_gives_p_fit_before_any_memory_model() -> None:
     space = SearchSpace.from_yaml(DENSE)
-    huge = space.validate({"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none", "dtype": "fp32"})
+    huge = space.validate(
+        {
+            "zero_stage": 0,
+            "micro_batch_size": 8,
+            "activation_checkpointing": "none",
+            "dtype": "fp32",
+        }
+    )
     assert memory_bytes(huge) > 2 * CAPACITY
     for prior, expect_low in ((SyntheticPrior(), True), (None, False)):
         opt = Optimizer(space, memory_capacity=CAPACITY, seed=0, baseline=BASELINE, prior=prior)
@@ -23,11 +30,16 @@ def test_prior_gives_p_fit_before_any_memory_model() -> None:
 
 def test_prior_search_runs_saves_restores_and_batches(tmp_path) -> None:
     space = SearchSpace.from_yaml(DENSE)
-    opt = Optimizer(space, memory_capacity=CAPACITY, seed=2, baseline=BASELINE, prior=SyntheticPrior())
+    opt = Optimizer(
+        space, memory_capacity=CAPACITY, seed=2, baseline=BASELINE, prior=SyntheticPrior()
+    )
     for _ in range(8):
         c = opt.ask()
         opt.tell(c, run(c))
-    assert opt.prior_features.coefficients["time"] is not None and opt.prior_features.coefficients["memory"] is not None
+    assert (
+        opt.prior_features.coefficients["time"] is not None
+        and opt.prior_features.coefficients["memory"] is not None
+    )
     path = tmp_path / "opt.json"
     opt.save(path)
     restored = Optimizer.load(path)
@@ -39,8 +51,13 @@ def test_prior_search_runs_saves_restores_and_batches(tmp_path) -> None:
 
 def _told(seed: int, n: int) -> Optimizer:
     """An optimizer with ``SyntheticPrior`` after ``n`` asks and tells."""
-    opt = Optimizer(SearchSpace.from_yaml(DENSE), memory_capacity=CAPACITY, seed=seed, baseline=BASELINE,
-                    prior=SyntheticPrior())
+    opt = Optimizer(
+        SearchSpace.from_yaml(DENSE),
+        memory_capacity=CAPACITY,
+        seed=seed,
+        baseline=BASELINE,
+        prior=SyntheticPrior(),
+    )
     for _ in range(n):
         c = opt.ask()
         opt.tell(c, run(c))
@@ -53,10 +70,16 @@ def test_state_with_coefficients_of_another_term_set_refits_them() -> None:
     state = opt.state_dict()
     state["prior_coefficients"]["time"] = [0.0, 0.0]  # saved by a prior with two time terms
     restored = Optimizer.from_state(state)
-    assert restored.prior_features.coefficients["time"] is None and restored.prior_features.fit_keys["time"] is None
+    assert (
+        restored.prior_features.coefficients["time"] is None
+        and restored.prior_features.fit_keys["time"] is None
+    )
     assert restored.prior_features.coefficients["memory"] is not None
     c = restored.ask()
-    assert restored.prior_features.coefficients["time"] is not None and len(restored.prior_features.coefficients["time"]) == 3
+    assert (
+        restored.prior_features.coefficients["time"] is not None
+        and len(restored.prior_features.coefficients["time"]) == 3
+    )
     assert space.validate(c) == c
 
 
@@ -85,7 +108,9 @@ def test_inputs_are_the_encoded_configs_plus_the_fitted_prior_columns() -> None:
     X = feats.inputs(configs)
     assert X.shape == (2, enc.dim + 2)
     T, M = SyntheticPrior().terms(configs)
-    assert np.allclose(X[:, enc.dim].numpy(), np.log(T.sum(1)))  # nominal coefficients: the plain sums
+    assert np.allclose(
+        X[:, enc.dim].numpy(), np.log(T.sum(1))
+    )  # nominal coefficients: the plain sums
     assert np.allclose(X[:, enc.dim + 1].numpy(), np.log(M.sum(1) / CAPACITY))
     feats.fit_time(configs, [20.0, 14.0])
     coef = feats.coefficients["time"]

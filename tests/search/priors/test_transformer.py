@@ -14,10 +14,20 @@ from infrarsi.search.priors.transformer import (
     transformer_shape,
 )
 
-SHAPE = transformer_shape(n_layers=32, hidden=4096, n_heads=32, vocab=128256, seq_len=2048, global_batch=512,
-                          world_size=8)
-BASE = {"zero_stage": 1, "micro_batch_size": 2, "activation_checkpointing": "none", "tp": 1, "pp": 1,
-        "dtype": "bf16", "offload_optimizer": False, "overlap_comm": False, "flash_attention": True}
+SHAPE = transformer_shape(
+    n_layers=32, hidden=4096, n_heads=32, vocab=128256, seq_len=2048, global_batch=512, world_size=8
+)
+BASE = {
+    "zero_stage": 1,
+    "micro_batch_size": 2,
+    "activation_checkpointing": "none",
+    "tp": 1,
+    "pp": 1,
+    "dtype": "bf16",
+    "offload_optimizer": False,
+    "overlap_comm": False,
+    "flash_attention": True,
+}
 
 
 def _terms(**change: object) -> tuple[dict[str, float], dict[str, float]]:
@@ -32,12 +42,18 @@ def test_default_param_count_is_llama_like() -> None:
 def test_memory_terms_follow_zero_checkpointing_and_micro_batch() -> None:
     states = [_terms(zero_stage=z)[1]["model_states"] for z in (0, 1, 2, 3)]
     assert all(a > b for a, b in itertools.pairwise(states))
-    acts = [_terms(activation_checkpointing=k, flash_attention=False)[1]["activations"]
-            for k in ("none", "selective", "full")]
+    acts = [
+        _terms(activation_checkpointing=k, flash_attention=False)[1]["activations"]
+        for k in ("none", "selective", "full")
+    ]
     assert acts[0] > acts[1] > acts[2]
     # with flash attention the score matrix is never stored: selective recomputation saves nothing more
-    assert _terms(activation_checkpointing="selective")[1]["activations"] == _terms()[1]["activations"]
-    assert _terms(micro_batch_size=4)[1]["activations"] > _terms(micro_batch_size=2)[1]["activations"]
+    assert (
+        _terms(activation_checkpointing="selective")[1]["activations"] == _terms()[1]["activations"]
+    )
+    assert (
+        _terms(micro_batch_size=4)[1]["activations"] > _terms(micro_batch_size=2)[1]["activations"]
+    )
     assert _terms(offload_optimizer=True)[1]["model_states"] < _terms()[1]["model_states"]
     assert _terms(tp=2)[1]["activations"] < _terms()[1]["activations"]
     assert _terms(flash_attention=False)[1]["activations"] > _terms()[1]["activations"]
@@ -80,10 +96,22 @@ def test_spec_round_trip() -> None:
 
 
 def test_bucket_buffers_are_allocated_at_their_size_even_for_a_small_model() -> None:
-    small = transformer_shape(n_layers=4, hidden=256, n_heads=4, vocab=4096, seq_len=128, global_batch=16,
-                              world_size=2, num_params=5.2e6)
-    _, M = TransformerPrior(small).terms([{"zero_stage": 2, "reduce_bucket_size": 50_000_000},
-                                          {"zero_stage": 2, "reduce_bucket_size": "auto"}])
+    small = transformer_shape(
+        n_layers=4,
+        hidden=256,
+        n_heads=4,
+        vocab=4096,
+        seq_len=128,
+        global_batch=16,
+        world_size=2,
+        num_params=5.2e6,
+    )
+    _, M = TransformerPrior(small).terms(
+        [
+            {"zero_stage": 2, "reduce_bucket_size": 50_000_000},
+            {"zero_stage": 2, "reduce_bucket_size": "auto"},
+        ]
+    )
     buffers = dict(enumerate(MEMORY_TERMS))
     col = next(i for i, n in buffers.items() if n == "buffers")
     assert M[0, col] == 50_000_000 * 4  # 200 MB: what made the demo's trial OOM

@@ -68,8 +68,26 @@ class ModelArgs:
 
 FLAVOURS: dict[str, ModelArgs] = {
     "debug": ModelArgs(),
-    "1b": ModelArgs(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128256, ffn_hidden=8192, max_seq_len=4096, rope_theta=500000.0),
-    "8b": ModelArgs(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256, ffn_hidden=14336, max_seq_len=8192, rope_theta=500000.0),
+    "1b": ModelArgs(
+        dim=2048,
+        n_layers=16,
+        n_heads=32,
+        n_kv_heads=8,
+        vocab_size=128256,
+        ffn_hidden=8192,
+        max_seq_len=4096,
+        rope_theta=500000.0,
+    ),
+    "8b": ModelArgs(
+        dim=4096,
+        n_layers=32,
+        n_heads=32,
+        n_kv_heads=8,
+        vocab_size=128256,
+        ffn_hidden=14336,
+        max_seq_len=8192,
+        rope_theta=500000.0,
+    ),
 }
 """Dense flavours by name; GPU-scale ones are only built by name on a GPU."""
 
@@ -129,7 +147,9 @@ def rope_tables(head_dim: int, seq_len: int, theta: float) -> tuple[torch.Tensor
     are integer ``arange``s turned float64 by ``.to``: under ZeRO-3's ``zero.Init`` torch's float
     constructors return the training dtype (bf16 cannot hold positions past 256), integer ones do
     not, and both land on the build device."""
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float64) / head_dim))
+    inv = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float64) / head_dim)
+    )
     ang = torch.outer(torch.arange(seq_len, dtype=torch.int64).to(torch.float64), inv)
     return ang.cos().float(), ang.sin().float()
 

@@ -55,7 +55,9 @@ class AllToAllDispatch:
     def __init__(self, group, ep_size: int, ep_rank: int, experts_per_rank: int) -> None:
         self.group, self.ep_size, self.ep_rank, self.epr = group, ep_size, ep_rank, experts_per_rank
 
-    def __call__(self, x: torch.Tensor, expert_ids: torch.Tensor, experts: GroupedExperts) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, expert_ids: torch.Tensor, experts: GroupedExperts
+    ) -> torch.Tensor:
         t0 = time.perf_counter()
         dest = expert_ids // self.epr
         send_counts = torch.bincount(dest, minlength=self.ep_size)
@@ -63,7 +65,9 @@ class AllToAllDispatch:
         dist.all_to_all_single(recv_counts, send_counts, group=self.group)
         send_splits, recv_splits = send_counts.tolist(), recv_counts.tolist()
         recv_ids = expert_ids.new_empty(sum(recv_splits))
-        dist.all_to_all_single(recv_ids, expert_ids.contiguous(), recv_splits, send_splits, group=self.group)
+        dist.all_to_all_single(
+            recv_ids, expert_ids.contiguous(), recv_splits, send_splits, group=self.group
+        )
         COMM_TIME_S[0] += time.perf_counter() - t0
         recv_x = _AllToAll.apply(x, recv_splits, send_splits, self.group)
         local_ids = recv_ids - self.ep_rank * self.epr
@@ -86,7 +90,9 @@ def parallelize_moe(model: nn.Module, group=None) -> nn.Module:
     for layer in moe_layers(model):
         full = layer.experts
         if full.num_experts % ep_size:
-            raise ValueError(f"num_experts ({full.num_experts}) must be divisible by the expert-parallel size ({ep_size})")
+            raise ValueError(
+                f"num_experts ({full.num_experts}) must be divisible by the expert-parallel size ({ep_size})"
+            )
         epr = full.num_experts // ep_size
         lo, hi = ep_rank * epr, (ep_rank + 1) * epr
         local = GroupedExperts(epr, full.w1.shape[2], full.w1.shape[1])

@@ -19,7 +19,9 @@ from ..dense.model import ModelArgs, NormalLinear, Transformer, normal_init_, ou
 class GroupedExperts(nn.Module):
     """``E`` SwiGLU experts held as three batched weight tensors."""
 
-    def __init__(self, num_experts: int, dim: int, hidden: int, std: float = 0.02, out_std: float = 0.02) -> None:
+    def __init__(
+        self, num_experts: int, dim: int, hidden: int, std: float = 0.02, out_std: float = 0.02
+    ) -> None:
         """Weights drawn from N(0, std) (``w1``, ``w3``) and N(0, out_std) (``w2``) here."""
         super().__init__()
         self.w1 = nn.Parameter(torch.empty(num_experts, hidden, dim))
@@ -51,10 +53,14 @@ class GroupedExperts(nn.Module):
 
 
 class Dispatcher(Protocol):
-    def __call__(self, x: torch.Tensor, expert_ids: torch.Tensor, experts: GroupedExperts) -> torch.Tensor: ...
+    def __call__(
+        self, x: torch.Tensor, expert_ids: torch.Tensor, experts: GroupedExperts
+    ) -> torch.Tensor: ...
 
 
-def local_dispatch(x: torch.Tensor, expert_ids: torch.Tensor, experts: GroupedExperts) -> torch.Tensor:
+def local_dispatch(
+    x: torch.Tensor, expert_ids: torch.Tensor, experts: GroupedExperts
+) -> torch.Tensor:
     """Every expert is on this rank: just run them."""
     return experts.run(x, expert_ids)
 
@@ -68,7 +74,9 @@ class MoELayer(nn.Module):
         self.top_k = a.top_k
         self.num_experts = a.num_experts
         self.router = NormalLinear(a.dim, a.num_experts, a.init_std)
-        self.experts = GroupedExperts(a.num_experts, a.dim, a.expert_hidden, a.init_std, output_std(a))
+        self.experts = GroupedExperts(
+            a.num_experts, a.dim, a.expert_hidden, a.init_std, output_std(a)
+        )
         self.dispatch: Dispatcher = local_dispatch
 
     def get_experts(self) -> GroupedExperts:
@@ -94,19 +102,43 @@ class MoELayer(nn.Module):
 
 FLAVOURS: dict[str, ModelArgs] = {
     "debug": ModelArgs(num_experts=8, top_k=2, expert_hidden=256),
-    "8x1b": ModelArgs(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128256, max_seq_len=4096,
-                      rope_theta=500000.0, num_experts=8, top_k=2, expert_hidden=8192),
+    "8x1b": ModelArgs(
+        dim=2048,
+        n_layers=16,
+        n_heads=32,
+        n_kv_heads=8,
+        vocab_size=128256,
+        max_seq_len=4096,
+        rope_theta=500000.0,
+        num_experts=8,
+        top_k=2,
+        expert_hidden=8192,
+    ),
     # Mixtral-8x7B's published architecture (46.7e9 parameters): 32 layers, hidden 4096, 32 heads
     # (8 KV), 8 SwiGLU experts of 14336, top-2, vocab 32000, RoPE base 1e6, 32k context. The
     # reference workloads cut it down with ``model.overrides`` and say what they cut.
-    "8x7b": ModelArgs(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=32000, max_seq_len=32768,
-                      rope_theta=1e6, num_experts=8, top_k=2, expert_hidden=14336),
+    "8x7b": ModelArgs(
+        dim=4096,
+        n_layers=32,
+        n_heads=32,
+        n_kv_heads=8,
+        vocab_size=32000,
+        max_seq_len=32768,
+        rope_theta=1e6,
+        num_experts=8,
+        top_k=2,
+        expert_hidden=14336,
+    ),
 }
 """MoE flavours by name; GPU-scale ones are only built by name on a GPU."""
 
 
-def build_moe_transformer(args: ModelArgs, activation_checkpointing: str = "none", **_: Any) -> Transformer:
+def build_moe_transformer(
+    args: ModelArgs, activation_checkpointing: str = "none", **_: Any
+) -> Transformer:
     """A ``Transformer`` whose every FFN is a ``MoELayer``."""
     if args.num_experts < args.top_k or args.top_k < 1:
-        raise ValueError(f"MoE needs 1 <= top_k <= num_experts, got top_k={args.top_k}, num_experts={args.num_experts}")
+        raise ValueError(
+            f"MoE needs 1 <= top_k <= num_experts, got top_k={args.top_k}, num_experts={args.num_experts}"
+        )
     return Transformer(args, activation_checkpointing, ffn_factory=lambda a, i: MoELayer(a))
