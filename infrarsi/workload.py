@@ -60,6 +60,16 @@ def builtin_space_path(name: str) -> Path:
     return Path(str(importlib.resources.files("infrarsi") / "search_spaces" / f"{name}.yaml"))
 
 
+def space_file(value: str | Path, base: Path | None = None) -> Path:
+    """The search-space file ``value`` names: a shipped space for ``builtin:NAME``
+    (``builtin_space_path``), else a path, relative to ``base`` when given and not absolute."""
+    text = str(value)
+    if text.startswith(BUILTIN_PREFIX):
+        return builtin_space_path(text.removeprefix(BUILTIN_PREFIX))
+    p = Path(text)
+    return base / p if base is not None and not p.is_absolute() else p
+
+
 class ModelSpec(_Strict):
     family: Literal["dense", "moe"] | None = None
     """Built-in model family: ``dense`` (Llama-style) or ``moe`` (Mixtral-style); or set
@@ -412,12 +422,7 @@ class Workload(_Strict):
         space for ``builtin:NAME``, or the shipped ``default_space()`` when it is left out."""
         if self.search_space is None:
             return builtin_space_path(self.default_space())
-        if self.search_space.startswith(BUILTIN_PREFIX):
-            return builtin_space_path(self.search_space.removeprefix(BUILTIN_PREFIX))
-        p = Path(self.search_space)
-        if not p.is_absolute() and self.path:
-            p = Path(self.path).parent / p
-        return p
+        return space_file(self.search_space, Path(self.path).parent if self.path else None)
 
     def to_yaml_dict(self) -> dict[str, Any]:
         d = self.model_dump(mode="json", exclude={"path"})

@@ -346,3 +346,14 @@ def test_the_workload_init_writes_from_the_examples_launch_line_is_the_examples_
     assert written.script == hand.script and written.tokens_per_step == hand.tokens_per_step
     assert written.data == hand.data and written.world_size == hand.world_size
     assert {k: written.baseline[k] for k in hand.baseline} == hand.baseline
+
+
+def test_space_file_reads_builtin_names_and_paths(tmp_path):
+    from infrarsi.workload import builtin_space_path, space_file
+
+    assert space_file("builtin:deepspeed_moe") == builtin_space_path("deepspeed_moe")
+    assert space_file(Path("builtin:deepspeed_dense")).is_file()  # as typer hands --space over
+    assert space_file("s.yaml", tmp_path) == tmp_path / "s.yaml"
+    assert space_file("/abs/s.yaml", tmp_path) == Path("/abs/s.yaml")
+    with pytest.raises(WorkloadError, match="builtin:deepspeed_dense"):
+        space_file("builtin:nope")

@@ -71,7 +71,14 @@ SHARED_OPTIONS: dict[str, tuple[Any, tuple[str, ...], dict[str, Any]]] = {
         },
     ),
     "request": ("", ("--request",), {"help": "The human request, kept verbatim in the contract."}),
-    "space": (None, ("--space",), {"help": "Search-space YAML (default: the workload's)."}),
+    "space": (
+        None,
+        ("--space",),
+        {
+            "help": "Search-space YAML, or builtin:NAME for one shipped with infrarsi (builtin:deepspeed_dense, "
+            "builtin:deepspeed_moe...); default: the workload's."
+        },
+    ),
     "memory_capacity": (
         None,
         ("--memory-capacity",),

@@ -8,7 +8,7 @@ from typing import Any
 
 from infrarsi.errors import ConfigError, ContractError, WorkloadError
 from infrarsi.execution.knobs.registry import check_space
-from infrarsi.workload import Workload
+from infrarsi.workload import Workload, space_file
 
 
 def init_stage(
@@ -67,7 +67,7 @@ def init_stage(
         analytic_prior=analytic_prior, loss_guard=loss_guard, bank=bank
     )
     wl = Workload.from_yaml(workload_path)
-    space_path = Path(space) if space else workload_space_path(wl, workload_path)
+    space_path = space_file(space) if space else workload_space_path(wl, workload_path)
     sp = SearchSpace.from_yaml(space_path)
     unknown = [k for k in editable_knobs or [] if k not in sp.names]
     if unknown:  # before the preflight builds the model

@@ -32,7 +32,7 @@ import yaml
 
 from infrarsi.errors import ConfigError, WorkloadError
 from infrarsi.execution.script_source import ScriptKind, ScriptSource, option_name, read_script
-from infrarsi.workload import Launcher
+from infrarsi.workload import BUILTIN_PREFIX, Launcher, builtin_space_path, space_file
 
 LAUNCHER_VALUE_OPTIONS: dict[str, tuple[str, ...]] = {
     "deepspeed": (
@@ -418,9 +418,13 @@ def _fit_to_space(derived: dict[str, Any], space: Any, notes: list[str]) -> dict
     return {k: v for k, v in kept.items() if full[k] == v}
 
 
+DEFAULT_SPACE = "deepspeed_dense"
+"""The space a script's workload gets without ``--space``: the shipped dense DeepSpeed one."""
+
+
 def default_space() -> Path:
-    """The built-in dense DeepSpeed space (``search_spaces/deepspeed_dense.yaml``)."""
-    return Path(__file__).resolve().parents[2] / "search_spaces" / "deepspeed_dense.yaml"
+    """The file of ``DEFAULT_SPACE``, shipped with infrarsi (``builtin:deepspeed_dense``)."""
+    return builtin_space_path(DEFAULT_SPACE)
 
 
 def _relative(target: Path, folder: Path) -> str:
@@ -516,7 +520,7 @@ def script_workload(
             f"--script: rule: the script trains at least a trial's {total} optimizer steps; it "
             f"trains {raw_steps}. Fix: raise its step count on the line (e.g. --max_steps {total})"
         )
-    space_path = (space or default_space()).resolve()
+    space_path = space_file(space).resolve() if space else default_space()
     if not space_path.is_file():
         raise ConfigError(
             f"--space {str(space_path)!r}: rule: a search-space YAML file. Fix: pass --space"
@@ -529,6 +533,14 @@ def script_workload(
         + (" and the Trainer's flags" if src.kind == "hf_trainer" else "")
         + f": {baseline}; global batch {global_batch} sequences x {seq_len} tokens"
     )
+    if (
+        space is None
+    ):  # shipped spaces by name: the YAML works in a wheel install and a checkout alike
+        space_name = BUILTIN_PREFIX + DEFAULT_SPACE
+    elif str(space).startswith(BUILTIN_PREFIX):
+        space_name = str(space)
+    else:
+        space_name = _relative(space_path, cwd)
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", script.stem) or "script"
     out = cwd / f"{stem}.infrarsi.yaml"
     workload: dict[str, Any] = {
@@ -543,7 +555,7 @@ def script_workload(
         "steps": {"warmup": steps.warmup, "measured": steps.measured},
         "resources": {"workers": line.workers, "nodes": line.nodes, "device": device},
         "baseline": baseline,
-        "search_space": _relative(space_path, cwd),
+        "search_space": space_name,
     }
     return ScriptWorkload(workload=workload, path=out, kind=src.kind, notes=notes)
 

@@ -515,6 +515,25 @@ def test_json_prints_one_object_on_stdout(
     assert key in json.loads(res.stdout)
 
 
+def test_init_space_takes_a_shipped_space_by_name(tmp_path: Path) -> None:
+    res = _invoke(
+        "init",
+        DENSE,
+        "--study",
+        str(tmp_path / "s"),
+        "--space",
+        "builtin:deepspeed_dense",
+        "--bank",
+        "off",
+        "--no-analytic-prior",
+    )
+    assert res.exit_code == 0, res.output
+    copied = yaml.safe_load((tmp_path / "s" / "search_space.yaml").read_text())
+    assert copied == yaml.safe_load(DENSE_SPACE.read_text())
+    res = _invoke("init", DENSE, "--study", str(tmp_path / "s2"), "--space", "builtin:nope")
+    assert res.exit_code == 2 and "builtin:deepspeed_dense" in res.output, res.output
+
+
 def test_init_json_names_the_contract_and_its_switches(tmp_path: Path) -> None:
     res = _invoke(
         "init", str(SURROGATE_SMALL), "--study", str(tmp_path / "s"), "--bank", "off", "--json"
