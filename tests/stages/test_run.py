@@ -436,7 +436,7 @@ def test_two_runs_on_one_study_the_second_is_refused_or_queued_and_nothing_runs_
         second = _cli(*run[3:])
         verify = _cli("verify", str(study), "--address", ray_local)
         third = subprocess.Popen(
-            [*run, "--resume", "--wait"],
+            [*run, "--resume", "--json", "--wait"],
             env=_env(),
             cwd=ROOT,
             stdout=third_out,
