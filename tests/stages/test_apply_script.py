@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -236,3 +238,48 @@ def test_set_option_sets_in_place_keeps_the_spelling_and_drops_a_false_flag(
     args: list[str], name: str, value: Any, default: Any, want: list[str]
 ) -> None:
     assert set_option(args, name, value, default) == want
+
+
+@pytest.mark.integration
+def test_the_trainer_reads_the_branch_into_the_winning_trials_engine_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers itself parses the branch's launch line and resolves its hf_ds.json: the
+    micro-batch, accumulation, precision and ZeRO keys are the winning trial's (one process here:
+    its train_batch_size is the trial's over the 2 ranks)."""
+    transformers = pytest.importorskip("transformers")
+    repo, job = script_repo(tmp_path, ("hf_trainer.py", "hf_ds.json", "hf_trainer.yaml"))
+    changes = {"zero_stage": 1, "micro_batch_size": 2, "dtype": "bf16", "overlap_comm": True}
+    d, ran = script_study(tmp_path, job / "hf_trainer.yaml", changes, hf_engine)
+    apply(d, repo.working_tree_dir, branch="tuned")
+    out = tmp_path / "checkout"
+    repo.git.worktree("add", str(out), "tuned")
+    sh = (out / "infrarsi/study/launch.sh").read_text()
+    args = shlex.split(next(x for x in sh.splitlines() if x.startswith("exec ")))[5:-1]
+    monkeypatch.chdir(out / "job")
+    monkeypatch.syspath_prepend(str(out / "job"))
+    try:
+        hf_trainer = importlib.import_module("hf_trainer")  # the branch's copy
+        parser = transformers.HfArgumentParser(
+            (hf_trainer.ModelArguments, transformers.TrainingArguments)
+        )
+        _, targs = parser.parse_args_into_dataclasses([*args, "--use_cpu"])  # bf16 on CPU needs it
+        hf = targs.hf_deepspeed_config
+        hf.trainer_config_process(targs)
+    finally:
+        sys.modules.pop("hf_trainer", None)
+        from accelerate.state import AcceleratorState
+
+        AcceleratorState._reset_state(
+            reset_partial_state=True
+        )  # the process-wide CPU state it made
+    assert (targs.per_device_train_batch_size, targs.gradient_accumulation_steps) == (2, 4)
+    for key in (
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "bf16",
+        "gradient_clipping",
+    ):
+        assert hf.config[key] == ran[key]
+    assert hf.config["zero_optimization"] == ran["zero_optimization"]
+    assert hf.config["train_batch_size"] * 2 == ran["train_batch_size"]
