@@ -283,3 +283,48 @@ def test_the_trainer_reads_the_branch_into_the_winning_trials_engine_config(
         assert hf.config[key] == ran[key]
     assert hf.config["zero_optimization"] == ran["zero_optimization"]
     assert hf.config["train_batch_size"] * 2 == ran["train_batch_size"]
+
+
+def test_a_script_naming_no_config_file_gets_the_launch_line_and_a_pointer(tmp_path: Path) -> None:
+    """A script that builds its DeepSpeed config in code: no file of its is edited; the README
+    says where the winning keys are."""
+    repo, job = script_repo(tmp_path, ("ds_train.py", "ds.json", "ds_train.yaml"))
+    wl = (job / "ds_train.yaml").read_text().replace('"--deepspeed_config", "ds.json", ', "")
+    (job / "ds_train.yaml").write_text(wl)
+    repo.git.add("job")
+    repo.index.commit("config in code")
+    d, _ = script_study(tmp_path, job / "ds_train.yaml", {"zero_stage": 1}, ds_engine)
+    res = apply(d, repo.working_tree_dir, branch="tuned")
+    assert "job/ds.json" not in res.files and "infrarsi/study/launch.sh" in res.files
+    readme = repo.git.show("tuned:infrarsi/study/README.md")
+    assert "merge `deepspeed_config.json`'s keys where your script builds its config" in readme
+    assert "no DeepSpeed config file on the line" in repo.heads.tuned.commit.message
+
+
+@pytest.mark.parametrize(
+    ("launcher", "workers", "nodes", "want"),
+    [
+        ("deepspeed", 2, 1, "deepspeed --num_gpus 2 train.py --x 'a b'"),
+        ("deepspeed", 8, 2, "deepspeed --num_gpus 4 --num_nodes 2 train.py --x 'a b'"),
+        ("torchrun", 4, 2, "torchrun --nproc_per_node 2 --nnodes 2 train.py --x 'a b'"),
+        ("python", 1, 1, "python train.py --x 'a b'"),
+    ],
+)
+def test_the_launch_command_gives_the_launcher_the_workloads_ranks(
+    launcher: str, workers: int, nodes: int, want: str
+) -> None:
+    from infrarsi.stages.apply_script import launch_command
+    from infrarsi.workload import Workload
+
+    wl = Workload.from_dict(
+        {
+            "name": "s",
+            "script": {"path": "train.py", "launcher": launcher},
+            "tokens_per_step": 1024,
+            "data": {"seq_len": 64},
+            "resources": {"workers": workers, "nodes": nodes},
+            "search_space": "x.yaml",
+        }
+    )
+    assert launch_command(wl, ["--x", "a b"]) == want
+    assert parse_launch_line(want).workers == workers  # `init --script` reads the same world back
