@@ -117,6 +117,15 @@ def merge_trial_config(
 
     ``script``: the script's own config; ``trial``: ``build_trial(...).ds_config``; ``knobs``: the
     knob names of the trial's config; ``client_optimizer``: the script passed ``optimizer=``."""
+    out = merge_trial_keys(script, trial, knobs, client_optimizer=client_optimizer)
+    return resolve_auto(out, num_params=num_params, hidden_size=hidden_size)
+
+
+def merge_trial_keys(
+    script: dict[str, Any], trial: dict[str, Any], knobs: list[str], *, client_optimizer: bool
+) -> dict[str, Any]:
+    """``merge_trial_config`` before ``resolve_auto``: the script's ``"auto"`` values stay (what
+    ``apply`` writes into a Trainer script's config, whose ``"auto"`` transformers resolves)."""
     out = copy.deepcopy(script)
     for key in BATCH_KEYS:
         out[key] = trial[key]
@@ -134,7 +143,20 @@ def merge_trial_config(
         out["zero_allow_untested_optimizer"] = True
         if zero.get("offload_optimizer"):
             out["zero_force_ds_cpu_optimizer"] = False
-    return resolve_auto(out, num_params=num_params, hidden_size=hidden_size)
+    return out
+
+
+def trial_keys(engine: dict[str, Any], knobs: list[str]) -> dict[str, Any]:
+    """The keys of an engine config (``merge_trial_config``'s output, as a trial logs it) that the
+    trial's knobs own: the batch keys, the ``ZERO_KNOB_KEYS`` and, with ``dtype`` among ``knobs``,
+    ``bf16``. Merged into the script's own config again they give that engine config back
+    (``apply`` writes the winner this way)."""
+    zero = engine.get("zero_optimization") or {}
+    out: dict[str, Any] = {key: engine[key] for key in BATCH_KEYS}
+    out["zero_optimization"] = {k: copy.deepcopy(v) for k, v in zero.items() if k in ZERO_KNOB_KEYS}
+    if "dtype" in knobs and "bf16" in engine:
+        out["bf16"] = copy.deepcopy(engine["bf16"])
+    return out
 
 
 def resolve_auto(cfg: dict[str, Any], *, num_params: int, hidden_size: int) -> dict[str, Any]:
@@ -177,7 +199,9 @@ __all__ = [
     "SCRIPT_PINNED",
     "ZERO_KNOB_KEYS",
     "merge_trial_config",
+    "merge_trial_keys",
     "pinned_knobs",
     "resolve_auto",
     "script_ds_config",
+    "trial_keys",
 ]

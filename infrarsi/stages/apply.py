@@ -6,7 +6,10 @@ starts at the target repository's HEAD:
 - ``infrarsi/<study>/deepspeed_config.json``: the DeepSpeed config the winning knobs build;
 - ``infrarsi/<study>/knobs.yaml``: the winning knob values, the baseline's, and the evidence;
 - ``infrarsi/<study>/patches/*.patch``: its code patches, which are also applied to the code;
-- ``infrarsi/<study>/README.md``: speedup, CI, contract hash and how to reproduce.
+- ``infrarsi/<study>/README.md``: speedup, CI, contract hash and how to reproduce;
+- for a script workload, the script's own DeepSpeed config with the winning keys merged in, and
+  ``infrarsi/<study>/launch.sh``: its launch line with the winning arguments
+  (``infrarsi.stages.apply_script``).
 
 What it promotes is exactly the candidate verify accepted (``verified_candidate``): its knobs and
 the patches its verify trials ran, each file checked against the sha256 recorded then; a
@@ -367,6 +370,10 @@ def _apply(
         written = _write_artifacts(
             out, contract, best, cfg, rows, patches, base.hexsha, d, cand.patches, checked
         )
+        from infrarsi.stages.apply_script import write_script_files
+
+        script = write_script_files(wt, out, contract, best, rows)  # None unless a script workload
+        written += script.paths if script else []
         rel = [str(p.relative_to(wt)) for p in written]
         g.add("--", *rel)
         files += rel
@@ -384,6 +391,7 @@ def _apply(
             f"Interval: [{best.ci_low}, {best.ci_high}], {_coverage(best)}\n"
             f"Patches: {cand.describe()}\n{checked}\n"
             f"Contract: {contract.contract_hash}\nBaseline: {base.hexsha} (tag {tag})\n"
+            + (script.message() if script else "")
         )
         with g.custom_environment(**env):
             g.commit("-m", msg, "--no-verify")
