@@ -10,13 +10,21 @@ import infrarsi.patches
 from infrarsi.patches import check_conflicts, check_scope, patched_worktree
 from tests.patches.repo_helpers import make_patch, make_repo
 
+MODULES = ("apply", "checkout", "conflicts", "diff", "knob", "scope", "worktree")
+"""The package's modules (one concept each)."""
 
-def test_every_exported_name_comes_from_one_module_of_the_package() -> None:
-    for name in infrarsi.patches.__all__:
-        obj = getattr(infrarsi.patches, name)
-        home = importlib.import_module(obj.__module__)
-        assert home.__name__.startswith("infrarsi.patches."), (name, home.__name__)
-        assert getattr(home, name) is obj
+
+def test_every_exported_name_comes_from_exactly_one_module_of_the_package() -> None:
+    homes: dict[str, list[str]] = {}
+    for mod in MODULES:
+        m = importlib.import_module(f"infrarsi.patches.{mod}")
+        for name in m.__all__:
+            homes.setdefault(name, []).append(mod)
+            assert getattr(m, name) is getattr(infrarsi.patches, name, None) or (
+                name not in infrarsi.patches.__all__
+            ), (mod, name)
+    assert sorted(homes) == sorted(infrarsi.patches.__all__)
+    assert {n: h for n, h in homes.items() if len(h) > 1} == {}
 
 
 def test_a_patch_from_scope_check_to_worktree(tmp_path: Path) -> None:

@@ -1,12 +1,15 @@
 """Applying patches to a checked-out tree.
 
 It refuses a patch that would write through a symbolic link of the tree (``check_tree``) and
-checks that a patch applies (``check_applies``: ``git apply --check``).
+checks that a patch applies (``check_applies``: ``git apply --check``); ``apply_patches`` applies a
+patch set, in order, to a tree: the one way every patched tree is made (a trial's worktree,
+``apply``'s branch).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import git
@@ -68,4 +71,26 @@ def check_applies(
         ) from None
 
 
-__all__ = ["check_applies", "check_tree", "open_repo"]
+def apply_patches(
+    tree: str | Path, patches: Sequence[Patch], *, index: bool = False, base: str = ""
+) -> None:
+    """Apply ``patches``, in order, to the checked-out ``tree`` (the commit ``base``): each is
+    first checked (``check_content``; ``check_tree``: no write through a symbolic link), then
+    ``git apply`` (with ``index``, ``--index``: the change is staged, for a commit). A
+    ``PatchError`` names the patch, the ones applied before it and git's words; the patches
+    applied so far stay in the tree (the caller discards it)."""
+    g = git.Git(str(tree))
+    for i, p in enumerate(patches):
+        check_content(p)
+        check_tree(tree, p)
+        try:
+            g.apply(*(["--index"] if index else []), str(Path(p.path).resolve()))
+        except git.GitCommandError as e:
+            raise PatchError(
+                f"patch {p.path} does not apply at {base[:12] or tree} after "
+                f"{[x.path for x in patches[:i]]}: {git_stderr(e)}. Regenerate it against that "
+                f"commit."
+            ) from None
+
+
+__all__ = ["apply_patches", "check_applies", "check_tree", "open_repo"]

@@ -21,9 +21,9 @@ from pathlib import Path
 import git
 
 from infrarsi.errors import PatchError
-from infrarsi.patches.apply import check_tree, open_repo
-from infrarsi.patches.diff import Patch, git_stderr
-from infrarsi.patches.scope import check_content, check_scope
+from infrarsi.patches.apply import apply_patches, open_repo
+from infrarsi.patches.diff import Patch
+from infrarsi.patches.scope import check_scope
 
 
 @dataclass
@@ -38,6 +38,8 @@ class PatchedTree:
     """Patch files applied, in order."""
     paths_touched: list[str]
     """Union of the paths the patches touch."""
+    repo_dir: str = ""
+    """The repository it is a worktree of (what ``remove_worktree`` needs)."""
 
 
 def create_worktree(
@@ -72,23 +74,13 @@ def create_worktree(
         base_sha=sha,
         patches=[p.path for p in ps],
         paths_touched=sorted({x for p in ps for x in p.paths}),
+        repo_dir=str(r.working_tree_dir),
     )
-    g = git.Git(str(d))
-    for p in ps:
-        try:
-            check_content(p)
-            check_tree(d, p)
-        except PatchError:
-            remove_worktree(r, d)
-            raise
-        try:
-            g.apply(str(Path(p.path).resolve()))
-        except git.GitCommandError as e:
-            remove_worktree(r, d)
-            raise PatchError(
-                f"patch {p.path} does not apply at {sha[:12]} after "
-                f"{tree.patches[: tree.patches.index(p.path)]}: {git_stderr(e)}."
-            ) from None
+    try:
+        apply_patches(d, ps, base=sha)
+    except PatchError:
+        remove_worktree(r, d)
+        raise
     return tree
 
 

@@ -13,7 +13,7 @@ from infrarsi.patches import (
     check_scope,
     create_worktree,
 )
-from tests.patches.repo_helpers import git_run, refused, staged_patch
+from tests.patches.repo_helpers import git_run, make_patch, refused, staged_patch
 
 
 def test_a_patch_writing_through_an_existing_symlink_is_refused(
@@ -51,3 +51,26 @@ def test_a_patch_writing_through_an_existing_symlink_is_refused(
     git_run(repo, "add", "workloads/cfg")
     staged_patch(repo, retarget)
     refused(repo, retarget, "symbolic links", "workloads/cfg")
+
+
+def test_apply_patches_applies_in_order_and_stages_with_index(
+    repo: git.Repo, tmp_path: Path
+) -> None:
+    """A set applied in order (staged with ``index``: what ``apply`` commits); a patch that does
+    not apply is named with the ones before it."""
+    from infrarsi.patches import Patch, apply_patches
+
+    root = Path(str(repo.working_tree_dir))
+    a = make_patch(repo, "workloads/model.py", "return x", "return x * 2", tmp_path / "a.patch")
+    c = make_patch(repo, "workloads/model.py", "SCALE = 1.0", "SCALE = 2.0", tmp_path / "c.patch")
+    b = make_patch(repo, "workloads/model.py", "return x", "return x + 1", tmp_path / "b.patch")
+    git_run(repo, "update-index", "--refresh")  # make_patch rewrote the file: restat it
+    apply_patches(root, [Patch.load(a), Patch.load(c)], index=True)
+    text = (root / "workloads/model.py").read_text()
+    assert "return x * 2" in text and "SCALE = 2.0" in text
+    assert git_run(repo, "diff", "--cached", "--name-only").split() == ["workloads/model.py"]
+    git_run(repo, "reset", "-q", "--hard", "HEAD")
+    with pytest.raises(PatchError) as e:
+        apply_patches(root, [Patch.load(a), Patch.load(b)], base=repo.head.commit.hexsha)
+    msg = str(e.value)
+    assert "b.patch does not apply at" in msg and "a.patch" in msg.split("after")[1]
