@@ -121,8 +121,8 @@ def trial(
     Exits 0 when the trial's status is ok, 1 for any other status (oom, failed, timeout, nan),
     2 on bad input.
     """
-    from infrarsi.execution.knobs.code_patch import config_patch, patched_code
     from infrarsi.execution.runner import TrialRunner
+    from infrarsi.patches import config_patch, patched_code
     from infrarsi.stages.init import workload_space_path
     from infrarsi.study.trial_log import TrialLogWriter
     from infrarsi.workload import Workload
@@ -146,7 +146,7 @@ def trial(
         # file and field), then the baseline with the --set overrides
         runner.validate(dict(wl.baseline), where=f"{workload}: field `baseline`")
         full = runner.validate({**wl.baseline, **overrides}, where="--set")
-        # a code patch runs in a temporary worktree with it applied, as in a study
+        # a code patch runs in a temporary worktree with it applied: the study's own checkout
         with patched_code(runner.code_dir, config_patch(full)) as code:
             res = runner.run(
                 full,

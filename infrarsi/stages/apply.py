@@ -322,7 +322,7 @@ def _apply(
     rows = _trial_rows(d)
     cand = verified_candidate(best, rows, d)
     checked = long_check_line(d, cand, skip_long_check)
-    from infrarsi.patches import Patch, check_scope, check_tree
+    from infrarsi.patches import Patch, apply_patches, check_scope
 
     patches = []
     for ref in cand.patches:
@@ -351,20 +351,11 @@ def _apply(
                 f"cannot create branch {short!r} in {repo_path}: {str(e.stderr).strip()[:300]}"
             ) from None
         g = git.Git(str(wt))
-        for patch in patches:
-            try:
-                check_tree(wt, patch)  # no writing through a symbolic link of the base commit
-            except PatchError as e:
-                raise ApplyError(f"cannot apply the winner's patch: {e}") from None
-            try:
-                g.apply("--index", str(Path(patch.path).resolve()))
-            except git.GitCommandError as e:
-                raise ApplyError(
-                    f"patch {patch.path} does not apply to {base.hexsha[:12]} in "
-                    f"{repo_path}: {str(e.stderr).strip()[:300]}. Regenerate it "
-                    f"against that commit."
-                ) from None
-            files += patch.paths
+        try:  # the same application as a trial's worktree, staged for the commit
+            apply_patches(wt, patches, index=True, base=base.hexsha)
+        except PatchError as e:
+            raise ApplyError(f"cannot apply the winner's patch to {repo_path}: {e}") from None
+        files += [x for p in patches for x in p.paths]
         out = wt / "infrarsi" / study
         out.mkdir(parents=True, exist_ok=True)
         written = _write_artifacts(

@@ -7,8 +7,9 @@ Every stage that runs trials (doctor, run, verify) goes through ``StudyExecutor.
 2. write an in-flight marker (a leftover marker after a crash is logged as interrupted on resume),
 3. run the trial on the warm worker pool (``TrialRunner``); a config with ``code_patch != none``
    runs with ``code_dir`` = a git worktree of the workload's repository with that patch applied
-   (made once per patch per study, removed at ``close``), and its row's ``patches`` column names
-   the patch file; the eval check's reference stays the runner's untouched ``code_dir``,
+   (``infrarsi.patches.checkout``: made once per patch set's content per study, removed at
+   ``close``), and its row's ``patches`` column names the patch file; the eval check's reference
+   stays the runner's untouched ``code_dir``,
 4. check the invariants against the doctor's baseline reference (``DoctorReport``,
    ``check_invariants``); once the doctor has a baseline, the ranks also get a loss guard that
    stops a trial at the first step whose loss leaves the contract's tolerance (such a trial can
@@ -88,12 +89,11 @@ class StudyExecutor:
             space=self.space,
             pin=pin,
         )
-        self._trees: dict[str, Any] = {}
-        """Patch name or set -> ``PatchedTree`` (one git worktree per patch or set per study)."""
-        self._conflicts: dict[str, str] = {}
-        """Patch set -> why its patches do not apply together (found once per study)."""
-        self._repo_dir = ""
-        """The workload's git repository (set when the first worktree is made)."""
+        from infrarsi.patches.checkout import PatchedTrees
+
+        self._trees = PatchedTrees(globs=self.contract.editable.globs)
+        """The patched worktrees of this study's trials: one per patch set's content, removed at
+        ``close``."""
         self._lock = threading.Lock()
         """Guards trial ids, markers, worktrees and the log writer across concurrent trials."""
         self._attempts: dict[str, tuple[threading.Event, dict[str, Any]]] = {}
@@ -258,6 +258,7 @@ class StudyExecutor:
         horizon_contract: Any = None,
     ) -> dict[str, Any]:
         from infrarsi.errors import PatchConflictError, PatchError
+        from infrarsi.patches.checkout import digest_mismatch
 
         with self._lock:
             trial_id = self.ids.new(stage)
@@ -283,7 +284,7 @@ class StudyExecutor:
             patch_error: PatchError | None = None
             try:
                 code_dir, patch_extra = self._code_dir_for(config, patch_list, patch_file, digests)
-                patch_error = _digest_mismatch(patch_list, digests, expect_sha256)
+                patch_error = digest_mismatch(patch_list, digests, expect_sha256)
             except PatchError as e:
                 patch_error = e
         if patch_error is not None:  # refused before any rank starts: no device time spent
@@ -344,79 +345,29 @@ class StudyExecutor:
     ) -> tuple[str | None, dict[str, Any]]:
         """The code dir of a config (None: the runner's own) and extra row fields; appends the
         patch files (repository-relative, every one of a set, or study-relative for a proposal's)
-        to ``patch_list`` and their sha256 digests, as read now, to ``digests``."""
+        to ``patch_list`` and their sha256 digests, as read now, to ``digests``. The tree itself
+        is ``infrarsi.patches.checkout``'s, as for every trial."""
         from infrarsi.errors import PatchError
-        from infrarsi.execution.knobs.code_patch import config_patch, patch_relpaths, patch_set
-        from infrarsi.execution.knobs.code_patch import patch_file as named_patch
-        from infrarsi.study.candidate import file_sha256
+        from infrarsi.patches.checkout import PatchSet, knob_patch_set
+        from infrarsi.patches.knob import config_patch
 
         digests = digests if digests is not None else []
-
-        name = config_patch(config)
         if patch_file is not None:
             path = (self.paths.root / patch_file).resolve()
             if not path.is_relative_to(self.paths.root.resolve()):
                 raise PatchError(
                     f"patch {patch_file!r}: a proposal's patch lives in the study directory."
                 )
-            key, rels, files = f"proposal:{patch_file}:{file_sha256(path)}", [patch_file], [path]
-        elif name is None:
+            patches: PatchSet | None = PatchSet(files=(path,), logged=(patch_file,))
+        else:  # a patch or a set `a+b` named by the config (None: the untouched code)
+            patches = knob_patch_set(self.runner.code_dir, config_patch(config))
+        if patches is None:
             return None, {}
-        else:  # a patch or a set `a+b` (one worktree per set, keyed by the value)
-            root = Path(self.runner.code_dir).resolve()
-            key, rels, files = (
-                name,
-                patch_relpaths(name),
-                [named_patch(root, n) for n in patch_set(name)],
-            )
-        patch_list.extend(
-            r for r in rels if r not in patch_list
-        )  # named in the row even when refused
-        digests.extend(file_sha256(f) for f in files)
-        tree, sub = self._tree(key, files)
-        return str(tree.path / sub), {
-            "patch_base_sha": tree.base_sha,
-            "patch_paths_touched": list(tree.paths_touched),
-        }
-
-    def _tree(self, name: str, patches: list[Path]) -> tuple[Any, Path]:
-        """The worktree of patch (or set) ``name`` (the files ``patches``, applied in order; made on
-        first use) and the code dir inside it. A set whose patches do not apply together raises
-        ``PatchConflictError`` (remembered: asked again, it is refused without a new check)."""
-        import git
-
-        from infrarsi.errors import PatchConflictError
-        from infrarsi.patches import check_conflicts, create_worktree
-
-        code_root = Path(self.runner.code_dir).resolve()
-        try:
-            repo = git.Repo(str(code_root), search_parent_directories=True)
-        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-            from infrarsi.errors import PatchError
-
-            raise PatchError(
-                f"{code_root}: not in a git repository; code patches need the "
-                f"workload's code committed to git."
-            ) from None
-        self._repo_dir = str(repo.working_tree_dir)
-        sub = code_root.relative_to(Path(self._repo_dir).resolve())
-        if name in self._conflicts:
-            raise PatchConflictError(self._conflicts[name])
-        if name not in self._trees:
-            if len(patches) > 1:
-                try:
-                    check_conflicts(repo, patches)
-                except PatchConflictError as e:
-                    self._conflicts[name] = str(e)
-                    raise
-            self._trees[name] = create_worktree(repo, patches, globs=self.contract.editable.globs)
-            log.info(
-                "patch.worktree",
-                patch=name,
-                path=str(self._trees[name].path),
-                base_sha=self._trees[name].base_sha,
-            )
-        return self._trees[name], sub
+        # named in the row even when refused
+        patch_list.extend(r for r in patches.logged if r not in patch_list)
+        digests.extend(patches.digests())
+        code = self._trees.code_for(self.runner.code_dir, patches)
+        return code.code_dir, dict(code.extra)
 
     def _failed(
         self, trial_id: str, stage: str, config: dict[str, Any], patches: list[str], error: str
@@ -529,42 +480,10 @@ class StudyExecutor:
         return rows
 
     def close(self) -> None:
-        from infrarsi.patches import remove_worktree
-
         self.markers.stop_heartbeats()
         self.runner.close()
         self.writer.close()
-        for name, tree in list(self._trees.items()):
-            try:
-                remove_worktree(self._repo_dir, tree.path)
-            except Exception as e:  # closing must not fail the stage
-                log.warning(
-                    "patch.worktree_remove_failed", patch=name, path=str(tree.path), error=str(e)
-                )
-            self._trees.pop(name, None)
+        self._trees.close()
 
     def ping(self) -> bool:
         return True
-
-
-def _digest_mismatch(paths: list[str], digests: list[str], expect: list[str] | None) -> Any:
-    """A ``PatchError`` when the patches about to run are not the ones a candidate recorded
-    (another list, or a file whose bytes changed since), else None."""
-    from infrarsi.errors import PatchError
-
-    if expect is None:
-        return None
-    if len(expect) != len(digests):
-        return PatchError(
-            f"the candidate recorded {len(expect)} patch(es), this trial would run "
-            f"{len(digests)} ({paths}); re-run the stage that chose it."
-        )
-    for path, got, want in zip(paths, digests, expect, strict=True):
-        if got != want:
-            return PatchError(
-                f"patch {path!r} changed since the candidate was measured: sha256 "
-                f"{got[:16] or 'unreadable'} now, {want[:16]} recorded. A candidate "
-                f"runs exactly the patch it was measured with; restore that file or "
-                f"propose the new one as a new candidate."
-            )
-    return None

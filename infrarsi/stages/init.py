@@ -206,7 +206,7 @@ def check_init_options(
 
 def _check_patches(space: Any, wl: Workload, editable_globs: list[str] | None) -> list[str]:
     """Scope- and apply-check the patches of the space's ``code_patch`` knob (none: no-op)."""
-    from infrarsi.execution.knobs.code_patch import check_space_patches, patch_names
+    from infrarsi.patches import check_space_patches, patch_names
     from infrarsi.study.contract import EditableScope
 
     if not patch_names(space):

@@ -85,7 +85,7 @@ def propose(
     spells it), the rule and the fix: an unknown knob or value, a knob outside the editable scope,
     a knob set while its ``when`` condition is false (it would be silently dropped), and a
     candidate already queued or already measured (it would be run twice)."""
-    from infrarsi.execution.knobs.code_patch import config_patch
+    from infrarsi.patches import config_patch
     from infrarsi.stages.common import baseline_config, load_space
     from infrarsi.study.contract import Contract
 
@@ -324,23 +324,17 @@ def _store_patch_text(
 def _check_and_store_patch(
     contract: Any, paths: StudyPaths, patch: Path, pid: str
 ) -> tuple[list[str], str]:
-    import git
-
     from infrarsi.execution.runner import default_code_dir
-    from infrarsi.patches import Patch, check_applies, check_scope
+    from infrarsi.patches import Patch, check_applies, check_scope, code_repo
 
     p = Patch.load(patch)
     touched = check_scope(
         p, contract.editable.globs
     )  # forbidden paths, binary, symlinks, modes: refused
-    code_root = Path(default_code_dir(contract.workload_model())).resolve()
     try:
-        repo = git.Repo(str(code_root), search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise PatchError(
-            f"propose --patch: the workload's code ({code_root}) is not in a git repository; "
-            f"patches need it committed to git."
-        ) from None
+        repo, _ = code_repo(default_code_dir(contract.workload_model()))
+    except PatchError as e:
+        raise PatchError(f"propose --patch: the workload's code: {e}") from None
     check_applies(repo, p)
     dest_dir = make_private_dir(paths.proposals / "patches")
     dest = dest_dir / f"{pid}.diff"

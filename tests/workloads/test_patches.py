@@ -23,8 +23,7 @@ import git
 import pytest
 import torch
 
-from infrarsi.execution.knobs.code_patch import check_space_patches, patch_names, patch_set
-from infrarsi.patches import check_scope
+from infrarsi.patches import check_scope, check_space_patches, patch_names, patch_set
 from tests.workloads.patch_helpers import (
     ROOT,
     assert_same_loss_and_grads,

@@ -1,4 +1,5 @@
-"""The ``code_patch`` knob: patches scope- and apply-checked at init, and a real patched trial.
+"""The ``code_patch`` knob: its handler, and a patched trial followed through the executor,
+``infrarsi trial`` and ``apply`` (the values and init's checks: tests/patches/test_knob.py).
 
 Each test builds its own git repository holding a copy of the workload code (``workloads/``)
 and a search space with a ``code_patch`` knob, so the patches apply to a committed tree whatever
@@ -8,75 +9,17 @@ the state of this checkout. The real trial runs through ``StudyExecutor`` -> ``T
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import git
 import pytest
-import yaml
 
-from infrarsi.errors import KnobError, PatchError
-from infrarsi.execution.knobs.code_patch import PATCH_KNOB, code_patch, patch_names
+from infrarsi.errors import KnobError
+from infrarsi.execution.knobs.code_patch import code_patch
 from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialBuild
+from infrarsi.patches import PATCH_KNOB, knob_patch_set
 from infrarsi.stages.init import init_stage
-
-ROOT = Path(__file__).resolve().parents[3]
-MODEL = "workloads/models/dense/model.py"
-FAST = {"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none", "dtype": "fp32"}
-
-
-def _commit(repo: git.Repo, msg: str) -> None:
-    repo.git.add("-A")
-    repo.git.commit("-q", "-m", msg, "--no-verify")
-
-
-def _diff_patch(repo: git.Repo, name: str, old: str, new: str, path: str = MODEL) -> None:
-    """Write workloads/patches/<name>.diff with `git diff` of an edit, then undo the edit."""
-    f = Path(str(repo.working_tree_dir)) / path
-    text = f.read_text() if f.exists() else ""
-    assert old in text
-    f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text(text.replace(old, new, 1) if old else new)
-    out = Path(str(repo.working_tree_dir)) / "workloads/patches" / f"{name}.diff"
-    if not text:
-        repo.git.add("-N", path)
-    out.write_text(repo.git.diff(path) + "\n")
-    if text:
-        repo.git.checkout("--", path)
-    else:
-        repo.git.rm("--cached", "-q", path)
-        f.unlink()
-
-
-def make_repo(tmp: Path, values: list[str], *, steps: tuple[int, int] = (1, 3)) -> Path:
-    """A git repo with the workload code, ``workloads/dense_debug.yaml`` (short) and a space whose
-    ``code_patch`` knob takes ``values``; the patches ``boom`` and ``outside`` are generated."""
-    root = tmp / "repo"
-    shutil.copytree(
-        ROOT / "workloads", root / "workloads", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    (root / "search_spaces").mkdir()
-    space = yaml.safe_load((ROOT / "search_spaces/deepspeed_dense.yaml").read_text())
-    space["knobs"] = [k for k in space["knobs"] if k["name"] != PATCH_KNOB]
-    space["knobs"].append({"name": PATCH_KNOB, "type": "choice", "values": values})
-    (root / "search_spaces/deepspeed_dense.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
-    wl = yaml.safe_load((ROOT / "workloads/dense_debug.yaml").read_text())
-    wl["steps"] = {"warmup": steps[0], "measured": steps[1]}
-    (root / "workloads/dense_debug.yaml").write_text(yaml.safe_dump(wl, sort_keys=False))
-    repo = git.Repo.init(root)
-    with repo.config_writer() as cw:
-        cw.set_value("user", "name", "test")
-        cw.set_value("user", "email", "test@example.com")
-    _commit(repo, "workload")
-    _diff_patch(
-        repo,
-        "boom",
-        "    c, s = cos[: x.shape[-2]], sin[: x.shape[-2]]\n",
-        '    raise RuntimeError("boom patch is applied")\n',
-    )
-    _diff_patch(repo, "outside", "", "print('not workload code')\n", path="infrarsi_hack.py")
-    _commit(repo, "patches")
-    return root
+from tests.patches.workload_repo import FAST, MODEL, ROOT, conflicting_pair, make_repo
 
 
 def test_handler_records_and_checks_the_name() -> None:
@@ -104,38 +47,6 @@ def test_shipped_patch_is_a_git_diff_of_the_dense_model() -> None:
     assert "+    xc = torch.view_as_complex(" in text
 
 
-def test_patch_outside_the_editable_scope_is_refused_at_init(tmp_path: Path) -> None:
-    root = make_repo(tmp_path, ["none", "rope_complex", "outside"])
-    space = root / "search_spaces/deepspeed_dense.yaml"
-    assert patch_names(space) == ["rope_complex", "outside"]
-    with pytest.raises(PatchError) as e:
-        init_stage(root / "workloads/dense_debug.yaml", tmp_path / "study")
-    msg = str(e.value)
-    assert "outside.diff" in msg and "infrarsi_hack.py" in msg and "workloads/**" in msg
-    assert not (tmp_path / "study" / "contract.yaml").exists()
-    # A narrower scope refuses the model patch too; a missing patch file is named.
-    root2 = make_repo(tmp_path / "2", ["none", "rope_complex"])
-    with pytest.raises(PatchError, match=r"rope_complex.diff.*workloads/models/moe/\*\*"):
-        init_stage(
-            root2 / "workloads/dense_debug.yaml",
-            tmp_path / "s2",
-            editable_globs=["workloads/models/moe/**"],
-        )
-    (root2 / "workloads/patches/rope_complex.diff").unlink()
-    with pytest.raises(PatchError, match=r"rope_complex\.diff does not exist"):
-        init_stage(root2 / "workloads/dense_debug.yaml", tmp_path / "s3")
-
-
-def test_patch_that_does_not_apply_to_head_is_refused_at_init(tmp_path: Path) -> None:
-    root = make_repo(tmp_path, ["none", "rope_complex"])
-    repo = git.Repo(root)
-    model = root / MODEL
-    model.write_text(model.read_text().replace('"""Rotate ``x``', '"""Rotates ``x``'))
-    _commit(repo, "the model moved on")
-    with pytest.raises(PatchError, match="does not apply"):
-        init_stage(root / "workloads/dense_debug.yaml", tmp_path / "study")
-
-
 @pytest.mark.integration
 def test_patched_trial_runs_the_patched_code_with_the_same_loss(
     tmp_path: Path, ray_local: str
@@ -151,7 +62,10 @@ def test_patched_trial_runs_the_patched_code_with_the_same_loss(
         base = ex.run_trial({**FAST, PATCH_KNOB: "none"}, "run")
         patched = ex.run_trial({**FAST, PATCH_KNOB: "rope_complex"}, "run")
         boom = ex.run_trial({**FAST, PATCH_KNOB: "boom"}, "run")
-        tree = ex._trees["rope_complex"].path
+        # the tree it ran in: asked again, the study's trees give the same one (not a new one)
+        code = ex._trees.code_for(ex.runner.code_dir, knob_patch_set(root, "rope_complex"))
+        assert len(ex._trees) == 2 and code.tree is not None
+        tree = code.tree.path
         assert "view_as_complex" in (tree / MODEL).read_text()
         assert "view_as_complex" not in (root / MODEL).read_text()  # the user's tree is untouched
     finally:
@@ -206,59 +120,6 @@ def test_apply_puts_the_winners_patch_on_the_branch(tmp_path: Path) -> None:
     assert PATCH_KNOB in repo.git.show(f"tuned:infrarsi/{contract.study}/knobs.yaml")
 
 
-def _conflicting_pair(root: Path) -> None:
-    """Patches ``twice`` and ``plus_one`` edit the same line of the model (each applies alone),
-    and ``ident`` an unrelated line."""
-    repo = git.Repo(root)
-    line = "    out = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)\n"
-    _diff_patch(repo, "twice", line, line.replace(".flatten(-2)", ".flatten(-2) * 2"))
-    _diff_patch(repo, "plus_one", line, line.replace(".flatten(-2)", ".flatten(-2) + 1"))
-    _diff_patch(repo, "ident", "class RMSNorm(nn.Module):\n", "class RMSNorm(nn.Module):  # norm\n")
-    _commit(repo, "more patches")
-
-
-def test_patch_set_syntax() -> None:
-    from infrarsi.execution.knobs.code_patch import patch_relpaths, patch_set
-
-    assert patch_set("none") == [] and patch_set("a") == ["a"]
-    assert patch_set("rope_complex+moe_batched_experts") == ["rope_complex", "moe_batched_experts"]
-    assert patch_relpaths("a+b") == ["workloads/patches/a.diff", "workloads/patches/b.diff"]
-    for bad in ("a+a", "a+", "+a", "a+none", "a+b.diff", "a+../b"):
-        with pytest.raises(KnobError, match="not a patch name or set"):
-            patch_set(bad)
-
-
-def test_a_conflicting_set_in_the_space_is_refused_at_init_and_a_compatible_one_is_kept(
-    tmp_path: Path,
-) -> None:
-    from infrarsi.errors import PatchConflictError
-    from infrarsi.execution.knobs.code_patch import check_space_patches, set_conflicts
-
-    root = make_repo(
-        tmp_path, ["none", "twice", "plus_one", "ident", "twice+ident", "twice+plus_one"]
-    )
-    _conflicting_pair(root)
-    assert set(set_conflicts(root, ["twice+ident", "twice+plus_one", "plus_one+twice"])) == {
-        "twice+plus_one",
-        "plus_one+twice",
-    }
-    space = root / "search_spaces/deepspeed_dense.yaml"
-    with pytest.raises(PatchConflictError) as e:
-        init_stage(root / "workloads/dense_debug.yaml", tmp_path / "study")
-    msg = str(e.value)
-    assert (
-        "twice+plus_one" in msg
-        and "plus_one.diff conflicts with" in msg
-        and "twice+ident'" not in msg
-    )
-    assert not (tmp_path / "study" / "contract.yaml").exists()
-    # Without the conflicting set the space passes; each patch file is returned once.
-    data = yaml.safe_load(space.read_text())
-    data["knobs"][-1]["values"] = ["none", "twice", "ident", "twice+ident"]
-    files = check_space_patches(data, root, ["workloads/**"])
-    assert [Path(f).name for f in files] == ["twice.diff", "ident.diff"]
-
-
 def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_path: Path) -> None:
     """A set that conflicts (here the space's check at init was bypassed) is refused before any
     rank starts: a ``failed`` row with ``patch_conflict``, no device time, both patches named;
@@ -271,7 +132,7 @@ def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_p
     root = make_repo(
         tmp_path, ["none", "twice", "plus_one", "ident", "twice+ident", "twice+plus_one"]
     )
-    _conflicting_pair(root)
+    conflicting_pair(root)
     study = tmp_path / "study"
     contract = Contract.create(
         root / "workloads/dense_debug.yaml",
@@ -303,10 +164,10 @@ def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_p
         bad = ex.run_trial({**FAST, PATCH_KNOB: "twice+plus_one"}, "run")
         again = ex.run_trial({**FAST, PATCH_KNOB: "twice+plus_one"}, "run")
         good = ex.run_trial({**FAST, PATCH_KNOB: "twice+ident"}, "run")
-        tree = ex._trees["twice+ident"].path
+        tree = Path(str(ran[0]["code_dir"]))
         text = (tree / MODEL).read_text()
         assert ".flatten(-2) * 2" in text and "class RMSNorm(nn.Module):  # norm" in text
-        assert "twice+plus_one" not in ex._trees
+        assert len(ex._trees) == 1  # the conflicting set got no worktree
     finally:
         ex.close()
     for row in (bad, again):
@@ -318,7 +179,7 @@ def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_p
     ]  # the conflict never reached the runner
     assert good["status"] == "ok"
     assert good["patches"] == ["workloads/patches/twice.diff", "workloads/patches/ident.diff"]
-    assert ran[0]["code_dir"] == str(tree)
+    assert not tree.exists()  # removed at close
     logged = {r["trial_id"]: r for r in read_trials(study).to_pylist()}
     assert logged[bad["trial_id"]]["status"] == "failed"
 
@@ -350,32 +211,6 @@ def test_apply_puts_every_patch_of_the_winners_set_on_the_branch(tmp_path: Path)
     apply(study, root, branch="tuned")
     text = git.Repo(root).git.show(f"tuned:{MODEL}")
     assert "view_as_complex" in text and "enable_gqa=" in text
-
-
-def test_patched_code_is_a_temporary_worktree_with_the_patch_and_none_is_the_own_code(
-    tmp_path: Path,
-) -> None:
-    from infrarsi.execution.knobs.code_patch import patched_code
-
-    root = make_repo(tmp_path, ["none", "rope_complex"])
-    with patched_code(root, "none") as own:
-        assert own.code_dir is None and own.patches == []
-    with patched_code(root, "rope_complex") as code:
-        tree = Path(str(code.code_dir))
-        assert "view_as_complex" in (tree / MODEL).read_text()
-        assert code.patches == ["workloads/patches/rope_complex.diff"]
-        assert code.extra["patch_base_sha"] == git.Repo(root).head.commit.hexsha
-    assert not tree.exists()  # removed on exit
-    assert "view_as_complex" not in (root / MODEL).read_text()
-    with pytest.raises(PatchError, match="do not exist"), patched_code(root, "no_such_patch"):
-        pass
-    plain = tmp_path / "plain"
-    shutil.copytree(root / "workloads", plain / "workloads", ignore=shutil.ignore_patterns(".git"))
-    with (
-        pytest.raises(PatchError, match="not in a git repository"),
-        patched_code(plain, "rope_complex"),
-    ):
-        pass
 
 
 @pytest.mark.integration
