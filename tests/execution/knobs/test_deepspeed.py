@@ -143,7 +143,7 @@ def test_a_new_knob_is_one_yaml_entry_and_one_registered_function(wl, tmp_path):
     )
 
     @register_knob("test_clip_norm", values=integer(lo=0), default=0, after=("zero_stage",))
-    def test_clip_norm(value: int, build: TrialBuild, ctx: KnobContext) -> None:
+    def clip_norm_handler(value: int, build: TrialBuild, ctx: KnobContext) -> None:
         """Clips the gradient norm at this value. Sets ``gradient_clipping``."""
         build.ds_config["gradient_clipping"] = float(value)
 
