@@ -67,7 +67,7 @@ skip() { say "$1: SKIPPED (no CUDA)"; }
 # no longer applies shows here in seconds instead of as a refused S5.
 step "S0 code patches of $WL's search space apply" 60 10 "$PY" - "$WL" <<'PY'
 import sys
-from infrarsi.execution.knobs.code_patch import check_space_patches, patch_names
+from infrarsi.patches import check_space_patches, patch_names
 from infrarsi.workload import Workload
 wl = Workload.from_yaml(sys.argv[1])
 space = wl.search_space_path()
