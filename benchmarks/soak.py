@@ -120,9 +120,7 @@ class Soak:
         from infrarsi.study.trial_log import read_trials, rows
 
         return sum(
-            1
-            for r in rows(read_trials(study))
-            if r.stage == "run" and not r.extra.get("interrupted")
+            1 for r in rows(read_trials(study)) if r.stage == "run" and not r.extra.interrupted
         )
 
     def observe(self, ph: Phase) -> list[str]:

@@ -189,7 +189,7 @@ def _result(
     t0: float,
     step_time_s: float | None = None,
 ) -> Any:
-    from infrarsi.result import TrialResult
+    from infrarsi.result import TrialExtra, TrialResult
 
     ok = draw.status == "ok"
     step = step_time_s if step_time_s is not None else draw.step_time_s
@@ -211,7 +211,7 @@ def _result(
         ended_at=t0 + draw.wall_s,
         hardware=_hardware(v, problem.capacity),
         simulated=True,
-        extra={"num_params": int(problem.source.model.num_params)},
+        extra=TrialExtra(num_params=int(problem.source.model.num_params)),
     )
 
 

@@ -2,7 +2,7 @@
 
 Read from ``DIR/bank_warm_start.json`` (the warm-start choice ``stages.optimizer_factory`` made:
 entries used, with their repairs, and entries dropped as invalid here) and from the trials whose
-``AskInfo`` phase is ``warm_start`` (``extra["ask_info"]``, with the ``WarmStartOrigin``). A used
+``AskInfo`` phase is ``warm_start`` (``extra.ask_info``, with the ``WarmStartOrigin``). A used
 entry is "tried" when a run trial measured its config; its effect is that trial's step time
 against this study's baseline, next to the step time it had relative to its own baseline.
 The bank's studies used inside the models (``record["transfer"]``, ``search.transfer``) are
@@ -31,7 +31,7 @@ def _f(v: Any, digits: int = 3) -> str:
 
 def _ask_info(row: Any) -> dict[str, Any]:
     """The row's ``extra.ask_info`` dict (empty when absent or malformed)."""
-    raw = row.extra.get("ask_info")
+    raw = row.extra.ask_info
     return raw if isinstance(raw, dict) else {}
 
 
@@ -162,7 +162,7 @@ def _transfer_blocks(transfer: dict[str, Any] | None, runs: list[Any]) -> list[B
         return []
     weights = []
     for r in runs:
-        raw = r.extra.get("ask_info")
+        raw = r.extra.ask_info
         tw = raw.get("transfer_weights") if isinstance(raw, dict) else None
         if isinstance(tw, (list, tuple)) and len(tw) == 2:
             weights.append((r.trial_id, float(tw[0]), float(tw[1])))

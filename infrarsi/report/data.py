@@ -198,11 +198,7 @@ def _baseline_config(data: StudyData) -> dict[str, Any]:
         return dict(cfg)
     if data.doctor is not None and data.doctor.baseline_config:
         return dict(data.doctor.baseline_config)
-    doc = [
-        r
-        for r in data.trials
-        if r.stage == "doctor" and r.extra.get("role", "baseline") == "baseline"
-    ]
+    doc = [r for r in data.trials if r.stage == "doctor" and r.extra.role in (None, "baseline")]
     if doc:
         return dict(doc[0].config)
     return dict(data.contract.workload.get("baseline", {}))
@@ -230,16 +226,12 @@ def _side(
         if ver:
             return Side(label, cfg, ver, "verify")
     ver = [
-        r
-        for r in ok
-        if r.stage == "verify" and r.extra.get("role") == role and _matches(r.config, cfg)
+        r for r in ok if r.stage == "verify" and r.extra.role == role and _matches(r.config, cfg)
     ]
     if ver:
         return Side(label, cfg, ver, "verify")
     if doctor_ok:
-        doc = [
-            r for r in ok if r.stage == "doctor" and r.extra.get("role", "baseline") == "baseline"
-        ]
+        doc = [r for r in ok if r.stage == "doctor" and r.extra.role in (None, "baseline")]
         if doc:
             return Side(label, cfg, doc, "doctor")
     run = [r for r in ok if r.stage == "run" and _matches(r.config, cfg)]

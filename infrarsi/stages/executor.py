@@ -37,7 +37,7 @@ from typing import Any
 
 import structlog
 
-from infrarsi.result import TrialResult
+from infrarsi.result import TrialExtra, TrialResult
 from infrarsi.stages.common import load_space
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import MARKER_STALE_S, InflightMarkers, StudyPaths, TrialIds
@@ -126,7 +126,7 @@ class StudyExecutor:
         stage: str,
         *,
         patches: list[str] | None = None,
-        extra: dict[str, Any] | None = None,
+        extra: TrialExtra | None = None,
         timeout_s: float | None = None,
         placement_group: Any = None,
         patch_file: str | None = None,
@@ -223,7 +223,7 @@ class StudyExecutor:
         candidate: Any,
         stage: str,
         *,
-        extra: dict[str, Any] | None = None,
+        extra: TrialExtra | None = None,
         timeout_s: float | None = None,
         **horizon: Any,
     ) -> dict[str, Any]:
@@ -247,7 +247,7 @@ class StudyExecutor:
         stage: str,
         *,
         patches: list[str] | None = None,
-        extra: dict[str, Any] | None = None,
+        extra: TrialExtra | None = None,
         timeout_s: float | None = None,
         placement_group: Any = None,
         patch_file: str | None = None,
@@ -269,7 +269,7 @@ class StudyExecutor:
                 refused = self._failed(
                     trial_id, stage, config, list(patches or []), f"out of scope: {scope}"
                 )
-                refused.extra["out_of_scope"] = True
+                refused.extra.out_of_scope = True
                 if extra:
                     refused.extra.update(extra)
                 self.writer.write(refused)
@@ -279,7 +279,7 @@ class StudyExecutor:
             patch_list = list(patches or [])
             digests: list[str] = []
             code_dir: str | None = None
-            patch_extra: dict[str, Any] = {}
+            patch_extra = TrialExtra()
             patch_error: PatchError | None = None
             try:
                 code_dir, patch_extra = self._code_dir_for(config, patch_list, patch_file, digests)
@@ -289,7 +289,7 @@ class StudyExecutor:
         if patch_error is not None:  # refused before any rank starts: no device time spent
             result = self._failed(trial_id, stage, config, patch_list, f"code patch: {patch_error}")
             if isinstance(patch_error, PatchConflictError):
-                result.extra["patch_conflict"] = str(patch_error)
+                result.extra.patch_conflict = str(patch_error)
         else:
             if timeout_s is None:
                 timeout_s = self.default_timeout_s()
@@ -308,7 +308,7 @@ class StudyExecutor:
             result.extra.update(patch_extra)
         result.patch_sha256 = list(digests)
         if steps is not None:
-            result.extra["horizon_steps"] = int(steps)
+            result.extra.horizon_steps = int(steps)
         self.markers.ended(trial_id)  # its devices are free: the heartbeat stops
         if extra:
             result.extra.update(extra)
@@ -341,8 +341,8 @@ class StudyExecutor:
         patch_list: list[str],
         patch_file: str | None = None,
         digests: list[str] | None = None,
-    ) -> tuple[str | None, dict[str, Any]]:
-        """The code dir of a config (None: the runner's own) and extra row fields; appends the
+    ) -> tuple[str | None, TrialExtra]:
+        """The code dir of a config (None: the runner's own) and the row's patch fields; appends the
         patch files (repository-relative, every one of a set, or study-relative for a proposal's)
         to ``patch_list`` and their sha256 digests, as read now, to ``digests``."""
         from infrarsi.errors import PatchError
@@ -361,7 +361,7 @@ class StudyExecutor:
                 )
             key, rels, files = f"proposal:{patch_file}:{file_sha256(path)}", [patch_file], [path]
         elif name is None:
-            return None, {}
+            return None, TrialExtra()
         else:  # a patch or a set `a+b` (one worktree per set, keyed by the value)
             root = Path(self.runner.code_dir).resolve()
             key, rels, files = (
@@ -374,10 +374,9 @@ class StudyExecutor:
         )  # named in the row even when refused
         digests.extend(file_sha256(f) for f in files)
         tree, sub = self._tree(key, files)
-        return str(tree.path / sub), {
-            "patch_base_sha": tree.base_sha,
-            "patch_paths_touched": list(tree.paths_touched),
-        }
+        return str(tree.path / sub), TrialExtra(
+            patch_base_sha=tree.base_sha, patch_paths_touched=list(tree.paths_touched)
+        )
 
     def _tree(self, name: str, patches: list[Path]) -> tuple[Any, Path]:
         """The worktree of patch (or set) ``name`` (the files ``patches``, applied in order; made on
@@ -473,10 +472,10 @@ class StudyExecutor:
         ok, reasons = check_invariants(
             result, reference, contract if contract is not None else self.contract
         )
-        result.extra["invariants_checked"] = True
+        result.extra.invariants_checked = True
         if not ok:
-            result.extra["invariant_reasons"] = reasons
-            result.extra["measured_step_time_s"] = result.step_time_s
+            result.extra.invariant_reasons = reasons
+            result.extra.measured_step_time_s = result.step_time_s
             result.status = "invariant_violation"
             result.error = "; ".join(reasons)
 
@@ -521,7 +520,7 @@ class StudyExecutor:
                 device_seconds=world * (ended - started),
                 started_at=started,
                 ended_at=ended,
-                extra={"interrupted": True, "device_seconds_lower_bound": True},
+                extra=TrialExtra(interrupted=True, device_seconds_lower_bound=True),
             )
             self.writer.write(res)
             self.markers.done(m["trial_id"])

@@ -63,7 +63,7 @@ def bank_disabled(contract: Any) -> bool:
 def study_hardware(rows: Sequence[TrialResult]) -> dict[str, Any] | None:
     """The hardware dict of the study's first measured trial (None before any)."""
     for r in rows:
-        if r.hardware and not r.extra.get("interrupted"):
+        if r.hardware and not r.extra.interrupted:
             return dict(r.hardware)
     return None
 
@@ -112,9 +112,7 @@ def bank_warm_start_selection(
         bank = Bank(bank_root if bank_root is not None else contract.switches_in_force().bank)
         if not bank.files():
             return [], []
-        num_params = next(
-            (r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None
-        )
+        num_params = next((r.extra.num_params for r in rows if r.extra.num_params), None)
         candidates = bank.warm_start_rows(
             contract, space, study_hardware(rows), num_params=num_params
         )
@@ -255,9 +253,7 @@ def build_optimizer(
             baseline=baseline,
             hardware=study_hardware(rows),
             revalidate=revalidate_config,
-            num_params=next(
-                (r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None
-            ),
+            num_params=next((r.extra.num_params for r in rows if r.extra.num_params), None),
         )
     if not bank_disabled(contract) and d.is_dir():
         record_warm_start(
@@ -283,7 +279,7 @@ def build_optimizer(
         initial_origins=[WarmStartOrigin.from_dict(p) for p in warm],
     )
     for r in rows:
-        if r.extra.get("interrupted") or not r.config:
+        if r.extra.interrupted or not r.config:
             continue
         if has_proposal_patch(r):  # another candidate than its knobs alone (study.candidate)
             continue
@@ -314,11 +310,7 @@ def logged_row(study_dir: str | Path, tune_trial_id: str) -> TrialResult | None:
     from infrarsi.study.trial_log import rows as rows_from_table
 
     for r in rows_from_table(read_trials(Path(study_dir))):
-        if (
-            r.stage == "run"
-            and r.extra.get("tune_trial_id") == tune_trial_id
-            and not r.extra.get("interrupted")
-        ):
+        if r.stage == "run" and r.extra.tune_trial_id == tune_trial_id and not r.extra.interrupted:
             return r
     return None
 

@@ -6,7 +6,7 @@
 optimizer, oldest first, each as an ordinary run trial: it is moved to ``proposals/taken/``
 (an atomic rename, so two runs never take the same one), run under the contract, checked against
 the invariants, told to the optimizer, and verified like any candidate. The proposer's rationale
-travels in the row (``extra["proposal"]``) into the report.
+travels in the row (``extra.proposal``) into the report.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class ProposalQueue:
         self.queued_dir = self.paths.proposals / "queued"
         """Proposals waiting for a run trial."""
         self.taken_dir = self.paths.proposals / "taken"
-        """Proposals a run trial took (its row carries ``extra["proposal"]``)."""
+        """Proposals a run trial took (its row carries ``extra.proposal``)."""
         self.patch_dir = self.paths.proposals / "patches"
         """The proposals' patch files."""
         self.lock_path = self.paths.proposals / "queue.lock"

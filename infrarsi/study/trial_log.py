@@ -7,7 +7,8 @@ end-of-stream marker. ``read_trials`` reads every segment and tolerates a torn l
 writer killed mid-write), which pyarrow reports as ``OSError`` or ``ArrowInvalid``.
 
 The schema is derived from ``infrarsi.result.TrialResult``: adding a field there adds a column
-here. Dict fields are stored as JSON strings, ``started_at``/``ended_at`` as UTC timestamps.
+here. Dict fields (and ``extra``, a ``TrialExtra``) are stored as JSON strings, ``started_at``/
+``ended_at`` as UTC timestamps.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from infrarsi.errors import LogError
-from infrarsi.result import TrialResult
+from infrarsi.result import TrialExtra, TrialResult
 from infrarsi.study.paths import make_private_dir, write_error
 
 TRIALS_DIRNAME = "trials"
@@ -57,7 +58,7 @@ def _arrow_type(name: str, hint: Any) -> pa.DataType:
     if origin is list:
         (inner,) = typing.get_args(hint) or (str,)
         return pa.list_(pa.float64() if inner is float else pa.string())
-    if origin is dict or hint is dict:
+    if origin is dict or hint is dict or hint is TrialExtra:
         return pa.string()  # JSON text
     raise LogError(f"TrialResult field {name!r} has type {hint!r}, which the log cannot store.")
 

@@ -19,7 +19,7 @@ scope-checks every patch the space names against the contract's editable globs, 
 applies to HEAD, and refuses a space holding a set whose patches do not apply together
 (``check_space_patches``), so the optimizer never proposes one; a set that reaches the executor
 some other way (a warm start, a hand-written config) and conflicts is logged ``failed`` with
-``extra["patch_conflict"]`` and ``device_seconds`` 0, before any rank starts.
+``extra.patch_conflict`` and ``device_seconds`` 0, before any rank starts.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 from infrarsi.errors import KnobError, PatchConflictError, PatchError
 from infrarsi.execution.knobs.registry import KnobContext, TrialBuild, checked_by, register_knob
 from infrarsi.knob_names import CODE_PATCH
+from infrarsi.result import TrialExtra
 
 PATCH_KNOB = CODE_PATCH
 """Name of the knob."""
@@ -143,8 +144,8 @@ class PatchedCode:
     """The code dir inside the patched worktree (None: the runner's own, unpatched)."""
     patches: list[str] = field(default_factory=list)
     """Repository-relative patch files applied, in order (the row's ``patches`` column)."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Row fields: ``patch_base_sha`` and ``patch_paths_touched``."""
+    extra: TrialExtra = field(default_factory=TrialExtra)
+    """The row's patch fields: ``patch_base_sha`` and ``patch_paths_touched``."""
 
 
 @contextlib.contextmanager
@@ -184,10 +185,9 @@ def patched_code(code_dir: str | Path, value: Any) -> Iterator[PatchedCode]:
         yield PatchedCode(
             code_dir=str(tree.path / sub),
             patches=patch_relpaths(name),
-            extra={
-                "patch_base_sha": tree.base_sha,
-                "patch_paths_touched": list(tree.paths_touched),
-            },
+            extra=TrialExtra(
+                patch_base_sha=tree.base_sha, patch_paths_touched=list(tree.paths_touched)
+            ),
         )
 
 

@@ -364,7 +364,7 @@ def test_patched_code_is_a_temporary_worktree_with_the_patch_and_none_is_the_own
         tree = Path(str(code.code_dir))
         assert "view_as_complex" in (tree / MODEL).read_text()
         assert code.patches == ["workloads/patches/rope_complex.diff"]
-        assert code.extra["patch_base_sha"] == git.Repo(root).head.commit.hexsha
+        assert code.extra.patch_base_sha == git.Repo(root).head.commit.hexsha
     assert not tree.exists()  # removed on exit
     assert "view_as_complex" not in (root / MODEL).read_text()
     with pytest.raises(PatchError, match="do not exist"), patched_code(root, "no_such_patch"):
@@ -413,7 +413,7 @@ def test_infrarsi_trial_runs_a_code_patch_in_a_worktree(tmp_path: Path, ray_loca
     (row,) = rows(read_trials(study))
     assert row.status == "failed" and "boom patch is applied" in row.error, row.error[-2000:]
     assert row.patches == ["workloads/patches/boom.diff"]
-    assert row.extra["patch_base_sha"] == git.Repo(root).head.commit.hexsha
+    assert row.extra.patch_base_sha == git.Repo(root).head.commit.hexsha
     assert [
         p for p in git.Repo(root).git.worktree("list").splitlines() if "infrarsi-wt-" in p
     ] == []
