@@ -34,7 +34,6 @@ the study's trials), unless the model shape is unknown or the contract's ``switc
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -179,41 +178,33 @@ def record_warm_start(
 ) -> None:
     """Write ``DIR/bank_warm_start.json`` (the report's audit reads it) when the selection
     differs from the recorded one; never raises (a read-only study only loses the record).
-    ``transfer``: the bank's studies used inside the models (``bank_transfer_prior``'s summary)."""
-    from infrarsi.study.paths import StudyPaths
+    ``transfer``: the bank's studies used inside the models (``bank_transfer_prior``'s summary).
+    The record is a ``WarmStartRecord``; a bank entry's keys it does not name are left out."""
+    from infrarsi.errors import StudyError
+    from infrarsi.study.paths import StudyPaths, write_json_atomic
+    from infrarsi.study.warm_start_record import WarmStartRecord
 
     path = StudyPaths(Path(study_dir)).bank_warm_start
-    keep = (
-        "config",
-        "bank_config",
-        "repairs",
-        "reason",
-        "relative_step_time",
-        "relative_peak_memory",
-        "similarity",
-        "source_study",
-        "source_key",
-        "trial_id",
-        "hardware_fingerprint",
-    )
-    record = {
-        "bank": bank,
-        "used": [{k: p.get(k) for k in keep if k != "reason"} for p in used],
-        "dropped": [{k: p.get(k) for k in keep} for p in dropped],
-        "transfer": transfer,
-    }
     try:
+        record = WarmStartRecord.model_validate(
+            {
+                "bank": bank,
+                "used": [{k: v for k, v in p.items() if k != "reason"} for p in used],
+                "dropped": dropped,
+                "transfer": transfer,
+            }
+        )
         if path.exists():
-            old = json.loads(path.read_text())
-            old.pop("at", None)
-            if old == json.loads(json.dumps(record, default=str)):
-                return
-        if not (used or dropped or transfer or path.exists()):
+            try:
+                if WarmStartRecord.read(path).same_choice(record):
+                    return
+            except StudyError:  # a damaged record: written again below
+                pass
+        elif not (used or dropped or transfer):
             return
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({**record, "at": time.time()}, indent=2, default=str))
-        tmp.replace(path)
-    except (OSError, ValueError) as e:
+        record.at = time.time()
+        write_json_atomic(path, record.to_dict())
+    except (OSError, ValueError) as e:  # pydantic's ValidationError is a ValueError
         log.warning("bank.warm_start_record_failed", path=str(path), error=str(e))
 
 

@@ -16,6 +16,7 @@ Layout::
     DIR/long_check.json    the accepted candidate past the trial's horizon (long check;
                            ``infrarsi.study.long_check_report``)
     DIR/bank_warm_start.json the experience bank's configs chosen to warm-start the search, and those dropped
+                           (``infrarsi.study.warm_start_record``)
     DIR/report.md, DIR/report.html
 
 A study directory, and every folder infrarsi makes in it, is created with mode 0700
