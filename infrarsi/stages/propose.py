@@ -302,7 +302,7 @@ def _store_patch_text(
 ) -> tuple[list[str], str]:
     """``_check_and_store_patch`` for a diff given as text: it is written where it will be kept,
     checked there, and removed again on a refusal, whose message names the field, not the file."""
-    dest = make_private_dir(paths.proposals / "patches") / f"{pid}.diff"
+    dest = make_private_dir(paths.proposal_patches) / f"{pid}.diff"
     dest.write_text(text)
     try:
         return _check_and_store_patch(contract, paths, dest, pid)
@@ -342,7 +342,7 @@ def _check_and_store_patch(
             f"patches need it committed to git."
         ) from None
     check_applies(repo, p)
-    dest_dir = make_private_dir(paths.proposals / "patches")
+    dest_dir = make_private_dir(paths.proposal_patches)
     dest = dest_dir / f"{pid}.diff"
     if patch.resolve() != dest.resolve():
         shutil.copyfile(patch, dest)

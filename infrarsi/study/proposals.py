@@ -62,13 +62,13 @@ class ProposalQueue:
 
     def __init__(self, study_dir: str | Path) -> None:
         self.paths = StudyPaths(Path(study_dir))
-        self.queued_dir = self.paths.proposals / "queued"
+        self.queued_dir = self.paths.proposals_queued
         """Proposals waiting for a run trial."""
-        self.taken_dir = self.paths.proposals / "taken"
+        self.taken_dir = self.paths.proposals_taken
         """Proposals a run trial took (its row carries ``extra.proposal``)."""
-        self.patch_dir = self.paths.proposals / "patches"
+        self.patch_dir = self.paths.proposal_patches
         """The proposals' patch files."""
-        self.lock_path = self.paths.proposals / "queue.lock"
+        self.lock_path = self.paths.proposals_lock
         """The queue's own lock (``infrarsi.study.lock``): held while an id is chosen and its
         proposal written, so two proposers never get the same id (the study lock is not taken:
         proposing while ``run`` holds the study is the point of the queue)."""

@@ -29,10 +29,8 @@ import pyarrow as pa
 
 from infrarsi.errors import LogError
 from infrarsi.result import TrialExtra, TrialResult
-from infrarsi.study.paths import make_private_dir, write_error
+from infrarsi.study.paths import StudyPaths, make_private_dir, write_error
 
-TRIALS_DIRNAME = "trials"
-"""Name of the trial-log folder inside a study directory."""
 SEGMENT_SUFFIX = ".arrows"
 """File suffix of one writer's IPC stream segment."""
 _TIMESTAMP_FIELDS = ("started_at", "ended_at")
@@ -99,7 +97,7 @@ def _row(result: TrialResult, schema: pa.Schema) -> dict[str, list[Any]]:
 
 def trials_dir(study_dir: str | os.PathLike[str]) -> Path:
     """The ``trials/`` folder of a study directory."""
-    return Path(study_dir) / TRIALS_DIRNAME
+    return StudyPaths(Path(study_dir)).trials
 
 
 class TrialLogWriter:
@@ -194,7 +192,7 @@ class TrialLogWriter:
 def _segment_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
-    folder = path / TRIALS_DIRNAME if (path / TRIALS_DIRNAME).is_dir() else path
+    folder = StudyPaths(path).trials if StudyPaths(path).trials.is_dir() else path
     return sorted(folder.glob(f"*{SEGMENT_SUFFIX}"))
 
 
