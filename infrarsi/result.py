@@ -9,13 +9,29 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Status = Literal["ok", "oom", "failed", "timeout", "nan", "invariant_violation"]
-STATUSES: tuple[str, ...] = ("ok", "oom", "failed", "timeout", "nan", "invariant_violation")
+"""How a trial ended (``TrialResult.status``)."""
+STATUSES: tuple[Status, ...] = typing.get_args(Status)
+"""Every ``Status``, in this order."""
+RankStatus = Literal["ok", "oom", "failed", "nan"]
+"""How one rank's part of a trial ended (``timeout`` is decided by the group, the invariants after
+the ranks)."""
+
+
+def is_status(value: object) -> typing.TypeGuard[Status]:
+    """True when ``value`` is one of ``STATUSES`` (a row's or a caller's text)."""
+    return value in STATUSES
+
+
 Stage = Literal["doctor", "run", "verify", "long", "trial"]
+"""Which stage ran a trial (``TrialResult.stage``)."""
+STAGES: tuple[Stage, ...] = typing.get_args(Stage)
+"""Every ``Stage``, in this order."""
 
 
 Role = Literal[
@@ -207,13 +223,13 @@ class TrialResult:
 
     trial_id: str
     """Unique id of the trial within the study (never reused, also across resumes)."""
-    stage: str
+    stage: Stage
     """Which stage ran it: ``doctor``, ``run``, ``verify``, ``long`` (the long check past the
     trial's horizon: ``extra.horizon_steps`` steps) or ``trial`` (the CLI command)."""
     config: dict[str, Any]
     """Knob name -> value; every knob of the space (inactive knobs hold their default)."""
-    status: str = "failed"
-    """One of ``STATUSES``."""
+    status: Status = "failed"
+    """How it ended (one of ``STATUSES``)."""
     error: str = ""
     """Exception text or invariant-violation reason; empty when ok."""
     patches: list[str] = field(default_factory=list)

@@ -70,3 +70,15 @@ def test_trial_result_round_trips_with_extra_as_a_dict_or_its_json() -> None:
     assert TrialResult.from_dict({**raw, "extra": ""}).extra == TrialExtra()
     # a dict given to the constructor (a stored row's, an older caller's) becomes the record
     assert TrialResult(trial_id="t", stage="run", config={}, extra={"warm": True}).extra.warm  # type: ignore[arg-type]
+
+
+def test_statuses_and_stages_are_their_literals_values_in_order() -> None:
+    from infrarsi.result import STAGES, STATUSES, RankStatus, is_status
+
+    assert STATUSES == ("ok", "oom", "failed", "timeout", "nan", "invariant_violation")
+    assert STAGES == ("doctor", "run", "verify", "long", "trial")
+    assert set(typing.get_args(RankStatus)) < set(STATUSES)
+    assert is_status("oom") and not is_status("missing") and not is_status(None)
+    hints = typing.get_type_hints(TrialResult)
+    assert typing.get_args(hints["status"]) == STATUSES
+    assert typing.get_args(hints["stage"]) == STAGES

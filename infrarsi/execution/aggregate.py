@@ -24,13 +24,13 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from infrarsi.result import TrialExtra, TrialResult
+from infrarsi.result import Stage, Status, TrialExtra, TrialResult
 
-STATUS_PRIORITY = ("oom", "nan", "failed", "timeout")
+STATUS_PRIORITY: tuple[Status, ...] = ("oom", "nan", "failed", "timeout")
 """Which rank status wins when ranks disagree (first match)."""
 
 
-def classify(rank_results: Sequence[dict[str, Any] | None], timed_out: bool) -> tuple[str, str]:
+def classify(rank_results: Sequence[dict[str, Any] | None], timed_out: bool) -> tuple[Status, str]:
     """(status, error text) of a trial from its rank results."""
     statuses = [r.get("status", "failed") if r is not None else "missing" for r in rank_results]
     errors = [
@@ -38,7 +38,7 @@ def classify(rank_results: Sequence[dict[str, Any] | None], timed_out: bool) -> 
         for i, r in enumerate(rank_results)
         if r is not None and r.get("status") != "ok"
     ]
-    for status in ("oom", "nan", "failed"):
+    for status in STATUS_PRIORITY[:3]:  # a rank's own failure; timeout is the group's
         if status in statuses:
             return status, "\n".join(errors)
     unknown = [s for s in statuses if s not in ("ok", "missing")]
@@ -80,7 +80,7 @@ def aggregate(
     *,
     timed_out: bool,
     trial_id: str,
-    stage: str,
+    stage: Stage,
     config: dict[str, Any],
     patches: Sequence[str] = (),
     world_size: int,

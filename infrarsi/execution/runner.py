@@ -34,7 +34,7 @@ from infrarsi.errors import KnobError, TrialError
 from infrarsi.execution.aggregate import aggregate
 from infrarsi.execution.knobs.registry import check_space, process_env
 from infrarsi.execution.worker import DEFAULT_ENTRY, SCRIPT_ENTRY
-from infrarsi.result import TrialExtra, TrialResult
+from infrarsi.result import Stage, TrialExtra, TrialResult
 from infrarsi.search.space import SearchSpace
 from infrarsi.structlog_config import get_logger
 from infrarsi.workload import Workload
@@ -251,7 +251,7 @@ class TrialRunner:
         config: dict[str, Any],
         *,
         trial_id: str,
-        stage: str = "trial",
+        stage: Stage = "trial",
         patches: list[str] | tuple[str, ...] = (),
         timeout_s: float | None = None,
         code_dir: str | None = None,
@@ -325,7 +325,7 @@ class TrialRunner:
         config: dict[str, Any],
         *,
         trial_id: str,
-        stage: str,
+        stage: Stage,
         patches: list[str],
         timeout_s: float,
         code_dir: str,
@@ -437,7 +437,7 @@ class TrialRunner:
         config: dict[str, Any],
         *,
         trial_id: str,
-        stage: str,
+        stage: Stage,
         patches: list[str],
         timeout_s: float,
         started: float,

@@ -37,7 +37,7 @@ from typing import Any
 
 import structlog
 
-from infrarsi.result import TrialExtra, TrialResult
+from infrarsi.result import Stage, TrialExtra, TrialResult
 from infrarsi.stages.common import load_space
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import MARKER_STALE_S, InflightMarkers, StudyPaths, TrialIds
@@ -123,7 +123,7 @@ class StudyExecutor:
     def run_trial(
         self,
         config: dict[str, Any],
-        stage: str,
+        stage: Stage,
         *,
         patches: list[str] | None = None,
         extra: TrialExtra | None = None,
@@ -221,7 +221,7 @@ class StudyExecutor:
     def run_candidate(
         self,
         candidate: Any,
-        stage: str,
+        stage: Stage,
         *,
         extra: TrialExtra | None = None,
         timeout_s: float | None = None,
@@ -244,7 +244,7 @@ class StudyExecutor:
     def _run_trial(
         self,
         config: dict[str, Any],
-        stage: str,
+        stage: Stage,
         *,
         patches: list[str] | None = None,
         extra: TrialExtra | None = None,
@@ -418,7 +418,7 @@ class StudyExecutor:
         return self._trees[name], sub
 
     def _failed(
-        self, trial_id: str, stage: str, config: dict[str, Any], patches: list[str], error: str
+        self, trial_id: str, stage: Stage, config: dict[str, Any], patches: list[str], error: str
     ) -> TrialResult:
         now = time.time()
         return TrialResult(

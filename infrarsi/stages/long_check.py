@@ -46,7 +46,7 @@ from typing import Any
 import structlog
 
 from infrarsi.errors import ConfigError, StudyError
-from infrarsi.result import TrialExtra, TrialResult
+from infrarsi.result import Stage, TrialExtra, TrialResult
 from infrarsi.stages.doctor_analysis import HONEST_CHANGE_FACTOR
 from infrarsi.stages.long_check_analysis import (
     DEFAULT_HORIZON_FACTOR,
@@ -72,7 +72,7 @@ from infrarsi.study.verify_report import VerifyReport
 
 log = structlog.get_logger(__name__)
 
-STAGE = "long"
+STAGE: Stage = "long"
 """The trial log's ``stage`` of the long check's rows (ids ``long-NNNN``)."""
 START_S = 10.0
 """Estimated seconds a check with its own executor spends before its first step: connecting to

@@ -42,6 +42,8 @@ def _arrow_type(name: str, hint: Any) -> pa.DataType:
     if name in _TIMESTAMP_FIELDS:
         return _TS_TYPE
     origin = typing.get_origin(hint)
+    if origin is typing.Literal and all(isinstance(a, str) for a in typing.get_args(hint)):
+        return pa.string()
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         return _arrow_type(name, args[0])

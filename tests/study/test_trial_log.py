@@ -50,6 +50,7 @@ def test_schema_has_the_required_columns_and_types():
     assert s.field("config").type == pa.string()
     assert s.field("hardware").type == pa.string()
     assert s.field("extra").type == pa.string()
+    assert s.field("stage").type == s.field("status").type == pa.string()
     assert s.field("patches").type == pa.list_(pa.string())
     assert s.field("loss").type == pa.list_(pa.float64())
     assert s.field("step_time_samples_s").type == pa.list_(pa.float64())
