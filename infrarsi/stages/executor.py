@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -41,6 +41,10 @@ from infrarsi.result import Stage, TrialExtra, TrialResult
 from infrarsi.stages.common import load_space
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import MARKER_STALE_S, InflightMarkers, StudyPaths, TrialIds
+
+if TYPE_CHECKING:
+    from infrarsi.study.contract import Contract
+    from infrarsi.study.invariants import Reference
 
 log = structlog.get_logger(__name__)
 
@@ -134,8 +138,8 @@ class StudyExecutor:
         expect_sha256: list[str] | None = None,
         steps: int | None = None,
         checkpoint_step: int | None = None,
-        horizon_reference: Any = None,
-        horizon_contract: Any = None,
+        horizon_reference: Reference | None = None,
+        horizon_contract: Contract | None = None,
     ) -> dict[str, Any]:
         """Run one trial and return its logged row as a dict (TrialResult fields).
 
@@ -157,7 +161,7 @@ class StudyExecutor:
         ``expect_sha256`` (verify, the long check): the digests the candidate's patches must
         have, in order; a patch file whose bytes changed since (or a different patch list) is
         refused before any rank starts, logged ``failed`` naming the file and both digests."""
-        horizon = {
+        horizon: dict[str, Any] = {  # run_trial's horizon options, passed on as they came
             "steps": steps,
             "checkpoint_step": checkpoint_step,
             "horizon_reference": horizon_reference,
@@ -254,8 +258,8 @@ class StudyExecutor:
         expect_sha256: list[str] | None = None,
         steps: int | None = None,
         checkpoint_step: int | None = None,
-        horizon_reference: Any = None,
-        horizon_contract: Any = None,
+        horizon_reference: Reference | None = None,
+        horizon_contract: Contract | None = None,
     ) -> dict[str, Any]:
         from infrarsi.errors import PatchConflictError, PatchError
 
@@ -456,7 +460,10 @@ class StudyExecutor:
         return TIMEOUT_FACTOR * float(wall) + TIMEOUT_SLACK_S
 
     def _apply_invariants(
-        self, result: TrialResult, reference: Any = None, contract: Any = None
+        self,
+        result: TrialResult,
+        reference: Reference | None = None,
+        contract: Contract | None = None,
     ) -> None:
         """Check ``result`` against ``reference`` under ``contract`` (default: the doctor's
         reference and the study's contract) and mark it ``invariant_violation`` with the reasons."""

@@ -37,7 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -45,6 +45,11 @@ from infrarsi.result import TrialResult
 from infrarsi.search import AskInfo, Optimizer, Outcome, WarmStartOrigin
 from infrarsi.stages.bank_transfer import bank_transfer_prior
 from infrarsi.workload_prior import prior_for_workload
+
+if TYPE_CHECKING:
+    from infrarsi.search import SearchSpace
+    from infrarsi.study.contract import Contract
+    from infrarsi.study.proposals import ProposalQueue
 
 log = structlog.get_logger(__name__)
 
@@ -54,7 +59,7 @@ WARM_START_MAX_RELATIVE_MEMORY = 0.9
 """A warm-start config must have used at most this fraction of its own study's memory capacity."""
 
 
-def bank_disabled(contract: Any) -> bool:
+def bank_disabled(contract: Contract) -> bool:
     """True when the contract's bank switch is off (``Contract.switches_in_force().bank`` is None)."""
     return contract.switches_in_force().bank is None
 
@@ -68,7 +73,7 @@ def study_hardware(rows: Sequence[TrialResult]) -> dict[str, Any] | None:
 
 
 def revalidate_config(
-    space: Any, config: Mapping[str, Any], baseline: Mapping[str, Any]
+    space: SearchSpace, config: Mapping[str, Any], baseline: Mapping[str, Any]
 ) -> tuple[dict[str, Any] | None, tuple[str, ...], str | None]:
     """A bank config made valid in ``space``, when the repair is obvious: knobs the space lacks are
     dropped, knobs the config lacks take the ``baseline``'s value (else the space's default).
@@ -90,8 +95,8 @@ def revalidate_config(
 
 
 def bank_warm_start_selection(
-    contract: Any,
-    space: Any,
+    contract: Contract,
+    space: SearchSpace,
     rows: Sequence[TrialResult],
     *,
     bank_root: str | Path | None = None,
@@ -155,8 +160,8 @@ def bank_warm_start_selection(
 
 
 def bank_warm_start_configs(
-    contract: Any,
-    space: Any,
+    contract: Contract,
+    space: SearchSpace,
     rows: Sequence[TrialResult],
     *,
     bank_root: str | Path | None = None,
@@ -209,7 +214,7 @@ def record_warm_start(
 
 
 def build_optimizer(
-    contract: Any,
+    contract: Contract,
     rows: list[TrialResult],
     *,
     study_dir: str | Path,
@@ -236,11 +241,12 @@ def build_optimizer(
         contract.workload_model(), enabled=contract.switches_in_force().analytic_prior
     )
     transfer, transfer_summary = None, None
-    if analytic is not None and not bank_disabled(contract):
+    switched_bank = contract.switches_in_force().bank  # None: the bank is off (bank_disabled)
+    if analytic is not None and switched_bank is not None:
         transfer, transfer_summary = bank_transfer_prior(
             contract,
             space,
-            bank_root=bank_root if bank_root is not None else contract.switches_in_force().bank,
+            bank_root=bank_root if bank_root is not None else switched_bank,
             baseline=baseline,
             hardware=study_hardware(rows),
             revalidate=revalidate_config,
@@ -307,10 +313,10 @@ def logged_row(study_dir: str | Path, tune_trial_id: str) -> TrialResult | None:
 
 
 def make_searcher(
-    optimizer: Any,
+    optimizer: Optimizer,
     *,
     info_key: str,
-    proposals: Any = None,
+    proposals: ProposalQueue | None = None,
     proposal_key: str = "",
     study_dir: str | Path | None = None,
 ) -> Any:

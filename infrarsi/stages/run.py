@@ -26,7 +26,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
@@ -36,6 +36,9 @@ from infrarsi.stages.executor import StudyExecutor
 from infrarsi.study.candidate import Candidate
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import StudyPaths
+
+if TYPE_CHECKING:
+    from infrarsi.study.contract import Contract
 
 log = structlog.get_logger(__name__)
 
@@ -416,7 +419,7 @@ class _HarnessOnly:
         self.errors = [e for e in (getattr(grid, "errors", None) or []) if not is_lost_actor(e)]
 
 
-def _check_capacity(contract: Any, doctor: DoctorReport) -> None:
+def _check_capacity(contract: Contract, doctor: DoctorReport) -> None:
     """A memory capacity above the device's own would make every real OOM a lie ("peak >= the
     capacity" when the device ran out below it): a ``ClusterError`` before any trial."""
     from infrarsi.errors import ClusterError
