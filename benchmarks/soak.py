@@ -113,16 +113,16 @@ class Soak:
 
     @staticmethod
     def in_flight(study: Path) -> list[str]:
-        return sorted(p.stem for p in (study / "inflight").glob("run-*.json"))
+        from infrarsi.study.paths import StudyPaths
+
+        return sorted(p.stem for p in StudyPaths(study).inflight.glob("run-*.json"))
 
     @staticmethod
     def counted(study: Path) -> int:
         from infrarsi.study.trial_log import read_trials, rows
 
         return sum(
-            1
-            for r in rows(read_trials(study))
-            if r.stage == "run" and not r.extra.get("interrupted")
+            1 for r in rows(read_trials(study)) if r.stage == "run" and not r.extra.interrupted
         )
 
     def observe(self, ph: Phase) -> list[str]:
@@ -247,8 +247,9 @@ class Soak:
     def holds(ph: Phase, proc: subprocess.Popen[bytes]) -> bool:
         """Whether the harness process holds the study's lock now."""
         from infrarsi.study.lock import read_holder
+        from infrarsi.study.paths import StudyPaths
 
-        holder = read_holder(ph.study / "study.lock")
+        holder = read_holder(StudyPaths(ph.study).lock)
         return holder is not None and holder.pid == proc.pid
 
     def harness_sigkill(self, ph: Phase, proc: subprocess.Popen[bytes]) -> bool:

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from infrarsi.result import TrialExtra
+
 _RUN_ID = re.compile(r"^run-(\d+)$")
 
 FIELDS: dict[str, str] = {
@@ -54,6 +56,14 @@ def _get(row: Any, name: str, default: Any = None) -> Any:
     return getattr(row, name, default)
 
 
+def _extra(row: Any) -> TrialExtra:
+    """A row's ``TrialExtra`` (a dict row's ``extra`` is its ``to_dict()``, or that as JSON)."""
+    raw = _get(row, "extra")
+    if isinstance(raw, TrialExtra):
+        return raw
+    return TrialExtra.from_dict(json.loads(raw) if isinstance(raw, str) and raw else raw or None)
+
+
 def account(
     rows: Iterable[Any],
     *,
@@ -69,8 +79,8 @@ def account(
     ``markers_seen``: trial ids of in-flight markers observed while it ran; ``leftover_markers``:
     marker ids still on disk at the end; ``tune_reported``: Tune trial ids that reported a result."""
     run = [r for r in rows if _get(r, "stage") == stage]
-    extra = [dict(_get(r, "extra") or {}) for r in run]
-    interrupted = [bool(e.get("interrupted")) for e in extra]
+    extra = [_extra(r) for r in run]
+    interrupted = [bool(e.interrupted) for e in extra]
     ids = [str(_get(r, "trial_id")) for r in run]
     logged = set(ids)
     started = set(logged) | set(markers_seen) | set(leftover_markers)
@@ -78,7 +88,7 @@ def account(
     if numbers:
         started |= {f"{stage}-{n:04d}" for n in range(max(numbers) + 1)}
     lost = sorted(started - logged)
-    tune_ids = [e.get("tune_trial_id") for e, i in zip(extra, interrupted, strict=True) if not i]
+    tune_ids = [e.tune_trial_id for e, i in zip(extra, interrupted, strict=True) if not i]
     lost += sorted(f"tune:{t}" for t in set(tune_reported) - {t for t in tune_ids if t})
     lost += sorted(f"marker:{t}" for t in set(leftover_markers))
     dup: list[str] = []

@@ -189,7 +189,7 @@ def _result(
     t0: float,
     step_time_s: float | None = None,
 ) -> Any:
-    from infrarsi.result import TrialResult
+    from infrarsi.result import TrialExtra, TrialResult
 
     ok = draw.status == "ok"
     step = step_time_s if step_time_s is not None else draw.step_time_s
@@ -211,7 +211,7 @@ def _result(
         ended_at=t0 + draw.wall_s,
         hardware=_hardware(v, problem.capacity),
         simulated=True,
-        extra={"num_params": int(problem.source.model.num_params)},
+        extra=TrialExtra(num_params=int(problem.source.model.num_params)),
     )
 
 
@@ -362,7 +362,7 @@ def run_target(
         "phases": phases,
         "transfer_weights": weights,
         "trials_to_3pct": trials_to_threshold(ratios),
-        "bank_warm_start": _read_json(study / "bank_warm_start.json"),
+        "bank_warm_start": _bank_audit(study),
     }
 
 
@@ -388,11 +388,17 @@ def hoist_bank_audits(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _read_json(path: Path) -> Any:
+def _bank_audit(study: Path) -> dict[str, Any] | None:
+    """The study's ``bank_warm_start.json`` (``WarmStartRecord``) as a dict; None when it has none
+    or it is damaged."""
+    from infrarsi.errors import StudyError
+    from infrarsi.study.warm_start_record import WarmStartRecord
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        record = WarmStartRecord.load_if_present(study)
+    except StudyError:
         return None
+    return record.to_dict() if record is not None else None
 
 
 def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:

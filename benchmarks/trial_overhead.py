@@ -39,19 +39,19 @@ CONFIG = {"zero_stage": 2, "micro_batch_size": 4}
 
 def breakdown(res: TrialResult) -> dict[str, Any]:
     """Where one trial's wall time went."""
-    wall = float(res.extra["acquire_s"]) + float(res.extra["trial_wall_s"])
+    wall = float(res.extra.acquire_s or 0.0) + float(res.extra.trial_wall_s or 0.0)
     measured = float(sum(res.step_time_samples_s))
     out: dict[str, Any] = {
         "trial_id": res.trial_id,
         "status": res.status,
-        "warm": res.extra["warm"],
+        "warm": res.extra.warm,
         "wall_s": round(wall, 3),
         "measured_s": round(measured, 3),
-        "acquire_s": round(float(res.extra["acquire_s"]), 3),
+        "acquire_s": round(float(res.extra.acquire_s or 0.0), 3),
         "setup_time_s": round(res.setup_time_s or 0.0, 3),
         "warmup_time_s": round(res.warmup_time_s or 0.0, 3),
         "step_time_s": res.step_time_s,
-        "end_checks_s": round(float(res.extra.get("end_checks_time_s") or 0.0), 3),
+        "end_checks_s": round(float(res.extra.end_checks_time_s or 0.0), 3),
         "overhead_share": round(1.0 - measured / wall, 4) if wall > 0 else None,
     }
     out["other_s"] = round(

@@ -23,11 +23,10 @@ from typing import Any
 import structlog
 
 from infrarsi.errors import ConfigError
+from infrarsi.study.paths import STUDY_LOG, StudyPaths
 
 LOG_FORMATS = ("text", "json")
 """Accepted values of ``--log-format``."""
-STUDY_LOG = Path("logs") / "infrarsi.jsonl"
-"""Where a study keeps its structured log, relative to the study directory."""
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 _PENDING_MAX = 10_000
 """Events a study log holds in memory until its study exists (``init`` creates it)."""
@@ -57,7 +56,7 @@ class StudyLog:
     def __init__(self, study_dir: str | Path) -> None:
         self.study_dir = Path(study_dir).resolve()
         """The study directory (its ``contract.yaml`` marks it as a study)."""
-        self.path = self.study_dir / STUDY_LOG
+        self.path = StudyPaths(self.study_dir).study_log
         """The log file: ``DIR/logs/infrarsi.jsonl``."""
         self._fd: int | None = None
         self._pending: list[bytes] = []
@@ -65,7 +64,7 @@ class StudyLog:
         """``attach_study_log`` calls not yet detached (the sink closes at zero)."""
 
     def _open(self) -> int | None:
-        if self._fd is None and (self.study_dir / "contract.yaml").is_file():
+        if self._fd is None and (StudyPaths(self.study_dir).contract).is_file():
             self.path.parent.mkdir(mode=0o700, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             for line in self._pending:
@@ -190,7 +189,7 @@ def attach_study_log(study_dir: str | Path) -> StudyLog:
         _fan_out not in structlog.get_config()["processors"]
     ):  # structlog's defaults: not configured here
         configure_logging(_STATE.fmt, next(k for k, v in _LEVELS.items() if v == _STATE.level))
-    path = Path(study_dir).resolve() / STUDY_LOG
+    path = StudyPaths(Path(study_dir).resolve()).study_log
     sink = next((s for s in _STATE.study_logs if s.path == path), None)
     if sink is None:
         sink = StudyLog(study_dir)

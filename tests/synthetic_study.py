@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from infrarsi.result import TrialResult
+from infrarsi.result import TrialExtra, TrialResult
 from infrarsi.study.candidate import PatchRef, file_sha256
 from infrarsi.study.contract import Contract
 from infrarsi.study.switches import StudySwitches
@@ -99,9 +99,9 @@ def row(
         started_at=t0,
         ended_at=t0 + 20,
         hardware={"device": "cpu", "device_kind": hw, "host": "h1"},
-        extra={"num_params": 5_300_000},
+        extra=TrialExtra(num_params=5_300_000),
     )
-    r.extra.update(kw.pop("extra", {}))
+    r.extra.update(kw.pop("extra", TrialExtra()))
     for k, v in kw.items():
         setattr(r, k, v)
     return r
@@ -159,7 +159,7 @@ def write_verified(
     rows = []
     for i, r in enumerate(candidate_rows):
         r.trial_id, r.stage = f"verify-c{i}", "verify"
-        r.extra.update({"role": "candidate", "round": 0, "pair": i, "candidate": 0})
+        r.extra.update(TrialExtra(role="candidate", round=0, pair=i, candidate=0))
         rows.append(r)
     write_rows(study_dir, rows, name="verify")
     first = rows[0]
@@ -233,14 +233,14 @@ def make_study(
                 hw=hw,
                 patches=list(patches or []) if cfg == BEST else [],
                 patch_sha256=list(digests) if cfg == BEST else [],
-                extra={
-                    "ask_info": {
+                extra=TrialExtra(
+                    ask_info={
                         "config": cfg,
                         "phase": "bo",
                         "ask_index": i,  # AskInfo.to_dict()
                         "predicted_peak_memory_bytes": mem * 0.9 * GIB,
                     }
-                },
+                ),
             )
         )
     for p in range(3):
@@ -253,7 +253,7 @@ def make_study(
                 step=2.0 + 0.02 * p,
                 mem=0.3,
                 hw=hw,
-                extra={"role": "baseline", "round": 0, "pair": p},
+                extra=TrialExtra(role="baseline", round=0, pair=p),
             )
         )
         rows.append(
@@ -267,7 +267,7 @@ def make_study(
                 hw=hw,
                 patches=list(patches or []),
                 patch_sha256=list(digests),
-                extra={"role": "candidate", "round": 0, "pair": p, "candidate": 0},
+                extra=TrialExtra(role="candidate", round=0, pair=p, candidate=0),
             )
         )
     write_rows(d, rows)

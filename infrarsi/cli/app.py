@@ -37,6 +37,7 @@ from typer.models import ArgumentInfo
 
 from infrarsi.errors import InfrarsiError, UserInputError
 from infrarsi.structlog_config import LOG_FORMATS, configure_logging
+from infrarsi.study.paths import StudyPaths
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_CODES = {
@@ -152,7 +153,7 @@ def _takes_a_study(fn: Callable[..., Any]) -> bool:
 
 def _interrupted(study: Any) -> str:
     """What Ctrl-C leaves: the study, when there is one, and how to resume it."""
-    if study is not None and (Path(study) / "contract.yaml").is_file():
+    if study is not None and StudyPaths(Path(study)).contract.is_file():
         return (
             f"interrupted; the study {study} keeps every trial logged so far: resume it with "
             f"`infrarsi run {study} --resume` (then verify and report as usual)."
@@ -208,14 +209,14 @@ def link_ray_logs(study: Path) -> None:
     import sys
 
     ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized() or not (study / "contract.yaml").is_file():
+    if ray is None or not ray.is_initialized() or not StudyPaths(study).contract.is_file():
         return
     try:
         node = (
             ray._private.worker._global_node
         )  # the session of a Ray this driver started or joined
         logs = Path(node.get_logs_dir_path())
-        link = study / "logs" / "ray"
+        link = StudyPaths(study).logs / "ray"
         if logs.is_dir() and not link.exists():
             link.parent.mkdir(mode=0o700, exist_ok=True)
             link.symlink_to(logs, target_is_directory=True)

@@ -16,6 +16,7 @@ import typer
 from infrarsi.cli.app import app, console, env_help, handle_errors
 from infrarsi.cli.stages import wait_option, wait_seconds
 from infrarsi.errors import ConfigError, StudyError
+from infrarsi.study.paths import StudyPaths
 
 bank_app = typer.Typer(
     name="bank",
@@ -46,7 +47,7 @@ def open_bank(bank: str | None, *, study_dir: Path | None = None) -> Any:
                 f"Fix: name the bank's directory or URI."
             )
         return Bank(root)
-    if study_dir is not None and (study_dir / "contract.yaml").exists():
+    if study_dir is not None and StudyPaths(study_dir).contract.exists():
         from infrarsi.study.contract import Contract
 
         root = Contract.load(study_dir, check_files=False).switches_in_force().bank
@@ -63,10 +64,10 @@ def open_bank(bank: str | None, *, study_dir: Path | None = None) -> Any:
 
 def _studies(folder: Path) -> list[Path]:
     """``folder`` if it is a study, else the studies directly inside it."""
-    if (folder / "contract.yaml").exists():
+    if StudyPaths(folder).contract.exists():
         return [folder]
     if folder.is_dir():
-        return sorted(p for p in folder.iterdir() if (p / "contract.yaml").exists())
+        return sorted(p for p in folder.iterdir() if StudyPaths(p).contract.exists())
     return []
 
 

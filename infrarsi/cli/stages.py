@@ -19,6 +19,7 @@ from rich.table import Table
 
 from infrarsi.cli.app import command, console, env_help, err_console, json_option, print_json
 from infrarsi.cli.progress import StageBars
+from infrarsi.study.paths import StudyPaths
 from infrarsi.units import format_bytes, parse_duration, parse_size
 
 STUDY_HELP = "Study directory (everything a later stage needs is kept in it)."
@@ -318,7 +319,7 @@ def init_cmd(
     if as_json:
         print_json(
             {
-                "contract": str(study / "contract.yaml"),
+                "contract": str(StudyPaths(study).contract),
                 "contract_hash": c.contract_hash,
                 "memory_capacity": c.memory_capacity.describe(),
                 "switches": sw.model_dump(),
@@ -326,7 +327,7 @@ def init_cmd(
             }
         )
         return
-    console.print(f"contract written: {study / 'contract.yaml'} (hash {c.contract_hash[:12]})")
+    console.print(f"contract written: {StudyPaths(study).contract} (hash {c.contract_hash[:12]})")
     console.print(
         f"memory capacity: {c.memory_capacity.describe()}; analytic prior "
         f"{'on' if sw.analytic_prior else 'off'}, loss guard {'on' if sw.loss_guard else 'off'}, "

@@ -9,27 +9,28 @@ Pure functions (no Ray), so that the rules are unit-tested on their own:
   communication is inside the step); ``step_time_s`` = their median; warm-up apart.
 - ``peak_memory_bytes`` = max over ranks (for oom, the known lower bound).
 - loss, tokens and optimizer steps come from the harness counters of rank 0.
-- ``extra["end_checks_time_s"]`` = max over ranks of the end-of-trial checks' seconds;
-  ``extra["device_used_peak_bytes"]`` = max over ranks of the GPU's used-memory peak (``memory.py``);
-- ``extra["leftover_device_bytes"]`` = max over ranks of the GPU memory still allocated after the
+- ``extra.end_checks_time_s`` = max over ranks of the end-of-trial checks' seconds;
+  ``extra.device_used_peak_bytes`` = max over ranks of the GPU's used-memory peak (``memory.py``);
+- ``extra.leftover_device_bytes`` = max over ranks of the GPU memory still allocated after the
   trial's cleanup (the pool recycles a group that leaves too much).
-- ``extra["checkpoint_round_trip"]`` (only when the trial asked for one): rank 0's round trip
+- ``extra.checkpoint_round_trip`` (only when the trial asked for one): rank 0's round trip
   (``checkpoint_trip.RoundTrip``), with the first rank's error when rank 0 has none.
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from infrarsi.result import TrialResult
+from infrarsi.result import Stage, Status, TrialExtra, TrialResult
 
-STATUS_PRIORITY = ("oom", "nan", "failed", "timeout")
+STATUS_PRIORITY: tuple[Status, ...] = ("oom", "nan", "failed", "timeout")
 """Which rank status wins when ranks disagree (first match)."""
 
 
-def classify(rank_results: Sequence[dict[str, Any] | None], timed_out: bool) -> tuple[str, str]:
+def classify(rank_results: Sequence[dict[str, Any] | None], timed_out: bool) -> tuple[Status, str]:
     """(status, error text) of a trial from its rank results."""
     statuses = [r.get("status", "failed") if r is not None else "missing" for r in rank_results]
     errors = [
@@ -37,7 +38,7 @@ def classify(rank_results: Sequence[dict[str, Any] | None], timed_out: bool) -> 
         for i, r in enumerate(rank_results)
         if r is not None and r.get("status") != "ok"
     ]
-    for status in ("oom", "nan", "failed"):
+    for status in STATUS_PRIORITY[:3]:  # a rank's own failure; timeout is the group's
         if status in statuses:
             return status, "\n".join(errors)
     unknown = [s for s in statuses if s not in ("ok", "missing")]
@@ -79,7 +80,7 @@ def aggregate(
     *,
     timed_out: bool,
     trial_id: str,
-    stage: str,
+    stage: Stage,
     config: dict[str, Any],
     patches: Sequence[str] = (),
     world_size: int,
@@ -89,7 +90,7 @@ def aggregate(
     ended_at: float,
     peak_flops_per_s: float | None = None,
     hardware: dict[str, Any] | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: TrialExtra | None = None,
 ) -> TrialResult:
     """Combine the ranks' results of one trial into the log row."""
     status, error = classify(rank_results, timed_out)
@@ -114,7 +115,7 @@ def aggregate(
         ended_at=ended_at,
         device_seconds=float(devices) * max(0.0, ended_at - started_at),
         hardware=dict(hardware or {}),
-        extra=dict(extra or {}),
+        extra=copy.copy(extra) if extra is not None else TrialExtra(),
     )
 
     mems = [int(r["device_memory_bytes"]) for r in answered if r.get("device_memory_bytes")]
@@ -147,48 +148,50 @@ def aggregate(
     res.telemetry = {
         str(r.get("rank", i)): r["telemetry"] for i, r in enumerate(answered) if r.get("telemetry")
     }
-    for key in (
-        "num_params",
-        "flops_per_token",
-        "micro_batch_size",
-        "grad_accum_steps",
-        "ds_config",
-        "workload_loss",
-        "sequences_seen",
-    ):
-        if rank0.get(key) not in (None, [], {}):
-            res.extra[key] = rank0[key]
+
+    def given(key: str) -> Any:
+        """Rank 0's value of ``key``; None when it gave none (or an empty one)."""
+        value = rank0.get(key)
+        return None if value in (None, [], {}) else value
+
+    res.extra.num_params = given("num_params")
+    res.extra.flops_per_token = given("flops_per_token")
+    res.extra.micro_batch_size = given("micro_batch_size")
+    res.extra.grad_accum_steps = given("grad_accum_steps")
+    res.extra.ds_config = given("ds_config")
+    res.extra.workload_loss = given("workload_loss")
+    res.extra.sequences_seen = given("sequences_seen")
     used = [
         int(r["device_used_peak_bytes"])
         for r in answered
         if r.get("device_used_peak_bytes") is not None
     ]
     if used:
-        res.extra["device_used_peak_bytes"] = max(used)
+        res.extra.device_used_peak_bytes = max(used)
     leftover = [
         int(r["leftover_device_bytes"])
         for r in answered
         if r.get("leftover_device_bytes") is not None
     ]
     if leftover:
-        res.extra["leftover_device_bytes"] = max(leftover)
+        res.extra.leftover_device_bytes = max(leftover)
     checks = [
         float(r["end_checks_time_s"]) for r in answered if r.get("end_checks_time_s") is not None
     ]
     if checks:
-        res.extra["end_checks_time_s"] = max(checks)
+        res.extra.end_checks_time_s = max(checks)
     if rank0.get("stopped_early"):
-        res.extra["stopped_early"] = str(rank0["stopped_early"])
+        res.extra.stopped_early = str(rank0["stopped_early"])
     trips = [r["checkpoint"] for r in answered if r.get("checkpoint")]
     if trips:
         trip = dict(rank0.get("checkpoint") or trips[0])
         if not trip.get("error"):
             trip["error"] = next((str(t["error"]) for t in trips if t.get("error")), "")
-        res.extra["checkpoint_round_trip"] = trip
+        res.extra.checkpoint_round_trip = trip
     checksums = [r.get("param_checksum") for r in answered if r.get("param_checksum") is not None]
     if checksums:
-        res.extra["param_checksum"] = checksums[0]
-        res.extra["param_checksums_agree"] = len({repr(c) for c in checksums}) == 1
+        res.extra.param_checksum = checksums[0]
+        res.extra.param_checksums_agree = len({repr(c) for c in checksums}) == 1
 
     tokens = [int(t) for t in (rank0.get("tokens_seen") or [])]
     warm = int(rank0.get("warmup_steps") or 0)
@@ -196,7 +199,7 @@ def aggregate(
     if measured_tokens:
         res.tokens_per_step = int(statistics.median(measured_tokens))
         if len(set(tokens)) > 1:
-            res.extra["tokens_per_step_varied"] = sorted(set(tokens))
+            res.extra.tokens_per_step_varied = sorted(set(tokens))
 
     if status != "ok":
         return res

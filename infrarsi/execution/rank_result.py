@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from infrarsi.result import RankStatus
+
 
 @dataclass
 class RankResult:
@@ -16,7 +18,7 @@ class RankResult:
     """Ranks in the trial."""
     trial_id: str = ""
     """Trial id from the spec."""
-    status: str = "failed"
+    status: RankStatus = "failed"
     """``ok`` | ``oom`` | ``failed`` | ``nan`` (``timeout`` is decided by the group)."""
     error: str = ""
     """Exception text (traceback tail) or OOM message; empty when ok."""

@@ -34,7 +34,7 @@ from infrarsi.errors import KnobError, TrialError
 from infrarsi.execution.aggregate import aggregate
 from infrarsi.execution.knobs.registry import check_space, process_env
 from infrarsi.execution.worker import DEFAULT_ENTRY, SCRIPT_ENTRY
-from infrarsi.result import TrialResult
+from infrarsi.result import Stage, TrialExtra, TrialResult
 from infrarsi.search.space import SearchSpace
 from infrarsi.structlog_config import get_logger
 from infrarsi.workload import Workload
@@ -251,7 +251,7 @@ class TrialRunner:
         config: dict[str, Any],
         *,
         trial_id: str,
-        stage: str = "trial",
+        stage: Stage = "trial",
         patches: list[str] | tuple[str, ...] = (),
         timeout_s: float | None = None,
         code_dir: str | None = None,
@@ -265,7 +265,7 @@ class TrialRunner:
         ``steps`` (the long check's horizon): train this many optimizer steps, warm-up included,
         instead of the workload's ``warmup + measured``. ``checkpoint_step`` (S, with ``steps``
         or without): a DeepSpeed checkpoint round trip at step S (``rank_loop``,
-        ``checkpoint_trip``); the row's ``extra["checkpoint_round_trip"]`` reports it. Both None:
+        ``checkpoint_trip``); the row's ``extra.checkpoint_round_trip`` reports it. Both None:
         the ordinary trial, unchanged.
 
         ``placement_group``: run the ranks in this reserved placement group (a Ray Tune trial's;
@@ -274,7 +274,7 @@ class TrialRunner:
 
         ``loss_guard`` (``{"reference": [loss per step], "atol": a, "rtol": r}``) stops training
         at the first step whose loss leaves the baseline's tolerance (``rank_loop``); the row
-        then has ``extra["stopped_early"]`` and fewer steps than the contract's.
+        then has ``extra.stopped_early`` and fewer steps than the contract's.
         """
         full = self.validate(config, where=f"trial {trial_id} config")
         if self.workload.script is not None:
@@ -325,7 +325,7 @@ class TrialRunner:
         config: dict[str, Any],
         *,
         trial_id: str,
-        stage: str,
+        stage: Stage,
         patches: list[str],
         timeout_s: float,
         code_dir: str,
@@ -419,7 +419,7 @@ class TrialRunner:
         except BaseException:  # KeyboardInterrupt: release everything, then stop
             pool.release(group, "failed")
             raise
-        pool.release(group, res.status, leftover_bytes=res.extra.get("leftover_device_bytes"))
+        pool.release(group, res.status, leftover_bytes=res.extra.leftover_device_bytes)
         log.info(
             "trial done",
             trial_id=trial_id,
@@ -437,7 +437,7 @@ class TrialRunner:
         config: dict[str, Any],
         *,
         trial_id: str,
-        stage: str,
+        stage: Stage,
         patches: list[str],
         timeout_s: float,
         started: float,
@@ -459,22 +459,22 @@ class TrialRunner:
             "deepspeed": _version("deepspeed"),
             "ray": _version("ray"),
         }
-        extra = {
-            "warm": warm,
-            "acquire_s": acquire_s,
-            "group_start_s": group.start_time_s if not warm else 0.0,
-            "trial_wall_s": run.wall_s,
-            "pids": group.pids,
-            "actor_ids": group.actor_ids,
-            "placement_group_id": group.placement_group_id,
-            "node_ids": group.node_ids,
-            "cpu_pinned": group.cpu_pinned,
-            "cpu_pin_note": group.cpu_pin_note,
-            "group_trials_run": group.trials_run,
-            "memory_capacity_bytes": self.memory_capacity_bytes,
-            "code_shipped": "code_package" in spec,
-            "code_digest": spec["code_package"]["digest"] if "code_package" in spec else None,
-        }
+        extra = TrialExtra(
+            warm=warm,
+            acquire_s=acquire_s,
+            group_start_s=group.start_time_s if not warm else 0.0,
+            trial_wall_s=run.wall_s,
+            pids=group.pids,
+            actor_ids=group.actor_ids,
+            placement_group_id=group.placement_group_id,
+            node_ids=group.node_ids,
+            cpu_pinned=group.cpu_pinned,
+            cpu_pin_note=group.cpu_pin_note,
+            group_trials_run=group.trials_run,
+            memory_capacity_bytes=self.memory_capacity_bytes,
+            code_shipped="code_package" in spec,
+            code_digest=spec["code_package"]["digest"] if "code_package" in spec else None,
+        )
         return aggregate(
             run.rank_results,
             timed_out=run.timed_out,

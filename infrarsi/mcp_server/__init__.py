@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from infrarsi.errors import ConfigError, InfrarsiError
+from infrarsi.study.paths import StudyPaths
 
 RESOURCES = {
     "contract": "infrarsi://study/contract",
@@ -132,7 +133,7 @@ def _add_resources(server: Any, root: Path, space: Any) -> None:
     """Publish the contract, the search space and the report (each read when the client reads it)."""
 
     def report_md() -> str:
-        md = root / "report.md"
+        md = StudyPaths(root).report_md
         return (
             md.read_text()
             if md.exists()
@@ -143,7 +144,7 @@ def _add_resources(server: Any, root: Path, space: Any) -> None:
         (
             "contract",
             "application/yaml",
-            lambda: (root / "contract.yaml").read_text(),
+            lambda: StudyPaths(root).contract.read_text(),
             "The study's task contract: workload, baseline, editable scope, budgets, invariants.",
         ),
         (

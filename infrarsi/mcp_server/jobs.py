@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from infrarsi.errors import StudyLockedError, UserInputError
+from infrarsi.study.paths import StudyPaths
 
 JobState = Literal["running", "done", "failed"]
 
@@ -99,7 +100,7 @@ class RunJobs:
                     f"run_trials: rule: one writer per study; the study is held by {holder.describe()}. "
                     f"Fix: call watch, and run_trials again once it is free."
                 )
-            steps = ([] if (self.root / "doctor.json").exists() else ["doctor"]) + ["run"]
+            steps = ([] if StudyPaths(self.root).doctor.exists() else ["doctor"]) + ["run"]
             n = len(self.jobs) + 1
             job = RunJob(job_id=f"run-{n}", trials=trials, steps=steps, log=f"mcp/run-{n}.log")
             self.jobs.append(job)

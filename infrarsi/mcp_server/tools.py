@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from infrarsi.mcp_server.jobs import RunJobs, in_flight
+from infrarsi.study.paths import StudyPaths
 
 
 @dataclass(frozen=True)
@@ -162,4 +163,4 @@ class StudyTools:
                 f"{holder.describe()}. Fix: call watch, and report once it is free."
             )
         write_report(self.root)
-        return (self.root / "report.md").read_text()
+        return StudyPaths(self.root).report_md.read_text()

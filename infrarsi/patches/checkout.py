@@ -37,6 +37,7 @@ from infrarsi.patches.knob import (
     patch_set,
 )
 from infrarsi.patches.worktree import PatchedTree, create_worktree, remove_worktree
+from infrarsi.result import TrialExtra
 from infrarsi.study.candidate import file_sha256
 
 log = structlog.get_logger(__name__)
@@ -84,8 +85,8 @@ class PatchedCode:
     """The code dir inside the patched worktree (None: the runner's own, unpatched)."""
     patches: list[str] = field(default_factory=list)
     """The patch files applied, in order, as the log names them (the row's ``patches`` column)."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Row fields: ``patch_base_sha`` and ``patch_paths_touched``."""
+    extra: TrialExtra = field(default_factory=TrialExtra)
+    """The row's patch fields: ``patch_base_sha`` and ``patch_paths_touched``."""
     tree: PatchedTree | None = None
     """The worktree it lives in (None: the untouched code)."""
 
@@ -125,7 +126,9 @@ def check_out(
     return PatchedCode(
         code_dir=str(tree.path / sub),
         patches=list(patches.logged),
-        extra={"patch_base_sha": tree.base_sha, "patch_paths_touched": list(tree.paths_touched)},
+        extra=TrialExtra(
+            patch_base_sha=tree.base_sha, patch_paths_touched=list(tree.paths_touched)
+        ),
         tree=tree,
     )
 

@@ -1,11 +1,11 @@
 """The audit's experience-bank tables: the bank entries used to warm-start the search, and their effect.
 
-Read from ``DIR/bank_warm_start.json`` (the warm-start choice ``stages.optimizer_factory`` made:
+Read from ``DIR/bank_warm_start.json`` (a ``WarmStartRecord``: the warm-start choice ``stages.optimizer_factory`` made:
 entries used, with their repairs, and entries dropped as invalid here) and from the trials whose
-``AskInfo`` phase is ``warm_start`` (``extra["ask_info"]``, with the ``WarmStartOrigin``). A used
+``AskInfo`` phase is ``warm_start`` (``extra.ask_info``, with the ``WarmStartOrigin``). A used
 entry is "tried" when a run trial measured its config; its effect is that trial's step time
 against this study's baseline, next to the step time it had relative to its own baseline.
-The bank's studies used inside the models (``record["transfer"]``, ``search.transfer``) are
+The bank's studies used inside the models (``WarmStartRecord.transfer``, ``search.transfer``) are
 listed with the rows each gave, and the transfer's weights over the study (each run trial's
 ``AskInfo.transfer_weights``: the coefficient centre's and the residual's, 1 = fully trusted).
 """
@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from infrarsi.errors import StudyError
 from infrarsi.report.data import StudyData
 from infrarsi.report.document import Block, Para, Table
-from infrarsi.search.ask_info import Phase
-from infrarsi.study.paths import StudyPaths
+from infrarsi.search.ask_info import Phase, WarmStartOrigin
+from infrarsi.study.warm_start_record import TransferSummary, WarmStartEntry, WarmStartRecord
 
 
 def _key(cfg: Any) -> str:
@@ -31,24 +32,23 @@ def _f(v: Any, digits: int = 3) -> str:
 
 def _ask_info(row: Any) -> dict[str, Any]:
     """The row's ``extra.ask_info`` dict (empty when absent or malformed)."""
-    raw = row.extra.get("ask_info")
+    raw = row.extra.ask_info
     return raw if isinstance(raw, dict) else {}
 
 
 def bank_blocks(data: StudyData) -> list[Block]:
     """The audit's bank blocks (empty when the study used no bank entry and dropped none)."""
-    record: dict[str, Any] = {}
-    path = StudyPaths(data.study_dir).bank_warm_start
-    if path.exists():
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            record = {}
-    used = list(record.get("used") or [])
-    dropped = list(record.get("dropped") or [])
-    transfer = record.get("transfer") if isinstance(record.get("transfer"), dict) else None
+    damaged: list[Block] = []
+    try:
+        record = WarmStartRecord.load_if_present(data.study_dir) or WarmStartRecord()
+    except StudyError as e:  # the audit says so and goes on from the trial log
+        record = WarmStartRecord()
+        damaged = [Para(f"The bank's warm-start record could not be read: {e}")]
+    used = list(record.used)
+    dropped = list(record.dropped)
+    transfer = record.transfer if record.transfer is not None and record.transfer.sources else None
     runs = [r for r in data.trials if r.stage == "run"]
-    known = {_key(u.get("config")) for u in used}
+    known = {_key(u.config) for u in used}
     for r in (
         runs
     ):  # warm starts a record does not hold (a study from before the record, a changed bank)
@@ -59,14 +59,15 @@ def bank_blocks(data: StudyData) -> list[Block]:
             and _key(r.config) not in known
             and _key(info.get("repair_of")) not in known
         ):
-            used.append({**origin, "config": r.config})
+            entry = WarmStartOrigin.from_dict(origin).to_dict()
+            used.append(WarmStartEntry.model_validate({**entry, "config": r.config}))
             known.add(_key(r.config))
     if not used and not dropped and not transfer:
-        return []
+        return damaged
     base_s = data.doctor.baseline_step_time_s if data.doctor else None
     rows = []
     for u in used:
-        tried = [r for r in runs if _key(r.config) == _key(u.get("config"))]
+        tried = [r for r in runs if _key(r.config) == _key(u.config)]
         # expected not to fit here, it ran as its memory-saving repair (search.pickers.Pickers.warm_start)
         repaired = (
             []
@@ -75,7 +76,7 @@ def bank_blocks(data: StudyData) -> list[Block]:
                 r
                 for r in runs
                 if _ask_info(r).get("phase") == Phase.WARM_START
-                and _key(_ask_info(r).get("repair_of")) == _key(u.get("config"))
+                and _key(_ask_info(r).get("repair_of")) == _key(u.config)
             ]
         )
         if tried or repaired:
@@ -99,25 +100,26 @@ def bank_blocks(data: StudyData) -> list[Block]:
             outcome = f"{how}: {', '.join(r.trial_id for r in tried or repaired)} ({first.status}); {effect}"
         else:
             outcome = "not tried (budget spent before it, or queued after this run)"
-        source = f"{u.get('source_study')}{' (this hardware)' if u.get('same_hardware') else ''}"
+        source = f"{u.source_study}{' (this hardware)' if u.same_hardware else ''}"
         rows.append(
             [
                 source,
-                str(u.get("trial_id")),
-                _f(u.get("relative_step_time")),
-                _f(u.get("similarity")),
-                "; ".join(u.get("repairs") or []) or "valid as measured",
+                str(u.trial_id),
+                _f(u.relative_step_time),
+                _f(u.similarity),
+                "; ".join(u.repairs) or "valid as measured",
                 outcome,
             ]
         )
     blocks: list[Block] = [
+        *damaged,
         Para(
-            f"Experience bank {record.get('bank') or ''}: {len(used)} entries of other "
+            f"Experience bank {record.bank or ''}: {len(used)} entries of other "
             f"studies warm-started the search (tried first, after the baseline; measured here "
             f"like any trial, never told to the models as measurements)."
             if used
-            else f"Experience bank {record.get('bank') or ''}: no entry was used."
-        )
+            else f"Experience bank {record.bank or ''}: no entry was used."
+        ),
     ]
     if rows:
         blocks.append(
@@ -144,9 +146,9 @@ def bank_blocks(data: StudyData) -> list[Block]:
                 ],
                 [
                     [
-                        f"{d.get('source_study')}, {d.get('trial_id')}",
-                        _key(d.get("bank_config")),
-                        str(d.get("reason") or "")[:240],
+                        f"{d.source_study}, {d.trial_id}",
+                        _key(d.bank_config),
+                        str(d.reason or "")[:240],
                     ]
                     for d in dropped
                 ],
@@ -155,14 +157,14 @@ def bank_blocks(data: StudyData) -> list[Block]:
     return blocks
 
 
-def _transfer_blocks(transfer: dict[str, Any] | None, runs: list[Any]) -> list[Block]:
+def _transfer_blocks(transfer: TransferSummary | None, runs: list[Any]) -> list[Block]:
     """The transfer inside the models: its sources, and its weights over the study's run trials."""
-    sources = list((transfer or {}).get("sources") or [])
+    sources = list(transfer.sources) if transfer is not None else []
     if not sources:
         return []
     weights = []
     for r in runs:
-        raw = r.extra.get("ask_info")
+        raw = r.extra.ask_info
         tw = raw.get("transfer_weights") if isinstance(raw, dict) else None
         if isinstance(tw, (list, tuple)) and len(tw) == 2:
             weights.append((r.trial_id, float(tw[0]), float(tw[1])))
@@ -177,7 +179,7 @@ def _transfer_blocks(transfer: dict[str, Any] | None, runs: list[Any]) -> list[B
         effect = "No run trial recorded its weights yet."
     blocks: list[Block] = [
         Para(
-            f"Transfer inside the models: {sum(int(s.get('rows') or 0) for s in sources)} bank "
+            f"Transfer inside the models: {sum(s.rows for s in sources)} bank "
             f"trials of {len(sources)} similar studies centred the analytic prior's "
             f"coefficients and gave a residual mean. {effect}"
         )
@@ -193,11 +195,11 @@ def _transfer_blocks(transfer: dict[str, Any] | None, runs: list[Any]) -> list[B
             ],
             [
                 [
-                    str(s.get("study")),
-                    _f(s.get("similarity")),
-                    str(s.get("rows")),
-                    str(s.get("dropped")),
-                    "yes" if s.get("own_prior") else "no (this study's stood in)",
+                    str(s.study),
+                    _f(s.similarity),
+                    str(s.rows),
+                    str(s.dropped),
+                    "yes" if s.own_prior else "no (this study's stood in)",
                 ]
                 for s in sources
             ],

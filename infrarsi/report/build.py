@@ -283,7 +283,7 @@ def _why_empty(name: str) -> str:
     return {
         "best_so_far": "no run-stage trials logged",
         "time_vs_memory": "no trial with a step time and a peak memory",
-        "predicted_vs_measured": "no trial recorded the optimizer's predicted peak memory (extra['ask_info'])",
+        "predicted_vs_measured": "no trial recorded the optimizer's predicted peak memory (extra.ask_info)",
         "phases": "no phase timings recorded",
         "device_seconds": "no trials logged",
         "loss_curves": "no per-step loss recorded",
@@ -334,7 +334,7 @@ def _proposals(data: StudyData) -> Section:
     """Each trial an agent or a person proposed (``infrarsi propose``), with the proposer's
     rationale, what it measured, and whether verify confirmed it."""
     s = Section("Proposals from agents and people")
-    proposed = [r for r in data.trials if isinstance(r.extra.get("proposal"), dict)]
+    proposed = [r for r in data.trials if isinstance(r.extra.proposal, dict)]
     if not proposed:
         return s
     best = data.verify.best if data.verify is not None else None
@@ -342,7 +342,7 @@ def _proposals(data: StudyData) -> Section:
     base_s = data.doctor.baseline_step_time_s if data.doctor else None
     rows = []
     for r in proposed:
-        p = r.extra["proposal"]
+        p = r.extra.proposal or {}
         speedup = (
             f"{base_s / r.step_time_s:.2f}x"
             if base_s and r.step_time_s and r.status == "ok"

@@ -17,6 +17,7 @@ from infrarsi.errors import StudyError
 from infrarsi.result import TrialResult
 from infrarsi.study.contract import Contract
 from infrarsi.study.doctor_report import DoctorReport
+from infrarsi.study.paths import StudyPaths
 from infrarsi.study.trial_log import read_results
 from infrarsi.study.verify_report import VerifyReport
 
@@ -135,13 +136,13 @@ def load_study(study_dir: str | Path) -> StudyData:
         doctor=doctor,
         verify=verify,
         trials=trials,
-        long_check=_json(d / "long_check.json"),
+        long_check=_json(StudyPaths(d).long_check),
     )
     if unreadable:
         data.notes.append(
             f"verify's record is unreadable, so nothing is shown as verified: {unreadable}"
         )
-    applied = _json_list(d / "apply.json")
+    applied = _json_list(StudyPaths(d).apply_record)
     data.applied = [a for a in applied if isinstance(a, dict)]
     base_cfg = _baseline_config(data)
     data.baseline = _side("baseline", base_cfg, trials, role="baseline", doctor_ok=True)
@@ -198,11 +199,7 @@ def _baseline_config(data: StudyData) -> dict[str, Any]:
         return dict(cfg)
     if data.doctor is not None and data.doctor.baseline_config:
         return dict(data.doctor.baseline_config)
-    doc = [
-        r
-        for r in data.trials
-        if r.stage == "doctor" and r.extra.get("role", "baseline") == "baseline"
-    ]
+    doc = [r for r in data.trials if r.stage == "doctor" and r.extra.role in (None, "baseline")]
     if doc:
         return dict(doc[0].config)
     return dict(data.contract.workload.get("baseline", {}))
@@ -230,16 +227,12 @@ def _side(
         if ver:
             return Side(label, cfg, ver, "verify")
     ver = [
-        r
-        for r in ok
-        if r.stage == "verify" and r.extra.get("role") == role and _matches(r.config, cfg)
+        r for r in ok if r.stage == "verify" and r.extra.role == role and _matches(r.config, cfg)
     ]
     if ver:
         return Side(label, cfg, ver, "verify")
     if doctor_ok:
-        doc = [
-            r for r in ok if r.stage == "doctor" and r.extra.get("role", "baseline") == "baseline"
-        ]
+        doc = [r for r in ok if r.stage == "doctor" and r.extra.role in (None, "baseline")]
         if doc:
             return Side(label, cfg, doc, "doctor")
     run = [r for r in ok if r.stage == "run" and _matches(r.config, cfg)]

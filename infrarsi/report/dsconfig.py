@@ -18,7 +18,7 @@ def model_sizes(contract: Contract, trials: list[TrialResult] | None = None) -> 
     """(num_params, hidden_size) of the workload's model: from logged rows, else the model registry."""
     num_params = 0
     for r in trials or []:
-        n = r.extra.get("num_params") or r.extra.get("model_params")
+        n = r.extra.num_params
         if n:
             num_params = int(n)
             break
@@ -40,10 +40,10 @@ def deepspeed_config(
     contract: Contract, config: dict[str, Any], trials: list[TrialResult] | None = None
 ) -> dict[str, Any] | None:
     """The DeepSpeed config dict ``config`` builds for the contract's workload: the one a logged
-    trial of that config actually used (``extra["ds_config"]``), else the translation of the
+    trial of that config actually used (``extra.ds_config``), else the translation of the
     knobs; None when neither is available (the caller shows the knob diff instead)."""
     for r in trials or []:
-        logged = r.extra.get("ds_config")
+        logged = r.extra.ds_config
         if r.config == config and isinstance(logged, dict) and logged:
             return dict(logged)
     from infrarsi.execution.knobs.deepspeed import build_trial

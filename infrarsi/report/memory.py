@@ -16,7 +16,7 @@ from infrarsi.units import format_bytes
 
 def counted_trials(trials: Sequence[TrialResult]) -> list[TrialResult]:
     """Trials that ran: not interrupted by a killed harness, not refused as out of scope."""
-    return [r for r in trials if not r.extra.get("interrupted") and not r.extra.get("out_of_scope")]
+    return [r for r in trials if not r.extra.interrupted and not r.extra.out_of_scope]
 
 
 def all_oom_verdict(

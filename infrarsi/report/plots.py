@@ -159,8 +159,8 @@ def time_vs_memory(data: StudyData) -> Png | None:
 
 def predicted_peak_memory_bytes(row: TrialResult) -> float | None:
     """The peak memory the optimizer predicted when it asked for the row's config (its
-    ``AskInfo`` in ``extra["ask_info"]``), or None."""
-    raw = row.extra.get("ask_info")
+    ``AskInfo`` in ``extra.ask_info``), or None."""
+    raw = row.extra.ask_info
     if not isinstance(raw, Mapping) or not raw:
         return None
     try:

@@ -2,7 +2,7 @@
 
 An ``AskInfo`` is built for every config an ``Optimizer`` asks (``opt.last_ask_info``,
 ``opt.info(config)``), saved with its state, passed to the trial through Ray Tune's config and kept
-in the trial log (``extra["ask_info"]``) as ``to_dict()``; ``from_dict`` reads it back, also from
+in the trial log (``extra.ask_info``) as ``to_dict()``; ``from_dict`` reads it back, also from
 states and logs written before this record existed.
 """
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infrarsi.errors import UserInputError
-from infrarsi.result import STATUSES, TrialResult
+from infrarsi.result import STATUSES, Status, TrialResult, is_status
 
 FAILURE_STATUSES = ("failed", "timeout", "nan", "invariant_violation")
 """Non-OOM failures: they feed the feasibility model and are never proposed again."""
@@ -18,7 +18,7 @@ FAILURE_STATUSES = ("failed", "timeout", "nan", "invariant_violation")
 class Outcome:
     """The result of one trial, as the optimizer sees it."""
 
-    status: str
+    status: Status
     """One of ``ok``, ``oom``, ``failed``, ``timeout``, ``nan``, ``invariant_violation``."""
     step_time: float | None = None
     """Seconds per optimizer step (median over measured steps); required when ``ok``."""
@@ -92,10 +92,11 @@ class Outcome:
             }
         step = _positive(row.get("step_time_s", row.get("step_time")))
         raw_status = row.get("status")
+        status: Status
         if raw_status is None or raw_status == "":
             status = "ok" if step is not None else "failed"
         else:
-            status = str(raw_status) if raw_status in STATUSES else "failed"
+            status = raw_status if is_status(raw_status) else "failed"
         if status == "ok" and step is None:
             status = "failed"
         peak = _positive(row.get("peak_memory_bytes")) if status in ("ok", "oom") else None

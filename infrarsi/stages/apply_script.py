@@ -119,9 +119,9 @@ def _ordered_like(new: Any, old: Any) -> Any:
 def _engine_config(best: VerifiedCandidate, rows: list[TrialResult]) -> tuple[dict[str, Any], str]:
     """The DeepSpeed config the winner's verify trials built their engine from, and a trial id."""
     logged = [
-        (r.extra["ds_config"], r.trial_id)
+        (r.extra.ds_config, r.trial_id)
         for r in rows
-        if r.trial_id in best.trial_ids and isinstance(r.extra.get("ds_config"), dict)
+        if r.trial_id in best.trial_ids and isinstance(r.extra.ds_config, dict)
     ]
     if not logged:
         raise ApplyError(
@@ -321,7 +321,7 @@ def write_script_files(
     if name is not None:
         rel = _repo_relative((folder / name).resolve(), root, f"the DeepSpeed config {name!r}")
         target = wt / rel
-        num_params = next((r.extra.get("num_params") for r in rows if r.trial_id == tid), None)
+        num_params = next((r.extra.num_params for r in rows if r.trial_id == tid), None)
         try:  # as the trial read it
             mine = script_ds_config(None, str(target), None)
             new = script_file_config(

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from infrarsi.search.transfer import SourceStudy, TransferPrior
+
+if TYPE_CHECKING:
+    from infrarsi.search import SearchSpace
+    from infrarsi.study.contract import Contract
 
 log = structlog.get_logger(__name__)
 
@@ -49,8 +53,8 @@ Revalidate = Callable[
 
 
 def bank_transfer_prior(
-    contract: Any,
-    space: Any,
+    contract: Contract,
+    space: SearchSpace,
     *,
     bank_root: str | Path,
     baseline: Mapping[str, Any],

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infrarsi.study.contract import SPACE_COPY
+from infrarsi.study.paths import StudyPaths
 
 if TYPE_CHECKING:
     from infrarsi.search import SearchSpace
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def copy_space(contract: Contract, study_dir: Path) -> Path:
     """Copy the contract's search-space YAML into the study directory (init does this)."""
-    dst = study_dir / SPACE_COPY
+    dst = StudyPaths(study_dir).search_space
     shutil.copyfile(contract.search_space_path, dst)
     return dst
 

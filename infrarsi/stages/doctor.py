@@ -16,7 +16,7 @@ from pathlib import Path
 import structlog
 
 from infrarsi.errors import StudyError
-from infrarsi.result import TrialResult
+from infrarsi.result import TrialExtra, TrialResult
 from infrarsi.stages.doctor_analysis import (
     HONEST_CHANGE_FACTOR,
     LOSS_TOLERANCE_FACTOR,
@@ -88,7 +88,7 @@ def _doctor_stage(
     try:
         base = ex.full_config(dict(ex.workload.baseline))
         for i in range(repeats):
-            row = ex.run_trial(base, "doctor", extra={"role": "baseline", "repeat": i})
+            row = ex.run_trial(base, "doctor", extra=TrialExtra(role="baseline", repeat=i))
             rows.append(TrialResult.from_dict(row))
         variants: list[tuple[str, TrialResult]] = []
         wl = ex.workload
@@ -100,7 +100,7 @@ def _doctor_stage(
                     row = ex.run_trial(
                         ex.full_config(cfg),
                         "doctor",
-                        extra={"role": "honest_change", "changed": knob},
+                        extra=TrialExtra(role="honest_change", changed=knob),
                     )
                     variants.append((knob, TrialResult.from_dict(row)))
     finally:

@@ -31,17 +31,22 @@ groups run at once, each on its own warm group.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from infrarsi.result import TrialResult
+from infrarsi.result import Stage, TrialExtra, TrialResult
 from infrarsi.stages.common import load_space
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import MARKER_STALE_S, InflightMarkers, StudyPaths, TrialIds
+
+if TYPE_CHECKING:
+    from infrarsi.study.contract import Contract
+    from infrarsi.study.invariants import Reference
 
 log = structlog.get_logger(__name__)
 
@@ -123,10 +128,10 @@ class StudyExecutor:
     def run_trial(
         self,
         config: dict[str, Any],
-        stage: str,
+        stage: Stage,
         *,
         patches: list[str] | None = None,
-        extra: dict[str, Any] | None = None,
+        extra: TrialExtra | None = None,
         timeout_s: float | None = None,
         placement_group: Any = None,
         patch_file: str | None = None,
@@ -134,8 +139,8 @@ class StudyExecutor:
         expect_sha256: list[str] | None = None,
         steps: int | None = None,
         checkpoint_step: int | None = None,
-        horizon_reference: Any = None,
-        horizon_contract: Any = None,
+        horizon_reference: Reference | None = None,
+        horizon_contract: Contract | None = None,
     ) -> dict[str, Any]:
         """Run one trial and return its logged row as a dict (TrialResult fields).
 
@@ -157,7 +162,7 @@ class StudyExecutor:
         ``expect_sha256`` (verify, the long check): the digests the candidate's patches must
         have, in order; a patch file whose bytes changed since (or a different patch list) is
         refused before any rank starts, logged ``failed`` naming the file and both digests."""
-        horizon = {
+        horizon: dict[str, Any] = {  # run_trial's horizon options, passed on as they came
             "steps": steps,
             "checkpoint_step": checkpoint_step,
             "horizon_reference": horizon_reference,
@@ -221,9 +226,9 @@ class StudyExecutor:
     def run_candidate(
         self,
         candidate: Any,
-        stage: str,
+        stage: Stage,
         *,
-        extra: dict[str, Any] | None = None,
+        extra: TrialExtra | None = None,
         timeout_s: float | None = None,
         **horizon: Any,
     ) -> dict[str, Any]:
@@ -244,18 +249,18 @@ class StudyExecutor:
     def _run_trial(
         self,
         config: dict[str, Any],
-        stage: str,
+        stage: Stage,
         *,
         patches: list[str] | None = None,
-        extra: dict[str, Any] | None = None,
+        extra: TrialExtra | None = None,
         timeout_s: float | None = None,
         placement_group: Any = None,
         patch_file: str | None = None,
         expect_sha256: list[str] | None = None,
         steps: int | None = None,
         checkpoint_step: int | None = None,
-        horizon_reference: Any = None,
-        horizon_contract: Any = None,
+        horizon_reference: Reference | None = None,
+        horizon_contract: Contract | None = None,
     ) -> dict[str, Any]:
         from infrarsi.errors import PatchConflictError, PatchError
         from infrarsi.patches.checkout import digest_mismatch
@@ -270,7 +275,7 @@ class StudyExecutor:
                 refused = self._failed(
                     trial_id, stage, config, list(patches or []), f"out of scope: {scope}"
                 )
-                refused.extra["out_of_scope"] = True
+                refused.extra.out_of_scope = True
                 if extra:
                     refused.extra.update(extra)
                 self.writer.write(refused)
@@ -280,7 +285,7 @@ class StudyExecutor:
             patch_list = list(patches or [])
             digests: list[str] = []
             code_dir: str | None = None
-            patch_extra: dict[str, Any] = {}
+            patch_extra = TrialExtra()
             patch_error: PatchError | None = None
             try:
                 code_dir, patch_extra = self._code_dir_for(config, patch_list, patch_file, digests)
@@ -290,7 +295,7 @@ class StudyExecutor:
         if patch_error is not None:  # refused before any rank starts: no device time spent
             result = self._failed(trial_id, stage, config, patch_list, f"code patch: {patch_error}")
             if isinstance(patch_error, PatchConflictError):
-                result.extra["patch_conflict"] = str(patch_error)
+                result.extra.patch_conflict = str(patch_error)
         else:
             if timeout_s is None:
                 timeout_s = self.default_timeout_s()
@@ -309,7 +314,7 @@ class StudyExecutor:
             result.extra.update(patch_extra)
         result.patch_sha256 = list(digests)
         if steps is not None:
-            result.extra["horizon_steps"] = int(steps)
+            result.extra.horizon_steps = int(steps)
         self.markers.ended(trial_id)  # its devices are free: the heartbeat stops
         if extra:
             result.extra.update(extra)
@@ -342,8 +347,8 @@ class StudyExecutor:
         patch_list: list[str],
         patch_file: str | None = None,
         digests: list[str] | None = None,
-    ) -> tuple[str | None, dict[str, Any]]:
-        """The code dir of a config (None: the runner's own) and extra row fields; appends the
+    ) -> tuple[str | None, TrialExtra]:
+        """The code dir of a config (None: the runner's own) and the row's patch fields; appends the
         patch files (repository-relative, every one of a set, or study-relative for a proposal's)
         to ``patch_list`` and their sha256 digests, as read now, to ``digests``. The tree itself
         is ``infrarsi.patches.checkout``'s, as for every trial."""
@@ -362,15 +367,15 @@ class StudyExecutor:
         else:  # a patch or a set `a+b` named by the config (None: the untouched code)
             patches = knob_patch_set(self.runner.code_dir, config_patch(config))
         if patches is None:
-            return None, {}
+            return None, TrialExtra()
         # named in the row even when refused
         patch_list.extend(r for r in patches.logged if r not in patch_list)
         digests.extend(patches.digests())
         code = self._trees.code_for(self.runner.code_dir, patches)
-        return code.code_dir, dict(code.extra)
+        return code.code_dir, dataclasses.replace(code.extra)
 
     def _failed(
-        self, trial_id: str, stage: str, config: dict[str, Any], patches: list[str], error: str
+        self, trial_id: str, stage: Stage, config: dict[str, Any], patches: list[str], error: str
     ) -> TrialResult:
         now = time.time()
         return TrialResult(
@@ -408,7 +413,10 @@ class StudyExecutor:
         return TIMEOUT_FACTOR * float(wall) + TIMEOUT_SLACK_S
 
     def _apply_invariants(
-        self, result: TrialResult, reference: Any = None, contract: Any = None
+        self,
+        result: TrialResult,
+        reference: Reference | None = None,
+        contract: Contract | None = None,
     ) -> None:
         """Check ``result`` against ``reference`` under ``contract`` (default: the doctor's
         reference and the study's contract) and mark it ``invariant_violation`` with the reasons."""
@@ -424,10 +432,10 @@ class StudyExecutor:
         ok, reasons = check_invariants(
             result, reference, contract if contract is not None else self.contract
         )
-        result.extra["invariants_checked"] = True
+        result.extra.invariants_checked = True
         if not ok:
-            result.extra["invariant_reasons"] = reasons
-            result.extra["measured_step_time_s"] = result.step_time_s
+            result.extra.invariant_reasons = reasons
+            result.extra.measured_step_time_s = result.step_time_s
             result.status = "invariant_violation"
             result.error = "; ".join(reasons)
 
@@ -472,7 +480,7 @@ class StudyExecutor:
                 device_seconds=world * (ended - started),
                 started_at=started,
                 ended_at=ended,
-                extra={"interrupted": True, "device_seconds_lower_bound": True},
+                extra=TrialExtra(interrupted=True, device_seconds_lower_bound=True),
             )
             self.writer.write(res)
             self.markers.done(m["trial_id"])

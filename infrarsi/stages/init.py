@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infrarsi.errors import ConfigError, ContractError, WorkloadError
 from infrarsi.execution.knobs.registry import check_space
 from infrarsi.workload import Workload, space_file
+
+if TYPE_CHECKING:
+    from infrarsi.search import SearchSpace
 
 
 def init_stage(
@@ -204,7 +207,7 @@ def check_init_options(
             )
 
 
-def _check_patches(space: Any, wl: Workload, editable_globs: list[str] | None) -> list[str]:
+def _check_patches(space: SearchSpace, wl: Workload, editable_globs: list[str] | None) -> list[str]:
     """Scope- and apply-check the patches of the space's ``code_patch`` knob (none: no-op)."""
     from infrarsi.patches import check_space_patches, patch_names
     from infrarsi.study.contract import EditableScope

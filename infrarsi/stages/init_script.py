@@ -26,13 +26,16 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
 from infrarsi.errors import ConfigError, WorkloadError
 from infrarsi.execution.script_source import ScriptKind, ScriptSource, option_name, read_script
 from infrarsi.workload import BUILTIN_PREFIX, Launcher, builtin_space_path, space_file
+
+if TYPE_CHECKING:
+    from infrarsi.search import SearchSpace
 
 LAUNCHER_VALUE_OPTIONS: dict[str, tuple[str, ...]] = {
     "deepspeed": (
@@ -395,7 +398,7 @@ def baseline_from_config(
     return out
 
 
-def _fit_to_space(derived: dict[str, Any], space: Any, notes: list[str]) -> dict[str, Any]:
+def _fit_to_space(derived: dict[str, Any], space: SearchSpace, notes: list[str]) -> dict[str, Any]:
     """``derived`` less the values the space cannot hold (each noted with why)."""
     from infrarsi.errors import SearchSpaceError
 

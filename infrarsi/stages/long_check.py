@@ -46,7 +46,7 @@ from typing import Any
 import structlog
 
 from infrarsi.errors import ConfigError, StudyError
-from infrarsi.result import TrialResult
+from infrarsi.result import Stage, TrialExtra, TrialResult
 from infrarsi.stages.doctor_analysis import HONEST_CHANGE_FACTOR
 from infrarsi.stages.long_check_analysis import (
     DEFAULT_HORIZON_FACTOR,
@@ -72,7 +72,7 @@ from infrarsi.study.verify_report import VerifyReport
 
 log = structlog.get_logger(__name__)
 
-STAGE = "long"
+STAGE: Stage = "long"
 """The trial log's ``stage`` of the long check's rows (ids ``long-NNNN``)."""
 START_S = 10.0
 """Estimated seconds a check with its own executor spends before its first step: connecting to
@@ -277,7 +277,7 @@ def _long_check_stage(
                 STAGE,
                 steps=h,
                 timeout_s=timeout(base_step, h),
-                extra={"role": "long_baseline"},
+                extra=TrialExtra(role="long_baseline"),
             )
         )
         base.trial_ids["baseline"] = b_row.trial_id
@@ -298,7 +298,7 @@ def _long_check_stage(
                     STAGE,
                     steps=h,
                     timeout_s=timeout(step_s, h),
-                    extra={"role": "long_calibration", "changed": knob},
+                    extra=TrialExtra(role="long_calibration", changed=knob),
                 )
             )
             base.trial_ids["calibration"] = c_row.trial_id
@@ -346,7 +346,7 @@ def _long_check_stage(
                 timeout_s=timeout(cand_step, h) + overhead,
                 horizon_reference=Reference(loss=list(b_row.loss), eval_loss=b_row.eval_loss),
                 horizon_contract=horizon_contract,
-                extra={"role": "long_candidate"},
+                extra=TrialExtra(role="long_candidate"),
             )
         )
     finally:
@@ -358,9 +358,7 @@ def _long_check_stage(
     dtype = str(cand_cfg.get("dtype", "fp32"))
     ck_atol = checkpoint_tolerance(dtype, doctor.loss_run_to_run_max_abs_diff)
     if checkpoint:
-        base.checkpoint = checkpoint_verdict(
-            r_row.extra.get("checkpoint_round_trip"), r_row.loss, ck_atol
-        )
+        base.checkpoint = checkpoint_verdict(r_row.extra.checkpoint_round_trip, r_row.loss, ck_atol)
     else:
         base.checkpoint = _no_checkpoint(ck_atol, "not asked for (--skip-checkpoint)")
     return base.judge(paths, r_row, checkpoint_required=checkpoint, t0=t0)
@@ -377,10 +375,10 @@ def _reusable(
         for r in logged
         if r.stage == STAGE
         and r.ok
-        and r.extra.get("role") == role
+        and r.extra.role == role
         and not r.patches
         and r.config == config
-        and int(r.extra.get("horizon_steps") or 0) == horizon
+        and int(r.extra.horizon_steps or 0) == horizon
         and len(r.loss) == horizon
     ]
     if found:
@@ -417,7 +415,7 @@ def _calibration_choice(
             if r.stage == "doctor"
             and r.ok
             and r.step_time_s
-            and r.extra.get("role") == "honest_change"
+            and r.extra.role == "honest_change"
             and r.config == c.config
         ]
         step = statistics.median(times) if times else base_step
@@ -562,7 +560,7 @@ class _Result:
         """The verdict on the candidate's horizon row (module docstring)."""
         h = self.plan.horizon_steps if self.plan else 0
         problems: list[str] = []
-        reasons = [str(x) for x in row.extra.get("invariant_reasons") or []]
+        reasons = [str(x) for x in row.extra.invariant_reasons or []]
         if row.status not in ("ok", "invariant_violation"):
             problems.append(f"the candidate's {h}-step run ended {row.status}: {row.error[:400]}")
         first = first_step_out(row.loss, self.baseline_loss, self.loss_atol, self.rtol)

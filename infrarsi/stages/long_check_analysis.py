@@ -176,7 +176,7 @@ def checkpoint_tolerance(dtype: str, run_to_run_spread: float | None) -> float:
 def checkpoint_verdict(
     trip: dict[str, Any] | None, uninterrupted: Sequence[float], atol: float
 ) -> CheckpointVerdict:
-    """The verdict on a row's ``extra["checkpoint_round_trip"]`` (``checkpoint_trip.RoundTrip``)
+    """The verdict on a row's ``extra.checkpoint_round_trip`` (``checkpoint_trip.RoundTrip``)
     against the uninterrupted losses of the same run."""
     if not trip:
         return CheckpointVerdict(

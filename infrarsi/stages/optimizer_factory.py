@@ -34,11 +34,10 @@ the study's trials), unless the model shape is unknown or the contract's ``switc
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -46,6 +45,11 @@ from infrarsi.result import TrialResult
 from infrarsi.search import AskInfo, Optimizer, Outcome, WarmStartOrigin
 from infrarsi.stages.bank_transfer import bank_transfer_prior
 from infrarsi.workload_prior import prior_for_workload
+
+if TYPE_CHECKING:
+    from infrarsi.search import SearchSpace
+    from infrarsi.study.contract import Contract
+    from infrarsi.study.proposals import ProposalQueue
 
 log = structlog.get_logger(__name__)
 
@@ -55,7 +59,7 @@ WARM_START_MAX_RELATIVE_MEMORY = 0.9
 """A warm-start config must have used at most this fraction of its own study's memory capacity."""
 
 
-def bank_disabled(contract: Any) -> bool:
+def bank_disabled(contract: Contract) -> bool:
     """True when the contract's bank switch is off (``Contract.switches_in_force().bank`` is None)."""
     return contract.switches_in_force().bank is None
 
@@ -63,13 +67,13 @@ def bank_disabled(contract: Any) -> bool:
 def study_hardware(rows: Sequence[TrialResult]) -> dict[str, Any] | None:
     """The hardware dict of the study's first measured trial (None before any)."""
     for r in rows:
-        if r.hardware and not r.extra.get("interrupted"):
+        if r.hardware and not r.extra.interrupted:
             return dict(r.hardware)
     return None
 
 
 def revalidate_config(
-    space: Any, config: Mapping[str, Any], baseline: Mapping[str, Any]
+    space: SearchSpace, config: Mapping[str, Any], baseline: Mapping[str, Any]
 ) -> tuple[dict[str, Any] | None, tuple[str, ...], str | None]:
     """A bank config made valid in ``space``, when the repair is obvious: knobs the space lacks are
     dropped, knobs the config lacks take the ``baseline``'s value (else the space's default).
@@ -91,8 +95,8 @@ def revalidate_config(
 
 
 def bank_warm_start_selection(
-    contract: Any,
-    space: Any,
+    contract: Contract,
+    space: SearchSpace,
     rows: Sequence[TrialResult],
     *,
     bank_root: str | Path | None = None,
@@ -112,9 +116,7 @@ def bank_warm_start_selection(
         bank = Bank(bank_root if bank_root is not None else contract.switches_in_force().bank)
         if not bank.files():
             return [], []
-        num_params = next(
-            (r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None
-        )
+        num_params = next((r.extra.num_params for r in rows if r.extra.num_params), None)
         candidates = bank.warm_start_rows(
             contract, space, study_hardware(rows), num_params=num_params
         )
@@ -158,8 +160,8 @@ def bank_warm_start_selection(
 
 
 def bank_warm_start_configs(
-    contract: Any,
-    space: Any,
+    contract: Contract,
+    space: SearchSpace,
     rows: Sequence[TrialResult],
     *,
     bank_root: str | Path | None = None,
@@ -181,46 +183,38 @@ def record_warm_start(
 ) -> None:
     """Write ``DIR/bank_warm_start.json`` (the report's audit reads it) when the selection
     differs from the recorded one; never raises (a read-only study only loses the record).
-    ``transfer``: the bank's studies used inside the models (``bank_transfer_prior``'s summary)."""
-    from infrarsi.study.paths import StudyPaths
+    ``transfer``: the bank's studies used inside the models (``bank_transfer_prior``'s summary).
+    The record is a ``WarmStartRecord``; a bank entry's keys it does not name are left out."""
+    from infrarsi.errors import StudyError
+    from infrarsi.study.paths import StudyPaths, write_json_atomic
+    from infrarsi.study.warm_start_record import WarmStartRecord
 
     path = StudyPaths(Path(study_dir)).bank_warm_start
-    keep = (
-        "config",
-        "bank_config",
-        "repairs",
-        "reason",
-        "relative_step_time",
-        "relative_peak_memory",
-        "similarity",
-        "source_study",
-        "source_key",
-        "trial_id",
-        "hardware_fingerprint",
-    )
-    record = {
-        "bank": bank,
-        "used": [{k: p.get(k) for k in keep if k != "reason"} for p in used],
-        "dropped": [{k: p.get(k) for k in keep} for p in dropped],
-        "transfer": transfer,
-    }
     try:
+        record = WarmStartRecord.model_validate(
+            {
+                "bank": bank,
+                "used": [{k: v for k, v in p.items() if k != "reason"} for p in used],
+                "dropped": dropped,
+                "transfer": transfer,
+            }
+        )
         if path.exists():
-            old = json.loads(path.read_text())
-            old.pop("at", None)
-            if old == json.loads(json.dumps(record, default=str)):
-                return
-        if not (used or dropped or transfer or path.exists()):
+            try:
+                if WarmStartRecord.read(path).same_choice(record):
+                    return
+            except StudyError:  # a damaged record: written again below
+                pass
+        elif not (used or dropped or transfer):
             return
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({**record, "at": time.time()}, indent=2, default=str))
-        tmp.replace(path)
-    except (OSError, ValueError) as e:
+        record.at = time.time()
+        write_json_atomic(path, record.to_dict())
+    except (OSError, ValueError) as e:  # pydantic's ValidationError is a ValueError
         log.warning("bank.warm_start_record_failed", path=str(path), error=str(e))
 
 
 def build_optimizer(
-    contract: Any,
+    contract: Contract,
     rows: list[TrialResult],
     *,
     study_dir: str | Path,
@@ -247,17 +241,16 @@ def build_optimizer(
         contract.workload_model(), enabled=contract.switches_in_force().analytic_prior
     )
     transfer, transfer_summary = None, None
-    if analytic is not None and not bank_disabled(contract):
+    switched_bank = contract.switches_in_force().bank  # None: the bank is off (bank_disabled)
+    if analytic is not None and switched_bank is not None:
         transfer, transfer_summary = bank_transfer_prior(
             contract,
             space,
-            bank_root=bank_root if bank_root is not None else contract.switches_in_force().bank,
+            bank_root=bank_root if bank_root is not None else switched_bank,
             baseline=baseline,
             hardware=study_hardware(rows),
             revalidate=revalidate_config,
-            num_params=next(
-                (r.extra.get("num_params") for r in rows if r.extra.get("num_params")), None
-            ),
+            num_params=next((r.extra.num_params for r in rows if r.extra.num_params), None),
         )
     if not bank_disabled(contract) and d.is_dir():
         record_warm_start(
@@ -283,7 +276,7 @@ def build_optimizer(
         initial_origins=[WarmStartOrigin.from_dict(p) for p in warm],
     )
     for r in rows:
-        if r.extra.get("interrupted") or not r.config:
+        if r.extra.interrupted or not r.config:
             continue
         if has_proposal_patch(r):  # another candidate than its knobs alone (study.candidate)
             continue
@@ -314,20 +307,16 @@ def logged_row(study_dir: str | Path, tune_trial_id: str) -> TrialResult | None:
     from infrarsi.study.trial_log import rows as rows_from_table
 
     for r in rows_from_table(read_trials(Path(study_dir))):
-        if (
-            r.stage == "run"
-            and r.extra.get("tune_trial_id") == tune_trial_id
-            and not r.extra.get("interrupted")
-        ):
+        if r.stage == "run" and r.extra.tune_trial_id == tune_trial_id and not r.extra.interrupted:
             return r
     return None
 
 
 def make_searcher(
-    optimizer: Any,
+    optimizer: Optimizer,
     *,
     info_key: str,
-    proposals: Any = None,
+    proposals: ProposalQueue | None = None,
     proposal_key: str = "",
     study_dir: str | Path | None = None,
 ) -> Any:

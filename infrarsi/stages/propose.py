@@ -251,7 +251,7 @@ def _check_new(
     key = _candidate_key(paths, full, stored)
     what = f"config{' and patch' if stored else ''}"
     history = rows(read_trials(paths.root))
-    logged = {str((r.extra.get("proposal") or {}).get("proposal_id")) for r in history}
+    logged = {str((r.extra.proposal or {}).get("proposal_id")) for r in history}
     waiting = [(q, "queued proposal") for q in queue.queued()]
     waiting += [
         (t, "proposal in flight (taken by a run trial)")
@@ -266,7 +266,7 @@ def _check_new(
                 + (f", or withdraw {q.proposal_id} first." if state.startswith("queued") else ".")
             )
     for r in history:
-        if r.stage != "run" or r.status == "failed" or r.extra.get("interrupted"):
+        if r.stage != "run" or r.status == "failed" or r.extra.interrupted:
             continue
         own = tuple(p for p in Candidate.from_row(r).patches if p.source == "proposal")
         if Candidate(config=_canonical(space, r.config), patches=own).key == key:
@@ -302,7 +302,7 @@ def _store_patch_text(
 ) -> tuple[list[str], str]:
     """``_check_and_store_patch`` for a diff given as text: it is written where it will be kept,
     checked there, and removed again on a refusal, whose message names the field, not the file."""
-    dest = make_private_dir(paths.proposals / "patches") / f"{pid}.diff"
+    dest = make_private_dir(paths.proposal_patches) / f"{pid}.diff"
     dest.write_text(text)
     try:
         return _check_and_store_patch(contract, paths, dest, pid)
@@ -336,7 +336,7 @@ def _check_and_store_patch(
     except PatchError as e:
         raise PatchError(f"propose --patch: the workload's code: {e}") from None
     check_applies(repo, p)
-    dest_dir = make_private_dir(paths.proposals / "patches")
+    dest_dir = make_private_dir(paths.proposal_patches)
     dest = dest_dir / f"{pid}.diff"
     if patch.resolve() != dest.resolve():
         shutil.copyfile(patch, dest)
@@ -358,15 +358,15 @@ def study_state(study_dir: str | Path, predict: Sequence[Mapping[str, Any]] = ()
     doctor = DoctorReport.load_if_present(paths.root)
     base_s = doctor.baseline_step_time_s if doctor is not None else None
     space = scoped_space(contract, paths.root)
-    run = [r for r in history if r.stage == "run" and not r.extra.get("interrupted")]
+    run = [r for r in history if r.stage == "run" and not r.extra.interrupted]
     ok = [r for r in run if r.status == "ok" and r.step_time_s]
     best = min(ok, key=lambda r: r.step_time_s or math.inf) if ok else None
     budget = int(contract.budgets.trials or 24)
     queue = ProposalQueue(paths.root)
     by_proposal = {
-        str(r.extra["proposal"].get("proposal_id")): r
+        str(r.extra.proposal.get("proposal_id")): r
         for r in history
-        if isinstance(r.extra.get("proposal"), dict)
+        if isinstance(r.extra.proposal, dict)
     }
     out: dict[str, Any] = {
         "study": str(paths.root),
@@ -452,7 +452,7 @@ def _brief(r: Any) -> dict[str, Any]:
         "peak_memory_bytes": r.peak_memory_bytes,
         "mfu": r.mfu,
         "config": dict(r.config),
-        "proposal_id": (r.extra.get("proposal") or {}).get("proposal_id"),
+        "proposal_id": (r.extra.proposal or {}).get("proposal_id"),
         "error": (r.error or "")[:300],
     }
 

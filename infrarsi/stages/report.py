@@ -20,9 +20,9 @@ from infrarsi.errors import ContractError
 from infrarsi.report.build import build_sections
 from infrarsi.report.data import load_study
 from infrarsi.report.document import Figure, to_html, to_markdown
-from infrarsi.study.paths import make_private_dir
+from infrarsi.study.paths import REPORT_FILES_DIR, StudyPaths, make_private_dir
 
-FILES_DIR = "report_files"
+FILES_DIR = REPORT_FILES_DIR
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 
 
@@ -83,7 +83,7 @@ def _write_report(d: Path, pdf: bool) -> ReportPaths:
     title = f"infrarsi report: {data.contract.study}"
     if data.simulated:
         title += " (SIMULATED)"
-    files = d / FILES_DIR
+    files = StudyPaths(d).report_files
     make_private_dir(files)
     figs = []
     for s in sections:
@@ -92,8 +92,7 @@ def _write_report(d: Path, pdf: bool) -> ReportPaths:
                 p = files / f"{b.name}.png"
                 _write(p, b.png)
                 figs.append(p)
-    md = d / "report.md"
-    html = d / "report.html"
+    md, html = StudyPaths(d).report_md, StudyPaths(d).report_html
     _write(md, to_markdown(title, sections, FILES_DIR))
     _write(html, to_html(title, sections))
     out = ReportPaths(markdown=md, html=html, figures=figs)

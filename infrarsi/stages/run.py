@@ -26,25 +26,29 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
 from infrarsi.errors import StudyError
+from infrarsi.result import TrialExtra
 from infrarsi.stages.executor import StudyExecutor
 from infrarsi.study.candidate import Candidate
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import StudyPaths
 
+if TYPE_CHECKING:
+    from infrarsi.study.contract import Contract
+
 log = structlog.get_logger(__name__)
 
 INFO_KEY = "__infrarsi_ask_info__"
 """Reserved config key carrying the optimizer's ``AskInfo`` (as ``to_dict()``) for a suggested
-config to the trainable, which logs it in the row's ``extra["ask_info"]``."""
+config to the trainable, which logs it in the row's ``extra.ask_info``."""
 
 PROPOSAL_KEY = "__infrarsi_proposal__"
 """Reserved config key carrying a queued ``Proposal`` (as ``to_dict()``) that the searcher serves
-instead of an asked config; the trainable logs it in the row's ``extra["proposal"]``."""
+instead of an asked config; the trainable logs it in the row's ``extra.proposal``."""
 
 TRIAL_RETRIES = 3
 """Times Ray Tune restarts a trial whose trial actor died (killed, or its node lost): the
@@ -83,11 +87,12 @@ def _make_trainable(executor_name: str, namespace: str, *, reserved: bool, concu
         proposal = cfg.pop(PROPOSAL_KEY, None)
         executor = ray.get_actor(executor_name, namespace=namespace)
         ctx = tune.get_context()
-        extra: dict[str, Any] = {"tune_trial_id": ctx.get_trial_id(), "concurrency": concurrency}
-        if raw:
-            extra["ask_info"] = AskInfo.from_dict(raw).to_dict()
-        if proposal:
-            extra["proposal"] = dict(proposal)
+        extra = TrialExtra(
+            tune_trial_id=ctx.get_trial_id(),
+            concurrency=concurrency,
+            ask_info=AskInfo.from_dict(raw).to_dict() if raw else None,
+            proposal=dict(proposal) if proposal else None,
+        )
         pg = get_current_placement_group() if reserved else None
         row = cast(
             dict[str, Any],
@@ -178,7 +183,7 @@ def _run_stage(
     )  # run needs the doctor's calibration (StudyError: run doctor)
     _check_capacity(contract, doctor)
     history = rows_from_table(read_trials(paths.root))
-    done_run = [r for r in history if r.stage == "run" and not r.extra.get("interrupted")]
+    done_run = [r for r in history if r.stage == "run" and not r.extra.interrupted]
     if done_run and not resume:
         raise StudyError(
             f"{paths.root}: the study already has {len(done_run)} run trial(s). Pass --resume to "
@@ -340,7 +345,7 @@ def _run_stage(
 
     add_to_bank(paths.root, stage="run")  # the experience bank (never fails the stage)
     return {
-        "trials": len([r for r in final if not r.extra.get("interrupted")]),
+        "trials": len([r for r in final if not r.extra.interrupted]),
         "statuses": {
             s: sum(1 for r in final if r.status == s) for s in sorted({r.status for r in final})
         },
@@ -401,7 +406,7 @@ def _counted_run_rows(paths: StudyPaths) -> int:
     return sum(
         1
         for r in rows_from_table(read_trials(paths.root))
-        if r.stage == "run" and not r.extra.get("interrupted")
+        if r.stage == "run" and not r.extra.interrupted
     )
 
 
@@ -414,7 +419,7 @@ class _HarnessOnly:
         self.errors = [e for e in (getattr(grid, "errors", None) or []) if not is_lost_actor(e)]
 
 
-def _check_capacity(contract: Any, doctor: DoctorReport) -> None:
+def _check_capacity(contract: Contract, doctor: DoctorReport) -> None:
     """A memory capacity above the device's own would make every real OOM a lie ("peak >= the
     capacity" when the device ran out below it): a ``ClusterError`` before any trial."""
     from infrarsi.errors import ClusterError

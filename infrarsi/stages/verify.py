@@ -31,6 +31,7 @@ from typing import Any
 import structlog
 
 from infrarsi.errors import StudyError
+from infrarsi.result import TrialExtra
 from infrarsi.study.candidate import Candidate
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import StudyPaths
@@ -62,7 +63,7 @@ def select_candidates(study_dir: Path, top_k: int) -> list[dict[str, Any]]:
     cands: dict[str, Candidate] = {}
     broke: set[str] = set()
     for r in all_rows:
-        if r.stage != "run" or r.extra.get("interrupted"):
+        if r.stage != "run" or r.extra.interrupted:
             continue
         cand = Candidate.from_row(r)
         if r.status == "invariant_violation":
@@ -240,7 +241,7 @@ def _verify_round(
     reasons: dict[int, list[str]] = {id(c): [] for c in alive}
     for p in range(pairs):
         b = ex.run_trial(
-            baseline_cfg, "verify", extra={"role": "baseline", "round": rnd, "pair": p}
+            baseline_cfg, "verify", extra=TrialExtra(role="baseline", round=rnd, pair=p)
         )
         base_times.append(b["step_time_s"] if b["status"] == "ok" else None)
         order = alive[p % len(alive) :] + alive[: p % len(alive)]
@@ -248,7 +249,7 @@ def _verify_round(
             r = ex.run_candidate(
                 c["candidate"],
                 "verify",
-                extra={"role": "candidate", "round": rnd, "pair": p, "candidate": chosen.index(c)},
+                extra=TrialExtra(role="candidate", round=rnd, pair=p, candidate=chosen.index(c)),
             )
             c["trial_ids"].append(r["trial_id"])
             cand_times[id(c)].append(r["step_time_s"] if r["status"] == "ok" else None)

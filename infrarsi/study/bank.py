@@ -224,7 +224,7 @@ def _baseline_step_time(
             and r.ok
             and r.step_time_s
             and all(r.config.get(k) == v for k, v in baseline.items())
-            and (stage != "verify" or r.extra.get("role") == "baseline")
+            and (stage != "verify" or r.extra.role == "baseline")
         ]
         if vals:
             return float(statistics.median(vals))
@@ -297,11 +297,7 @@ class Bank:
         key = study_key(contract)
         now = time.time()
         n_params = next(
-            (
-                r.extra.get("num_params") or r.extra.get("model_params")
-                for r in rows
-                if r.extra.get("num_params") or r.extra.get("model_params")
-            ),
+            (r.extra.num_params for r in rows if r.extra.num_params),
             None,
         )
         doctor = DoctorReport.load_if_present(d)
@@ -321,8 +317,8 @@ class Bank:
         )
         recs = []
         for r in rows:
-            n_r = r.extra.get("num_params") or r.extra.get("model_params") or n_params
-            cap_r = cap or r.extra.get("memory_capacity_bytes")
+            n_r = r.extra.num_params or n_params
+            cap_r = cap or r.extra.memory_capacity_bytes
             hw_sig = HardwareSignature.from_study(
                 r.hardware,
                 workload=workload,

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from infrarsi.result import TrialResult
+
 PatchSource = Literal["knob", "proposal"]
 
 PROPOSAL_PATCH_DIR = "proposals/patches/"
@@ -146,12 +148,12 @@ class Candidate:
         )
 
     @classmethod
-    def from_row(cls, row: Any) -> Candidate:
+    def from_row(cls, row: TrialResult) -> Candidate:
         """The candidate a logged trial (a ``TrialResult``) ran: its config, and its patches
         with the digests the executor recorded (rows logged before digests have none)."""
-        paths: Sequence[str] = list(getattr(row, "patches", None) or [])
-        digests: Sequence[str] = list(getattr(row, "patch_sha256", None) or [])
-        proposal = (getattr(row, "extra", None) or {}).get("proposal")
+        paths: Sequence[str] = list(row.patches or [])
+        digests: Sequence[str] = list(row.patch_sha256 or [])
+        proposal = row.extra.proposal
         pid = proposal.get("proposal_id") if isinstance(proposal, dict) else None
         refs = []
         for i, p in enumerate(paths):

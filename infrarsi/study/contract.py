@@ -37,17 +37,13 @@ from infrarsi.study.contract_diff import describe_diff as _describe_diff
 from infrarsi.study.contract_diff import describe_sections
 from infrarsi.study.contract_diff import field_diff as _diff
 from infrarsi.study.contract_diff import sha256 as _sha256
-from infrarsi.study.paths import make_private_dir
+from infrarsi.study.paths import CONTRACT_FILE, SPACE_COPY, StudyPaths, make_private_dir
 from infrarsi.study.switches import StudySwitches
 from infrarsi.workload import Workload
 
 if TYPE_CHECKING:
     from infrarsi.search import SearchSpace
 
-CONTRACT_FILE = "contract.yaml"
-FROZEN_FILE = ".contract.frozen.json"
-SPACE_COPY = "search_space.yaml"
-"""The study's own copy of the search space (init writes it), so it needs no other file."""
 
 TIMING_RULES = (
     "A step is one optimizer step of the contract's fixed tokens_per_step, timed across all "
@@ -302,9 +298,9 @@ class Contract(_Strict):
         ).freeze()
         if study_dir is not None:
             d = Path(study_dir)
-            if (d / CONTRACT_FILE).exists():
+            if (StudyPaths(d).contract).exists():
                 raise ContractError(
-                    f"{d / CONTRACT_FILE} already exists; a contract is frozen once written. "
+                    f"{StudyPaths(d).contract} already exists; a contract is frozen once written. "
                     f"Start a new study directory to change it."
                 )
             c._write(d)
@@ -369,7 +365,7 @@ class Contract(_Strict):
         from infrarsi.search import SearchSpace
 
         d = Path(study_dir)
-        path = d / SPACE_COPY
+        path = StudyPaths(d).search_space
         if not path.exists():
             path = Path(self.search_space_path)
         if not path.exists():
@@ -457,7 +453,7 @@ class Contract(_Strict):
     def save(self, study_dir: str | Path) -> Contract:
         """Write a calibrated contract over the existing one (refuses any other change)."""
         d = Path(study_dir)
-        frozen_path = d / FROZEN_FILE
+        frozen_path = StudyPaths(d).frozen_contract
         if frozen_path.exists():
             old = json.loads(frozen_path.read_text())
             old.pop("contract_hash", None)
@@ -465,7 +461,7 @@ class Contract(_Strict):
             bad = [p for p, _a, _b in _diff(old, self.content()) if not _calibratable(p)]
             if bad:
                 raise ContractError(
-                    f"{d / CONTRACT_FILE}: only calibrations may change a frozen contract "
+                    f"{StudyPaths(d).contract}: only calibrations may change a frozen contract "
                     f"(through Contract.with_calibration), but these fields differ: {bad}. "
                     f"Start a new study directory (infrarsi init) to change them."
                 )
@@ -482,8 +478,8 @@ class Contract(_Strict):
             "# infrarsi task contract: frozen. Any edit here is refused by later stages.\n"
             "# To change it, run `infrarsi init` into a new study directory.\n"
         )
-        _atomic_write(d / CONTRACT_FILE, header + yaml.safe_dump(data, sort_keys=False))
-        _atomic_write(d / FROZEN_FILE, json.dumps(data, indent=1, sort_keys=True))
+        _atomic_write(StudyPaths(d).contract, header + yaml.safe_dump(data, sort_keys=False))
+        _atomic_write(StudyPaths(d).frozen_contract, json.dumps(data, indent=1, sort_keys=True))
 
     @classmethod
     def load(cls, study_dir: str | Path, *, check_files: bool = True) -> Contract:
@@ -495,7 +491,7 @@ class Contract(_Strict):
         embeds the workload.
         """
         d = Path(study_dir)
-        path = d / CONTRACT_FILE
+        path = StudyPaths(d).contract
         if not path.exists():
             raise ContractError(
                 f"{path} does not exist; run `infrarsi init WORKLOAD --study {d}` first."
@@ -521,18 +517,18 @@ class Contract(_Strict):
                 f"edited. Restore it, or re-run init in a new study directory."
             )
         frozen = None
-        if (d / FROZEN_FILE).exists():
+        if (StudyPaths(d).frozen_contract).exists():
             try:
-                frozen = json.loads((d / FROZEN_FILE).read_text())
+                frozen = json.loads((StudyPaths(d).frozen_contract).read_text())
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise ContractError(
-                    f"{d / FROZEN_FILE}: the frozen copy of the contract cannot be read ({e}); "
+                    f"{StudyPaths(d).frozen_contract}: the frozen copy of the contract cannot be read ({e}); "
                     f"it was edited or damaged. Restore it, or re-run init in a new study "
                     f"directory."
                 ) from None
             if not isinstance(frozen, dict):
                 raise ContractError(
-                    f"{d / FROZEN_FILE}: the frozen copy of the contract must be a JSON object; "
+                    f"{StudyPaths(d).frozen_contract}: the frozen copy of the contract must be a JSON object; "
                     f"got {type(frozen).__name__}. Restore it, or re-run init."
                 )
         stored_hash = data.get("contract_hash", "")
@@ -629,6 +625,7 @@ def _calibratable(path: str) -> bool:
 
 
 __all__ = [
+    "CONTRACT_FILE",
     "DEFAULT_LONG_CHECK_BUDGET_S",
     "SPACE_COPY",
     "TIMING_RULES",

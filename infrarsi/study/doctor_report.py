@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infrarsi.errors import StudyError
+from infrarsi.result import Status
 from infrarsi.study.json_record import read_json_record
 from infrarsi.study.paths import StudyPaths, write_json_atomic
 
@@ -76,7 +77,7 @@ class HonestChange(_Record):
     """The knob changed from the baseline (``micro_batch_size`` or ``zero_stage``)."""
     config: dict[str, Any]
     """The trial's config (the baseline with ``changed`` set otherwise)."""
-    status: str
+    status: Status
     """How the trial ended (``ok``, ``oom``...); only ``ok`` trials count."""
     loss_max_abs_diff: float | None = Field(None, ge=0)
     """Largest per-step |loss - reference loss|, loss units (None unless ``ok``)."""
@@ -96,7 +97,7 @@ class DoctorReport(_Record):
     """Baseline trials the doctor ran."""
     ok_trials: int = Field(ge=0)
     """How many of them ended ``ok`` (noise and tolerance need at least two)."""
-    statuses: dict[str, int] = Field(default_factory=dict)
+    statuses: dict[Status, int] = Field(default_factory=dict)
     """Status -> count over the baseline trials."""
     step_time_s: StepTimeNoise | None = None
     """The baseline's step time (seconds per optimizer step) and its noise."""

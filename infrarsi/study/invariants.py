@@ -11,22 +11,22 @@ Checked (only results with ``status == "ok"``; any other status already disquali
 
 - NaN/inf in the loss, the eval loss or the step time;
 - ``tokens_per_step`` counted by the harness == the contract's (shrunk batch);
-- per-step ``extra["tokens_seen"]`` (tokens the harness saw enter the model at each optimizer
+- per-step ``extra.tokens_seen`` (tokens the harness saw enter the model at each optimizer
   step), every entry == the contract's tokens per step (training on fewer tokens);
 - ``optimizer_steps`` counted by the harness == the contract's, and one loss per step;
 - loss per step within ``atol + rtol*|baseline|`` of the baseline's loss (fake loss);
 - ``eval_loss`` (reference model code on a held-out batch) within the eval tolerance;
-- ``extra["stopped_early"]`` (the ranks' loss guard stopped training once a step's loss left the
+- ``extra.stopped_early`` (the ranks' loss guard stopped training once a step's loss left the
   tolerance): a violation by itself; step counts are then checked over the steps that ran;
-- replica divergence: ``extra["param_checksum_spread"]`` (relative max-min of the parameter
-  checksum over data-parallel ranks) or ``extra["rank_param_checksums"]`` above the contract's
-  ``replica_checksum_rtol``, or ``extra["param_checksums_agree"] is False`` (gradient
+- replica divergence: ``extra.param_checksum_spread`` (relative max-min of the parameter
+  checksum over data-parallel ranks) or ``extra.rank_param_checksums`` above the contract's
+  ``replica_checksum_rtol``, or ``extra.param_checksums_agree is False`` (gradient
   all-reduce skipped).
 
-Also read, as the trial engine records them: ``extra["tokens_per_step_varied"]`` (the distinct
-per-step token counts when they varied), ``extra["sequences_seen"]`` (global sequences fed per
-step; each must be tokens_per_step / seq_len: shrunk batch), ``extra["sequences_per_step"]``, and
-``extra["workload_loss"]`` (the loss the workload reported per step, which must match the
+Also read, as the trial engine records them: ``extra.tokens_per_step_varied`` (the distinct
+per-step token counts when they varied), ``extra.sequences_seen`` (global sequences fed per
+step; each must be tokens_per_step / seq_len: shrunk batch), ``extra.sequences_per_step``, and
+``extra.workload_loss`` (the loss the workload reported per step, which must match the
 harness's own loss from the same logits: fake loss).
 """
 
@@ -82,7 +82,7 @@ def check_invariants(
     ref = Reference.of(baseline)
     # stopped early by the loss guard: a violation by itself; the counts are checked over the
     # steps that ran (a cheat that skips steps is still named), the eval check did not run
-    stopped = str(result.extra.get("stopped_early") or "")
+    stopped = str(result.extra.stopped_early or "")
     if stopped:
         reasons.append(f"stopped early: {stopped}")
 
@@ -102,10 +102,10 @@ def check_invariants(
             f"tokens_per_step: expected {want_tok}, harness counted nothing "
             f"(token counting missing: cannot prove the batch is intact)"
         )
-    seqs = result.extra.get("sequences_per_step")
+    seqs = result.extra.sequences_per_step
     wl_seq = contract.workload.get("data", {}).get("seq_len")
     if result.tokens_per_step is not None and result.tokens_per_step != want_tok:
-        seq_counts = result.extra.get("sequences_seen") or ([seqs] if seqs is not None else [])
+        seq_counts = result.extra.sequences_seen or ([seqs] if seqs is not None else [])
         want_seqs = want_tok // int(wl_seq) if wl_seq else None
         seqs_intact = (
             bool(seq_counts)
@@ -132,7 +132,7 @@ def check_invariants(
             reasons.append(
                 f"sequences_per_step: expected {want_seqs}, harness counted {seqs} (shrunk batch)"
             )
-    seq_list = result.extra.get("sequences_seen")
+    seq_list = result.extra.sequences_seen
     if isinstance(seq_list, (list, tuple)) and seq_list and wl_seq:
         want_seqs = want_tok // int(wl_seq)
         off_steps = [(i, int(n)) for i, n in enumerate(seq_list) if int(n) != want_seqs]
@@ -144,7 +144,7 @@ def check_invariants(
                 f"fixes {want_seqs} ({len(off_steps)} of {len(seq_list)} steps differ: "
                 f"{what})"
             )
-    seen = result.extra.get("tokens_seen")
+    seen = result.extra.tokens_seen
     if isinstance(seen, (list, tuple)) and seen:
         short = [(i, int(t)) for i, t in enumerate(seen) if int(t) != want_tok]
         if short:
@@ -167,7 +167,7 @@ def check_invariants(
                 f"{inv.optimizer_steps} (token count incomplete)"
             )
 
-    varied = result.extra.get("tokens_per_step_varied")
+    varied = result.extra.tokens_per_step_varied
     if isinstance(varied, (list, tuple)) and not seen:
         off = sorted({int(t) for t in varied if int(t) != want_tok})
         if off:
@@ -204,7 +204,7 @@ def check_invariants(
     reasons += _loss_reasons(result, ref, contract)
 
     # --- the workload's reported loss vs the harness's own loss (same logits, same step)
-    wl_loss = result.extra.get("workload_loss")
+    wl_loss = result.extra.workload_loss
     if isinstance(wl_loss, (list, tuple)) and wl_loss and result.loss:
         atol, rtol = inv.loss_tolerance()
         pairs = [
@@ -236,13 +236,13 @@ def check_invariants(
             )
 
     # --- replica divergence
-    spread = result.extra.get("param_checksum_spread")
-    checks = result.extra.get("rank_param_checksums")
+    spread = result.extra.param_checksum_spread
+    checks = result.extra.rank_param_checksums
     if spread is None and isinstance(checks, (list, tuple)) and len(checks) > 1:
         vals = [float(c) for c in checks]
         scale = max(max(abs(v) for v in vals), 1e-30)
         spread = (max(vals) - min(vals)) / scale
-    if spread is None and result.extra.get("param_checksums_agree") is False:
+    if spread is None and result.extra.param_checksums_agree is False:
         reasons.append(
             "replicas diverged: the ranks' parameter checksums disagree after "
             "training (param_checksums_agree is false): gradient all-reduce skipped?"

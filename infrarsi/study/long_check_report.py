@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from infrarsi.errors import StudyError
+from infrarsi.result import Status
 from infrarsi.study.paths import StudyPaths, write_json_atomic
 
 Verdict = Literal["passed", "failed", "skipped"]
@@ -51,7 +52,7 @@ class Calibration:
     ``zero_stage``)."""
     config: dict[str, Any]
     """Its full config."""
-    status: str
+    status: Status
     """How its long run ended (only ``ok`` widens the tolerance)."""
     trial_id: str
     """Its row in the trial log (stage ``long``)."""

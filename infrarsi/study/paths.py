@@ -16,6 +16,7 @@ Layout::
     DIR/long_check.json    the accepted candidate past the trial's horizon (long check;
                            ``infrarsi.study.long_check_report``)
     DIR/bank_warm_start.json the experience bank's configs chosen to warm-start the search, and those dropped
+                           (``infrarsi.study.warm_start_record``)
     DIR/report.md, DIR/report.html
 
 A study directory, and every folder infrarsi makes in it, is created with mode 0700
@@ -44,6 +45,19 @@ from typing import Any
 from infrarsi.errors import LogError, NotAStudyError, StudyError
 
 _ID = re.compile(r"^(?P<stage>[a-z]+)-(?P<n>\d+)$")
+
+CONTRACT_FILE = "contract.yaml"
+"""Name of the frozen contract inside a study directory (``StudyPaths.contract``)."""
+FROZEN_FILE = ".contract.frozen.json"
+"""Name of the contract's frozen JSON copy (``StudyPaths.frozen_contract``)."""
+SPACE_COPY = "search_space.yaml"
+"""The study's own copy of the search space (init writes it), so it needs no other file."""
+STUDY_LOG = Path("logs") / "infrarsi.jsonl"
+"""The study's JSON-lines event log, relative to the study directory (``StudyPaths.study_log``)."""
+TRIALS_DIRNAME = "trials"
+"""Name of the trial-log folder inside a study directory (``StudyPaths.trials``)."""
+REPORT_FILES_DIR = "report_files"
+"""The report's figures folder, relative to the study directory (``StudyPaths.report_files``)."""
 
 STUDY_DIR_MODE = 0o700
 """Mode of a study directory and of the folders infrarsi makes in it: the owner's alone (the
@@ -75,7 +89,28 @@ class StudyPaths:
 
     @property
     def contract(self) -> Path:
-        return self.root / "contract.yaml"
+        """The frozen task contract (``infrarsi.study.contract``)."""
+        return self.root / CONTRACT_FILE
+
+    @property
+    def frozen_contract(self) -> Path:
+        """The contract's frozen JSON copy (what the contract held when it was frozen)."""
+        return self.root / FROZEN_FILE
+
+    @property
+    def search_space(self) -> Path:
+        """The study's copy of the search space (init)."""
+        return self.root / SPACE_COPY
+
+    @property
+    def logs(self) -> Path:
+        """The study's logs: ``infrarsi.jsonl`` (``study_log``) and ``ray`` (a link to Ray's)."""
+        return self.study_log.parent
+
+    @property
+    def study_log(self) -> Path:
+        """The study's JSON-lines event log (``infrarsi.structlog_config``)."""
+        return self.root / STUDY_LOG
 
     @property
     def doctor(self) -> Path:
@@ -89,7 +124,8 @@ class StudyPaths:
 
     @property
     def trials(self) -> Path:
-        return self.root / "trials"
+        """The Arrow trial log's folder (``infrarsi.study.trial_log``)."""
+        return self.root / TRIALS_DIRNAME
 
     @property
     def inflight(self) -> Path:
@@ -109,6 +145,26 @@ class StudyPaths:
     def proposals(self) -> Path:
         """Proposals from outside the optimizer (``proposals/queued``, ``proposals/taken``, their patches)."""
         return self.root / "proposals"
+
+    @property
+    def proposals_queued(self) -> Path:
+        """Proposals waiting for a run trial (``ProposalQueue``)."""
+        return self.proposals / "queued"
+
+    @property
+    def proposals_taken(self) -> Path:
+        """Proposals a run trial took."""
+        return self.proposals / "taken"
+
+    @property
+    def proposal_patches(self) -> Path:
+        """The proposals' patch files, copied into the study."""
+        return self.proposals / "patches"
+
+    @property
+    def proposals_lock(self) -> Path:
+        """The proposal queue's own lock."""
+        return self.proposals / "queue.lock"
 
     @property
     def optimizer_state(self) -> Path:
@@ -142,6 +198,11 @@ class StudyPaths:
     @property
     def report_html(self) -> Path:
         return self.root / "report.html"
+
+    @property
+    def report_files(self) -> Path:
+        """The report's figures (``report.md`` links them relative to the study directory)."""
+        return self.root / REPORT_FILES_DIR
 
     def require(self, what: str, path: Path, stage: str) -> Path:
         if not path.exists():

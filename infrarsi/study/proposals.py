@@ -6,7 +6,7 @@
 optimizer, oldest first, each as an ordinary run trial: it is moved to ``proposals/taken/``
 (an atomic rename, so two runs never take the same one), run under the contract, checked against
 the invariants, told to the optimizer, and verified like any candidate. The proposer's rationale
-travels in the row (``extra["proposal"]``) into the report.
+travels in the row (``extra.proposal``) into the report.
 """
 
 from __future__ import annotations
@@ -62,13 +62,13 @@ class ProposalQueue:
 
     def __init__(self, study_dir: str | Path) -> None:
         self.paths = StudyPaths(Path(study_dir))
-        self.queued_dir = self.paths.proposals / "queued"
+        self.queued_dir = self.paths.proposals_queued
         """Proposals waiting for a run trial."""
-        self.taken_dir = self.paths.proposals / "taken"
-        """Proposals a run trial took (its row carries ``extra["proposal"]``)."""
-        self.patch_dir = self.paths.proposals / "patches"
+        self.taken_dir = self.paths.proposals_taken
+        """Proposals a run trial took (its row carries ``extra.proposal``)."""
+        self.patch_dir = self.paths.proposal_patches
         """The proposals' patch files."""
-        self.lock_path = self.paths.proposals / "queue.lock"
+        self.lock_path = self.paths.proposals_lock
         """The queue's own lock (``infrarsi.study.lock``): held while an id is chosen and its
         proposal written, so two proposers never get the same id (the study lock is not taken:
         proposing while ``run`` holds the study is the point of the queue)."""

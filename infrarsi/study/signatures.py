@@ -12,7 +12,7 @@ They are computed from what a study directory already holds:
 - ``WorkloadSignature.from_workload``: the contract's embedded workload (family or entry point,
   sequence length, tokens per step) and the model's architecture (the built-in families'
   ``workloads.models.model_args``, the surrogate's ``MODELS``, a user job's ``ModelShape``);
-  parameters from the trial rows (``extra["num_params"]``) when the architecture is unknown;
+  parameters from the trial rows (``extra.num_params``) when the architecture is unknown;
 - ``ParallelLayout.from_config``: the world size and nodes of a trial and its knobs (``tp``,
   ``pp``, ``expert_parallel``, ``zero_stage``, ``micro_batch_size``).
 """

@@ -7,7 +7,8 @@ end-of-stream marker. ``read_trials`` reads every segment and tolerates a torn l
 writer killed mid-write), which pyarrow reports as ``OSError`` or ``ArrowInvalid``.
 
 The schema is derived from ``infrarsi.result.TrialResult``: adding a field there adds a column
-here. Dict fields are stored as JSON strings, ``started_at``/``ended_at`` as UTC timestamps.
+here. Dict fields (and ``extra``, a ``TrialExtra``) are stored as JSON strings, ``started_at``/
+``ended_at`` as UTC timestamps.
 """
 
 from __future__ import annotations
@@ -27,11 +28,9 @@ from typing import Any
 import pyarrow as pa
 
 from infrarsi.errors import LogError
-from infrarsi.result import TrialResult
-from infrarsi.study.paths import make_private_dir, write_error
+from infrarsi.result import TrialExtra, TrialResult
+from infrarsi.study.paths import StudyPaths, make_private_dir, write_error
 
-TRIALS_DIRNAME = "trials"
-"""Name of the trial-log folder inside a study directory."""
 SEGMENT_SUFFIX = ".arrows"
 """File suffix of one writer's IPC stream segment."""
 _TIMESTAMP_FIELDS = ("started_at", "ended_at")
@@ -43,6 +42,8 @@ def _arrow_type(name: str, hint: Any) -> pa.DataType:
     if name in _TIMESTAMP_FIELDS:
         return _TS_TYPE
     origin = typing.get_origin(hint)
+    if origin is typing.Literal and all(isinstance(a, str) for a in typing.get_args(hint)):
+        return pa.string()
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         return _arrow_type(name, args[0])
@@ -57,7 +58,7 @@ def _arrow_type(name: str, hint: Any) -> pa.DataType:
     if origin is list:
         (inner,) = typing.get_args(hint) or (str,)
         return pa.list_(pa.float64() if inner is float else pa.string())
-    if origin is dict or hint is dict:
+    if origin is dict or hint is dict or hint is TrialExtra:
         return pa.string()  # JSON text
     raise LogError(f"TrialResult field {name!r} has type {hint!r}, which the log cannot store.")
 
@@ -98,7 +99,7 @@ def _row(result: TrialResult, schema: pa.Schema) -> dict[str, list[Any]]:
 
 def trials_dir(study_dir: str | os.PathLike[str]) -> Path:
     """The ``trials/`` folder of a study directory."""
-    return Path(study_dir) / TRIALS_DIRNAME
+    return StudyPaths(Path(study_dir)).trials
 
 
 class TrialLogWriter:
@@ -193,7 +194,7 @@ class TrialLogWriter:
 def _segment_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
-    folder = path / TRIALS_DIRNAME if (path / TRIALS_DIRNAME).is_dir() else path
+    folder = StudyPaths(path).trials if StudyPaths(path).trials.is_dir() else path
     return sorted(folder.glob(f"*{SEGMENT_SUFFIX}"))
 
 

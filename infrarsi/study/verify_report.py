@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infrarsi.result import Status
 from infrarsi.study.candidate import Candidate
 from infrarsi.study.json_record import read_json_record
 from infrarsi.study.paths import StudyPaths, write_json_atomic
@@ -32,7 +33,7 @@ class VerifyRound(_Record):
     """Round index, from 0."""
     ratios: list[float] = Field(default_factory=list)
     """Baseline step time / candidate step time of each valid pair of the round."""
-    statuses: list[str] = Field(default_factory=list)
+    statuses: list[Status] = Field(default_factory=list)
     """Status of each of the candidate's trials in the round, in run order."""
     passed: bool = False
     """True when the round's median ratio cleared 1 + noise margin and every trial was ok."""

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from benchmarks.soak_accounting import FIELDS, account, tune_reported_ids
-from infrarsi.result import TrialResult
+from infrarsi.result import TrialExtra, TrialResult
 
 
 def _row(
@@ -19,11 +19,9 @@ def _row(
     device: float = 10.0,
     stage: str = "run",
 ) -> TrialResult:
-    extra: dict[str, object] = {}
-    if tune:
-        extra["tune_trial_id"] = tune
+    extra = TrialExtra(tune_trial_id=tune)
     if interrupted:
-        extra.update(interrupted=True, device_seconds_lower_bound=True)
+        extra.interrupted = extra.device_seconds_lower_bound = True
     return TrialResult(
         trial_id=tid,
         stage=stage,

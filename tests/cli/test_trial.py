@@ -240,8 +240,8 @@ def test_an_entry_point_outside_the_repository_runs_a_trial(ray_local, tmp_path)
     assert row.status == "ok", row.error
     assert row.world_size == 2
     # counted by the harness (forward pre-hook on the model), the same at every step
-    assert row.tokens_per_step == SEQ_LEN * SEQUENCES and "tokens_per_step_varied" not in row.extra
-    assert row.extra["sequences_seen"] == [SEQUENCES] * 3
+    assert row.tokens_per_step == SEQ_LEN * SEQUENCES and row.extra.tokens_per_step_varied is None
+    assert row.extra.sequences_seen == [SEQUENCES] * 3
     assert row.optimizer_steps == len(row.loss) == 3
     assert (
         row.eval_loss is not None and row.loss[-1] < row.loss[0]

@@ -184,9 +184,9 @@ def test_hanging_rank_times_out_and_leaves_nothing(ray_local, repo_root, entry):
         assert runner.pool.stats.recycles == 1
     finally:
         runner.close()
-    assert _alive_actor_ids(set(group_info["actor_ids"])) == []
-    assert _wait_gone(group_info["pids"]) == []
-    assert placement_group_table()[group_info["placement_group_id"]]["state"] == "REMOVED"
+    assert _alive_actor_ids(set(group_info.actor_ids or [])) == []
+    assert _wait_gone(group_info.pids or []) == []
+    assert placement_group_table()[group_info.placement_group_id]["state"] == "REMOVED"
 
 
 @pytest.mark.integration
@@ -403,7 +403,7 @@ def test_a_raylet_killed_mid_trial_fails_the_trial_and_frees_its_devices(repo_ro
 
 def test_the_device_memory_a_trial_left_allocated_is_the_max_over_ranks():
     res = _agg([_rank(0, leftover_device_bytes=0), _rank(1, leftover_device_bytes=22 * 2**30)])
-    assert res.extra["leftover_device_bytes"] == 22 * 2**30
+    assert res.extra.leftover_device_bytes == 22 * 2**30
     assert (
-        "leftover_device_bytes" not in _agg([_rank(0), _rank(1)]).extra
+        _agg([_rank(0), _rank(1)]).extra.leftover_device_bytes is None
     )  # CPU ranks do not measure it

@@ -30,19 +30,19 @@ def test_pool_reuses_actors_and_recycles_after_oom_standin(ray_local):
         a = runner.run({}, trial_id="a")
         b = runner.run({}, trial_id="b")
         assert a.status == b.status == "ok"
-        assert a.extra["warm"] is False and b.extra["warm"] is True
-        assert a.extra["actor_ids"] == b.extra["actor_ids"] and a.extra["pids"] == b.extra["pids"]
-        assert b.extra["group_trials_run"] == 2
+        assert a.extra.warm is False and b.extra.warm is True
+        assert a.extra.actor_ids == b.extra.actor_ids and a.extra.pids == b.extra.pids
+        assert b.extra.group_trials_run == 2
         c = runner.run({}, trial_id="c-oom")
         assert c.status == "oom" and c.memory_censored
-        assert c.extra["pids"] == b.extra["pids"]  # the oom ran on the warm group ...
+        assert c.extra.pids == b.extra.pids  # the oom ran on the warm group ...
         d = runner.run({}, trial_id="d")
-        assert d.status == "ok" and d.extra["warm"] is False  # ... which was then recycled
-        assert set(d.extra["pids"]).isdisjoint(c.extra["pids"])
+        assert d.status == "ok" and d.extra.warm is False  # ... which was then recycled
+        assert set(d.extra.pids).isdisjoint(c.extra.pids)
         e = runner.run(
             {"threads_per_worker": 2}, trial_id="e"
         )  # OMP_NUM_THREADS needs a new process
-        assert e.status == "ok" and e.extra["warm"] is False
+        assert e.status == "ok" and e.extra.warm is False
         assert runner.pool.stats.groups_started == 3
         assert runner.pool.stats.warm_acquires == 2
 
@@ -57,9 +57,9 @@ def test_pool_with_real_training_reuses_then_recycles_after_oom(ray_local):
         second = runner.run({**cfg, "zero_stage": 2}, trial_id="real-b")
         assert first.status == "ok", first.error
         assert second.status == "ok", second.error
-        assert second.extra["warm"] is True
-        assert first.extra["pids"] == second.extra["pids"]
-        assert first.extra["actor_ids"] == second.extra["actor_ids"]
+        assert second.extra.warm is True
+        assert first.extra.pids == second.extra.pids
+        assert first.extra.actor_ids == second.extra.actor_ids
         assert runner.peak_flops_per_s is not None and runner.peak_flops_per_s > 0
         assert first.mfu is not None and first.mfu > 0
     with TrialRunner(wl, memory_capacity_bytes=2**20) as small:

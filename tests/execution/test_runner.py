@@ -119,7 +119,7 @@ def test_harness_counters_are_honest(dense_results):
     for name, r in dense_results.items():
         assert r.tokens_per_step == 2048, name
         assert r.optimizer_steps == WARMUP + MEASURED, name
-        assert r.extra.get("param_checksums_agree") is True, name
+        assert r.extra.param_checksums_agree is True, name
         assert r.world_size == 2 and r.step_time_s and r.step_time_s > 0
 
 
@@ -161,7 +161,7 @@ def test_moe_expert_parallel_agrees_with_data_parallel(ray_local):
         runner.close()
     for r in (dp, ep, ep2):
         assert r.status == "ok", r.error[-2000:]
-        assert r.extra.get("param_checksums_agree") is True
+        assert r.extra.param_checksums_agree is True
     assert _max_gap(ep.loss, dp.loss) < 1e-3, (ep.loss, dp.loss)
     assert _max_gap(ep2.loss, dp.loss) < 1e-3, (ep2.loss, dp.loss)
     assert abs(ep.eval_loss - dp.eval_loss) < 1e-3
@@ -172,14 +172,14 @@ def test_loss_guard_stops_every_rank_at_the_first_step_off_tolerance(dense_runne
     guard = {"reference": [ref[0], ref[1] + 1.0, *ref[2:]], "atol": 1e-4, "rtol": 0.0}
     r = dense_runner.run(DENSE_CONFIGS["z0_m4"], trial_id="inv-guard", loss_guard=guard)
     assert r.status == "ok", r.error[-2000:]  # the executor turns it into invariant_violation
-    assert r.extra["stopped_early"].startswith("loss guard: step 1 ")
+    assert r.extra.stopped_early.startswith("loss guard: step 1 ")
     assert len(r.loss) == 2 and r.optimizer_steps == 2 and r.eval_loss is None
     # the ranks stayed usable: the next trial on the same warm group runs every step
     again = dense_runner.run(DENSE_CONFIGS["z0_m4"], trial_id="inv-guard-after")
     assert (
         again.status == "ok"
         and len(again.loss) == WARMUP + MEASURED
-        and "stopped_early" not in again.extra
+        and again.extra.stopped_early is None
     )
 
 
@@ -222,7 +222,7 @@ def test_a_two_node_deepspeed_trial_puts_its_ranks_on_two_raylets(two_node_clust
     assert row.nodes == 2 and row.world_size == 2
     assert row.loss and row.step_time_s
     # the ranks run on other nodes than the driver: the workloads package travelled to them
-    assert row.extra["code_shipped"] is True and len(row.extra["code_digest"]) == 64
+    assert row.extra.code_shipped is True and len(row.extra.code_digest) == 64
 
 
 @pytest.mark.integration
@@ -237,13 +237,12 @@ def test_a_pinned_runner_keeps_fresh_groups_in_one_reservation(ray_local, dense_
         rows = [runner.run({}, trial_id=f"pinned-{i}") for i in range(2)]
         assert runner.pool.stats.groups_started == 2
     assert all(r.status == "ok" for r in rows), [r.error for r in rows]
-    assert rows[0].extra["placement_group_id"] == rows[1].extra["placement_group_id"]
+    assert rows[0].extra.placement_group_id == rows[1].extra.placement_group_id
     for row in rows:  # the row says whether its ranks ran on cores of their own, and if not, why
-        assert (row.extra["cpu_pinned"] is True and row.extra["cpu_pin_note"] == "") or (
-            row.extra["cpu_pinned"] is False and "rank " in row.extra["cpu_pin_note"]
+        assert (row.extra.cpu_pinned is True and row.extra.cpu_pin_note == "") or (
+            row.extra.cpu_pinned is False and "rank " in row.extra.cpu_pin_note
         )
-    assert rows[0].extra["pids"] != rows[1].extra["pids"]
+    assert rows[0].extra.pids != rows[1].extra.pids
     assert (
-        len(set(rows[0].extra["node_ids"])) == 1
-        and rows[0].extra["node_ids"] == rows[1].extra["node_ids"]
+        len(set(rows[0].extra.node_ids)) == 1 and rows[0].extra.node_ids == rows[1].extra.node_ids
     )

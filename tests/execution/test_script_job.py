@@ -56,15 +56,15 @@ def test_the_example_script_gives_an_ok_row_measured_by_the_harness(example_runn
     assert res.status == "ok", res.error[-3000:]
     assert len(res.step_time_samples_s) == 4 and res.step_time_s is not None and res.step_time_s > 0
     assert res.tokens_per_step == 1024 and res.optimizer_steps == STEPS
-    assert res.extra["sequences_seen"] == [16] * STEPS
+    assert res.extra.sequences_seen == [16] * STEPS
     assert len(res.loss) == STEPS and all(3.0 < x < 8.0 for x in res.loss)  # ~log(512) at the start
-    assert res.extra["param_checksums_agree"] is True
-    assert res.extra["ds_config"]["gradient_clipping"] == 1.0  # the script's own key kept
+    assert res.extra.param_checksums_agree is True
+    assert res.extra.ds_config["gradient_clipping"] == 1.0  # the script's own key kept
     assert res.peak_memory_bytes is not None and res.peak_memory_bytes > 0
     # the warm group runs the next trial: the harness's process group and patches survived
     again = example_runner.run({"zero_stage": 0, "micro_batch_size": 8}, trial_id="script-again")
     assert again.status == "ok", again.error[-3000:]
-    assert again.loss == res.loss and again.extra["warm"] is True
+    assert again.loss == res.loss and again.extra.warm is True
 
 
 def test_two_configs_change_the_engine_the_script_got(ray_local, tmp_path):
@@ -112,7 +112,7 @@ def test_two_configs_change_the_engine_the_script_got(ray_local, tmp_path):
         }
         for e in e2
     ), e2
-    assert r1.extra["micro_batch_size"] == 1 and r2.extra["grad_accum_steps"] == 4
+    assert r1.extra.micro_batch_size == 1 and r2.extra.grad_accum_steps == 4
     for r in (r1, r2):
         assert r.tokens_per_step == 1024 and r.optimizer_steps == STEPS
     assert max(abs(a - b) for a, b in zip(r1.loss, r2.loss, strict=True)) < 1e-5, (r1.loss, r2.loss)

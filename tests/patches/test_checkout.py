@@ -24,7 +24,7 @@ def test_patched_code_is_a_temporary_worktree_with_the_patch_and_none_is_the_own
         tree = Path(str(code.code_dir))
         assert "view_as_complex" in (tree / MODEL).read_text()
         assert code.patches == ["workloads/patches/rope_complex.diff"]
-        assert code.extra["patch_base_sha"] == git.Repo(root).head.commit.hexsha
+        assert code.extra.patch_base_sha == git.Repo(root).head.commit.hexsha
     assert not tree.exists()  # removed on exit
     assert "view_as_complex" not in (root / MODEL).read_text()
     with pytest.raises(PatchError, match="do not exist"), patched_code(root, "no_such_patch"):

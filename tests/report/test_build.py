@@ -11,6 +11,7 @@ import pytest
 from synthetic_study import make_study
 
 from infrarsi.errors import ContractError
+from infrarsi.result import TrialExtra
 from infrarsi.stages.report import find_chromium, write_report
 from infrarsi.study.contract import CONTRACT_FILE
 
@@ -122,7 +123,12 @@ def test_deepspeed_config_prefers_the_logged_one(tmp_path: Path) -> None:
 
     c = Contract.load(make_study(tmp_path))
     r = row(
-        "run-9", "run", BEST, 0.0, step=1.0, extra={"ds_config": {"train_batch_size": 16, "x": 1}}
+        "run-9",
+        "run",
+        BEST,
+        0.0,
+        step=1.0,
+        extra=TrialExtra(ds_config={"train_batch_size": 16, "x": 1}),
     )
     assert deepspeed_config(c, BEST, [r]) == {"train_batch_size": 16, "x": 1}
     built = deepspeed_config(c, BEST, [])
@@ -154,7 +160,9 @@ def test_a_study_where_every_trial_ran_out_of_memory_says_so_and_names_the_saver
         row(f"run-{i}", "run", c, t + 20 * i, status="oom", mem=0.02 + 0.01 * i)
         for i, c in enumerate(cfgs)
     ]
-    trials.append(row("run-3", "run", BASE, t + 80, status="failed", extra={"interrupted": True}))
+    trials.append(
+        row("run-3", "run", BASE, t + 80, status="failed", extra=TrialExtra(interrupted=True))
+    )
     write_rows(d, trials)
     md = write_report(d).markdown.read_text()
     assert "Every trial ran out of memory: all 3 trials that ran ended 'oom'" in md

@@ -78,7 +78,7 @@ def test_verify_never_accepts_a_cheat_even_a_faster_one(study: Path, executor, c
 
     def run_trial(config, stage, **kw):
         # The baseline runs honest code, the candidate the cheating code.
-        role = (kw.get("extra") or {}).get("role")
+        role = kw["extra"].role if kw.get("extra") is not None else None
         executor.runner.workload = cheating if role == "candidate" else honest
         return original(config, stage, **kw)
 
@@ -174,7 +174,7 @@ def test_a_full_disk_at_the_log_write_is_a_log_error_and_resume_logs_the_trial_i
         == ["doctor-0000", "doctor-0001"]
     )
     lost = after["doctor-0001"]
-    assert lost.extra["interrupted"] is True and lost.status == "failed"
+    assert lost.extra.interrupted is True and lost.status == "failed"
     assert lost.device_seconds == pytest.approx(
         lost.world_size * (lost.ended_at - lost.started_at), abs=1e-3
     )

@@ -133,7 +133,7 @@ def test_an_honest_candidate_passes_with_a_bitwise_restart(study: Path, executor
     assert again == res
     logged = {r.trial_id: r for r in rows(read_trials(study))}
     for role, tid in res.trial_ids.items():  # every run is a logged row of stage "long"
-        assert logged[tid].stage == "long" and logged[tid].extra["horizon_steps"] == 10, role
+        assert logged[tid].stage == "long" and logged[tid].extra.horizon_steps == 10, role
     assert logged[res.trial_ids["candidate"]].status == "ok"
 
 

@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from synthetic_study import BASE, BEST, ROOT, make_study, row, write_rows
 
+from infrarsi.result import TrialExtra
 from infrarsi.search import AskInfo, Optimizer, Outcome
 from infrarsi.stages.bank_feed import add_to_bank
 from infrarsi.stages.optimizer_factory import bank_warm_start_configs, build_optimizer
@@ -283,7 +284,7 @@ def test_warm_start_revalidates_configs_invalid_in_the_new_space(tmp_path: Path)
                 step=1.2,
                 mem=0.5,
                 hw="box-c",
-                extra={"ask_info": info.to_dict()},
+                extra=TrialExtra(ask_info=info.to_dict()),
             ),
         ],
     )
@@ -325,7 +326,7 @@ def test_warm_start_revalidates_configs_invalid_in_the_new_space(tmp_path: Path)
                 step=1.2,
                 mem=0.5,
                 hw="box-c",
-                extra={"ask_info": info.to_dict()},
+                extra=TrialExtra(ask_info=info.to_dict()),
             ),
             row(
                 "run-1",
@@ -335,7 +336,7 @@ def test_warm_start_revalidates_configs_invalid_in_the_new_space(tmp_path: Path)
                 step=2.0,
                 mem=0.4,
                 hw="box-c",
-                extra={"ask_info": rep_info},
+                extra=TrialExtra(ask_info=rep_info),
             ),
         ],
     )
@@ -410,7 +411,7 @@ def test_a_tune_trial_lost_before_it_ran_is_not_told_failed_and_one_that_ran_get
                 600.0,
                 step=1.5,
                 mem=0.4,
-                extra={"tune_trial_id": "tune-ran"},
+                extra=TrialExtra(tune_trial_id="tune-ran"),
             )
         ],
         name="seg9",

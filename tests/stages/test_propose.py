@@ -263,11 +263,11 @@ def test_proposals_from_the_cli_and_mcp_run_are_verified_and_are_in_the_report(
     _propose_through_mcp(study)
     run_stage(study, trials=3, progress=False)
     run = [r for r in rows(read_trials(study)) if r.stage == "run"]
-    mine, agents = [r for r in run if r.extra.get("proposal")]
-    assert [mine, agents] == run[:2] and mine.extra["ask_info"]["phase"] == "proposal"
+    mine, agents = [r for r in run if r.extra.proposal]
+    assert [mine, agents] == run[:2] and mine.extra.ask_info["phase"] == "proposal"
     assert mine.config["micro_batch_size"] == 4 and mine.config["zero_stage"] == 1
-    assert mine.extra["proposal"]["proposer"] == "test-agent"
-    assert agents.extra["proposal"]["proposer"] == "mcp" and agents.config["micro_batch_size"] == 2
+    assert mine.extra.proposal["proposer"] == "test-agent"
+    assert agents.extra.proposal["proposer"] == "mcp" and agents.config["micro_batch_size"] == 2
     verify_stage(study, top_k=3, pairs=2, rounds=1)
     verified = json.loads((study / "verify.json").read_text())
     assert any(c["config"] == mine.config for c in verified["candidates"]) or mine.status != "ok"

@@ -166,10 +166,10 @@ def test_sigkill_mid_study_on_the_debug_workload_then_resume_loses_and_duplicate
         assert by_id[x.trial_id].to_dict() == x.to_dict()
     for tid in killed:  # the trial in flight at the kill: interrupted, and its device time counted
         row = by_id[tid]
-        assert row.extra.get("interrupted") is True and row.status == "failed", row
+        assert row.extra.interrupted is True and row.status == "failed", row
         assert row.device_seconds > 0 and row.ended_at > row.started_at
     run_rows = [x for x in after if x.stage == "run"]
-    counted = [x for x in run_rows if not x.extra.get("interrupted")]
+    counted = [x for x in run_rows if not x.extra.interrupted]
     assert len(counted) == 2, [(x.trial_id, x.status, x.error[:200]) for x in run_rows]
     assert all(x.device_seconds > 0 for x in counted)
     assert not list((study / "inflight").glob("*.json"))
@@ -224,7 +224,7 @@ def test_trials_run_at_once_each_in_its_own_reservation_on_a_two_node_cluster(
     )  # stdout holds the one JSON object (the bar: stderr)
     run = [x for x in rows(read_trials(study)) if x.stage == "run"]
     assert len(run) == 4 and len({x.trial_id for x in run}) == 4
-    assert all(x.extra["concurrency"] == 2 for x in run)
+    assert all(x.extra.concurrency == 2 for x in run)
     overlapping = [
         (a, b)
         for i, a in enumerate(run)
@@ -233,8 +233,8 @@ def test_trials_run_at_once_each_in_its_own_reservation_on_a_two_node_cluster(
     ]
     assert overlapping, [(x.trial_id, x.started_at, x.ended_at) for x in run]
     for a, b in overlapping:  # trials at once never share a reservation, or a rank process
-        assert a.extra["placement_group_id"] != b.extra["placement_group_id"]
-        assert not set(a.extra["pids"]) & set(b.extra["pids"])
+        assert a.extra.placement_group_id != b.extra.placement_group_id
+        assert not set(a.extra.pids) & set(b.extra.pids)
     asked = [x.config for x in run]
     assert (
         len({json.dumps(c, sort_keys=True) for c in asked}) == 4
@@ -347,7 +347,7 @@ def test_a_tune_trial_actor_killed_mid_trial_is_retried_without_running_twice(
     assert rc == 0, text[-3000:]
     run = [x for x in rows(read_trials(study)) if x.stage == "run"]
     ids = [x.trial_id for x in run]
-    tune_ids = [x.extra["tune_trial_id"] for x in run]
+    tune_ids = [x.extra.tune_trial_id for x in run]
     assert len(run) == 4 and len(set(ids)) == 4 and len(set(tune_ids)) == 4, [
         (x.trial_id, x.extra) for x in run
     ]

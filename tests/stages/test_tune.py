@@ -111,7 +111,7 @@ def test_the_report_draws_the_peak_memory_the_optimizer_predicted(tmp_path: Path
     run_stage(study, trials=3, progress=False)
     run_rows = [r for r in rows(read_trials(study)) if r.stage == "run"]
     assert len(run_rows) == 3
-    infos = [AskInfo.from_dict(r.extra["ask_info"]) for r in run_rows]
+    infos = [AskInfo.from_dict(r.extra.ask_info) for r in run_rows]
     assert all(i.config == r.config for i, r in zip(infos, run_rows, strict=True))
     assert all(i.predicted_peak_memory_bytes and i.predicted_peak_memory_bytes > 0 for i in infos)
     out = write_report(study)
@@ -151,7 +151,7 @@ def test_sigkill_mid_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> N
     assert r.returncode == 0, r.stderr
     after = rows(read_trials(study))
     run_rows = [x for x in after if x.stage == "run"]
-    counted = [x for x in run_rows if not x.extra.get("interrupted")]
+    counted = [x for x in run_rows if not x.extra.interrupted]
     assert len(counted) == 8
     ids = [x.trial_id for x in after]
     assert len(ids) == len(set(ids)), "a trial_id was logged twice"

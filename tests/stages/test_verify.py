@@ -123,9 +123,7 @@ def test_what_verify_measures_is_what_apply_promotes(tmp_path: Path, ray_local: 
     p_honest = propose(study, {}, why="the wait does nothing", patch=honest)
     summary = run_stage(study, progress=False)
 
-    run = {
-        r.extra["proposal"]["proposal_id"]: r for r in rows(read_trials(study)) if r.stage == "run"
-    }
+    run = {r.extra.proposal["proposal_id"]: r for r in rows(read_trials(study)) if r.stage == "run"}
     assert run["prop-0001"].status == "invariant_violation"
     assert run["prop-0002"].status == "ok" and run["prop-0003"].status == "ok"
     assert run["prop-0003"].patches == [p_honest.patch] and run["prop-0003"].patch_sha256 == [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infrarsi.result import TrialResult
+from infrarsi.result import TrialExtra, TrialResult
 from infrarsi.study.candidate import Candidate, PatchRef, file_sha256, patch_source
 
 CFG = {"zero_stage": 0, "micro_batch_size": 8}
@@ -46,7 +46,7 @@ def test_a_row_names_its_candidate_and_the_record_round_trips(tmp_path: Path) ->
         status="ok",
         patches=["proposals/patches/prop-0001.diff"],
         patch_sha256=[file_sha256(f)],
-        extra={"proposal": {"proposal_id": "prop-0001"}},
+        extra=TrialExtra(proposal={"proposal_id": "prop-0001"}),
     )
     c = Candidate.from_row(row)
     assert c.proposal_patch == "proposals/patches/prop-0001.diff" and c.proposal_id == "prop-0001"

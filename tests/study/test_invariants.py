@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.result import TrialResult
+from infrarsi.result import TrialExtra, TrialResult
 from infrarsi.study.contract import Contract
 from infrarsi.study.invariants import Reference, check_invariants
 
@@ -35,7 +35,7 @@ def honest(**over: object) -> TrialResult:
         tokens_per_step=TOKENS,
         optimizer_steps=STEPS,
         world_size=2,
-        extra={"tokens_seen": [TOKENS] * STEPS, "param_checksum_spread": 0.0},
+        extra=TrialExtra(tokens_seen=[TOKENS] * STEPS, param_checksum_spread=0.0),
     )
     for k, v in over.items():
         setattr(r, k, v)
@@ -62,7 +62,7 @@ def test_honest_candidate_passes(contract: Contract) -> None:
 
 
 def test_skip_optimizer_steps(contract: Contract) -> None:
-    r = honest(optimizer_steps=5, loss=BASE_LOSS[:5], extra={"tokens_seen": [TOKENS] * 5})
+    r = honest(optimizer_steps=5, loss=BASE_LOSS[:5], extra=TrialExtra(tokens_seen=[TOKENS] * 5))
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
     assert (
@@ -71,7 +71,7 @@ def test_skip_optimizer_steps(contract: Contract) -> None:
 
 
 def test_shrink_batch(contract: Contract) -> None:
-    r = honest(tokens_per_step=TOKENS // 2, extra={"sequences_per_step": 8})
+    r = honest(tokens_per_step=TOKENS // 2, extra=TrialExtra(sequences_per_step=8))
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
     assert any(
@@ -95,7 +95,7 @@ def test_fake_loss(contract: Contract) -> None:
 def test_fewer_tokens(contract: Contract) -> None:
     seen = [TOKENS] * STEPS
     seen[3:] = [TOKENS // 4] * (STEPS - 3)
-    r = honest(extra={"tokens_seen": seen})
+    r = honest(extra=TrialExtra(tokens_seen=seen))
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
     assert any(
@@ -106,48 +106,50 @@ def test_fewer_tokens(contract: Contract) -> None:
 
 def test_engine_style_extras(contract: Contract) -> None:
     # The trial engine's aggregate records these keys (tokens_seen is not carried over).
-    r = honest(extra={"tokens_per_step_varied": [512, 2048]})
+    r = honest(extra=TrialExtra(tokens_per_step_varied=[512, 2048]))
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok and any("training on fewer tokens" in x for x in reasons)
-    r = honest(extra={"param_checksum": 12.5, "param_checksums_agree": False})
+    r = honest(extra=TrialExtra(param_checksum=12.5, param_checksums_agree=False))
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok and any("gradient all-reduce skipped?" in x for x in reasons)
-    r = honest(extra={"param_checksum": 12.5, "param_checksums_agree": True})
+    r = honest(extra=TrialExtra(param_checksum=12.5, param_checksums_agree=True))
     assert check_invariants(r, BASELINE, contract) == (True, [])
 
 
 def test_engine_style_cheat_signals(contract: Contract) -> None:
     # shrink_batch as the engine sees it: half the sequences per step, tokens halved too.
-    r = honest(tokens_per_step=TOKENS // 2, extra={"sequences_seen": [8] * STEPS})
+    r = honest(tokens_per_step=TOKENS // 2, extra=TrialExtra(sequences_seen=[8] * STEPS))
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok and any(
         x.startswith("sequences_seen: step 0 fed 8 sequences") and "shrunk batch" in x
         for x in reasons
     )
     # fake_loss as the engine sees it: the harness's loss is honest, the reported one is 0.8x.
-    r = honest(extra={"workload_loss": [0.8 * x for x in BASE_LOSS]})
+    r = honest(extra=TrialExtra(workload_loss=[0.8 * x for x in BASE_LOSS]))
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok and any(
         x.startswith("workload_loss:") and "fake loss reported" in x for x in reasons
     )
     # fewer_tokens as the engine sees it: all 16 sequences, each cut to half its tokens.
-    r = honest(tokens_per_step=TOKENS // 2, extra={"sequences_seen": [16] * STEPS})
+    r = honest(tokens_per_step=TOKENS // 2, extra=TrialExtra(sequences_seen=[16] * STEPS))
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert reasons == [
         "tokens_per_step: expected 2048, harness counted 1024 (training on fewer "
         "tokens: every sequence is there but shorter, tokens were dropped)"
     ]
     # Honest engine extras pass.
-    r = honest(extra={"sequences_seen": [16] * STEPS, "workload_loss": list(honest().loss)})
+    r = honest(extra=TrialExtra(sequences_seen=[16] * STEPS, workload_loss=list(honest().loss)))
     assert check_invariants(r, BASELINE, contract) == (True, [])
 
 
 def test_skip_allreduce(contract: Contract) -> None:
-    r = honest(extra={"tokens_seen": [TOKENS] * STEPS, "rank_param_checksums": [1234.5, 1229.1]})
+    r = honest(
+        extra=TrialExtra(tokens_seen=[TOKENS] * STEPS, rank_param_checksums=[1234.5, 1229.1])
+    )
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
     assert any("gradient all-reduce skipped?" in x for x in reasons)
-    r2 = honest(extra={"param_checksum_spread": 0.02})
+    r2 = honest(extra=TrialExtra(param_checksum_spread=0.02))
     assert any("replicas diverged" in x for x in check_invariants(r2, BASELINE, contract)[1])
 
 
@@ -192,7 +194,7 @@ def test_stopped_early_by_the_loss_guard(contract: Contract) -> None:
         loss=loss,
         optimizer_steps=3,
         eval_loss=None,
-        extra={"tokens_seen": [TOKENS] * 3, "stopped_early": "loss guard: step 2 ..."},
+        extra=TrialExtra(tokens_seen=[TOKENS] * 3, stopped_early="loss guard: step 2 ..."),
     )
     ok, reasons = check_invariants(r, BASELINE, contract)
     assert not ok
@@ -205,7 +207,7 @@ def test_stopped_early_by_the_loss_guard(contract: Contract) -> None:
         loss=loss,
         optimizer_steps=2,
         eval_loss=None,
-        extra={"tokens_seen": [TOKENS] * 3, "stopped_early": "loss guard: step 2 ..."},
+        extra=TrialExtra(tokens_seen=[TOKENS] * 3, stopped_early="loss guard: step 2 ..."),
     )
     _, reasons = check_invariants(cheat, BASELINE, contract)
     assert "optimizer_steps: expected 3, harness counted 2 (skipped optimizer steps)" in reasons

@@ -161,3 +161,35 @@ def test_a_marker_is_touched_while_its_trial_runs_and_not_after(
     assert still["last_alive_at"] == stopped["last_alive_at"]
     m.done("run-0000")
     assert m.leftovers() == [] and m._beats == {}
+
+
+def test_every_study_file_is_named_by_study_paths() -> None:
+    """The layout the module docstring lists, named in one place (no module spells a name)."""
+    p = StudyPaths(Path("/s"))
+    names = {
+        p.contract: "contract.yaml",
+        p.frozen_contract: ".contract.frozen.json",
+        p.search_space: "search_space.yaml",
+        p.doctor: "doctor.json",
+        p.trials: "trials",
+        p.inflight: "inflight",
+        p.trial_ids: "ids",
+        p.lock: "study.lock",
+        p.proposals: "proposals",
+        p.proposals_queued: "proposals/queued",
+        p.proposals_taken: "proposals/taken",
+        p.proposal_patches: "proposals/patches",
+        p.proposals_lock: "proposals/queue.lock",
+        p.optimizer_state: "optimizer.json",
+        p.bank_warm_start: "bank_warm_start.json",
+        p.verify: "verify.json",
+        p.long_check: "long_check.json",
+        p.apply_record: "apply.json",
+        p.report_md: "report.md",
+        p.report_html: "report.html",
+        p.report_files: "report_files",
+        p.logs: "logs",
+        p.study_log: "logs/infrarsi.jsonl",
+    }
+    for path, name in names.items():
+        assert path == Path("/s") / name

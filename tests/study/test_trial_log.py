@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from infrarsi.errors import LogError
-from infrarsi.result import TrialResult
+from infrarsi.result import TrialExtra, TrialResult
 from infrarsi.study.trial_log import TrialLogWriter, read_trials, rows, trial_schema
 
 
@@ -38,7 +38,7 @@ def _result(i: int, **kw) -> TrialResult:
         started_at=1_700_000_000.25,
         ended_at=1_700_000_010.5,
         hardware={"device": "cpu"},
-        extra={"warm": True},
+        extra=TrialExtra(warm=True),
         phase_times_s={"forward": 0.1},
     )
     base.update(kw)
@@ -50,6 +50,7 @@ def test_schema_has_the_required_columns_and_types():
     assert s.field("config").type == pa.string()
     assert s.field("hardware").type == pa.string()
     assert s.field("extra").type == pa.string()
+    assert s.field("stage").type == s.field("status").type == pa.string()
     assert s.field("patches").type == pa.list_(pa.string())
     assert s.field("loss").type == pa.list_(pa.float64())
     assert s.field("step_time_samples_s").type == pa.list_(pa.float64())
@@ -174,11 +175,27 @@ def test_timestamps_are_utc(tmp_path):
     assert col.type.tz == "UTC"
 
 
-@pytest.mark.parametrize("bad", [{"x": object()}])
-def test_unserialisable_extra_is_stringified(tmp_path, bad):
+def test_unserialisable_extra_is_stringified(tmp_path):
     with TrialLogWriter(tmp_path) as w:
-        w.write(_result(0, extra=bad))
-    assert "object" in rows(read_trials(tmp_path))[0].extra["x"]
+        w.write(_result(0, extra=TrialExtra(ds_config={"x": object()})))
+    ds_config = rows(read_trials(tmp_path))[0].extra.ds_config
+    assert ds_config is not None and "object" in ds_config["x"]
+
+
+def test_extra_is_stored_as_the_json_object_of_its_set_fields(tmp_path):
+    """The ``extra`` column holds the same JSON object as before ``TrialExtra``: only the keys
+    that are set, under their names; an earlier version's row reads back, its unknown keys kept."""
+    import json
+
+    with TrialLogWriter(tmp_path) as w:
+        w.write(_result(0, extra=TrialExtra(role="baseline", repeat=0, pids=[1, 2])))
+        w.write(_result(1, extra={"model_params": 7, "some_old_key": "kept", "warm": False}))
+    table = read_trials(tmp_path)
+    stored = [json.loads(x) for x in table["extra"].to_pylist()]
+    assert stored[0] == {"role": "baseline", "repeat": 0, "pids": [1, 2]}
+    old = rows(table)[1].extra
+    assert old.num_params == 7 and old.warm is False and old.unknown == {"some_old_key": "kept"}
+    assert stored[1] == {"num_params": 7, "some_old_key": "kept", "warm": False}
 
 
 def test_the_trial_log_makes_its_study_directory_0700(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ the patch acts on the CODE, not on the DeepSpeed config. Everything else lives i
 ``infrarsi.patches``: the values and init's checks (``infrarsi.patches.knob``), and the patched
 worktree a trial runs in (``infrarsi.patches.checkout``, used by the study executor and
 ``infrarsi trial``); a set that does not apply together is refused at ``init``, and logged
-``failed`` with ``extra["patch_conflict"]`` before any rank starts if it reaches the executor.
+``failed`` with ``extra.patch_conflict`` before any rank starts if it reaches the executor.
 """
 
 from __future__ import annotations

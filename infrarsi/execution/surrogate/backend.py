@@ -45,7 +45,7 @@ from infrarsi.execution.knobs.registry import (
 )
 from infrarsi.execution.surrogate.model import Evaluation, Problem, evaluate, problem_from_params
 from infrarsi.knob_names import DTYPE, FLASH_ATTENTION, PP, TP
-from infrarsi.result import TrialResult
+from infrarsi.result import Stage, Status, TrialExtra, TrialResult
 from infrarsi.workload import Workload
 
 NOISE_CV = 0.04
@@ -158,7 +158,7 @@ def sample_trial(
     *,
     measured_steps: int = 8,
     warmup_steps: int = 2,
-) -> tuple[str, Evaluation, dict[str, Any]]:
+) -> tuple[Status, Evaluation, dict[str, Any]]:
     """Draw one noisy trial: (status, noiseless evaluation, measured fields). The measured
     fields are ``step_time_samples_s``, ``rank_step_time_s``, ``peak_memory_bytes``,
     ``wall_s`` (simulated seconds the devices were held) and ``error``."""
@@ -223,7 +223,7 @@ def run_surrogate(
     config: dict[str, Any],
     *,
     trial_id: str,
-    stage: str = "run",
+    stage: Stage = "run",
     memory_capacity_bytes: int | None = None,
     seed: int = 0,
 ) -> TrialResult:
@@ -265,12 +265,12 @@ def run_surrogate(
             "peak_flops": problem.gpu.peak_flops,
             "simulated": True,
         },
-        extra={
-            "model_params": problem.model.num_params,
-            "modelled_step_time_s": ev.step_time_s,
-            "modelled_peak_memory_bytes": ev.peak_memory_bytes,
-            "memory_parts_bytes": ev.memory_parts_bytes,
-        },
+        extra=TrialExtra(
+            num_params=int(problem.model.num_params),
+            modelled_step_time_s=ev.step_time_s,
+            modelled_peak_memory_bytes=int(ev.peak_memory_bytes),
+            memory_parts_bytes=ev.memory_parts_bytes,
+        ),
     )
     if status == "oom":
         result.peak_memory_bytes = m["peak_memory_bytes"]

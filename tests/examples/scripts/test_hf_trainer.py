@@ -63,9 +63,9 @@ def test_the_trainer_script_trains_through_deepspeed_and_a_cpu_pair_fails_naming
             assert res.status == "ok", (res.error or "")[-3000:]
             assert res.optimizer_steps == 5 and res.tokens_per_step == 512
             assert (
-                res.extra["sequences_seen"] == [8] * 5
+                res.extra.sequences_seen == [8] * 5
             )  # the Trainer fed micro-batches of 2, 4 times per step
-            assert res.extra["ds_config"]["train_micro_batch_size_per_gpu"] == 2
+            assert res.extra.ds_config["train_micro_batch_size_per_gpu"] == 2
         else:
             assert (
                 res.status == "failed"

@@ -248,7 +248,7 @@ def test_infrarsi_trial_runs_a_code_patch_in_a_worktree(tmp_path: Path, ray_loca
     (row,) = rows(read_trials(study))
     assert row.status == "failed" and "boom patch is applied" in row.error, row.error[-2000:]
     assert row.patches == ["workloads/patches/boom.diff"]
-    assert row.extra["patch_base_sha"] == git.Repo(root).head.commit.hexsha
+    assert row.extra.patch_base_sha == git.Repo(root).head.commit.hexsha
     assert [
         p for p in git.Repo(root).git.worktree("list").splitlines() if "infrarsi-wt-" in p
     ] == []
