@@ -21,6 +21,7 @@ from infrarsi.errors import ApplyError
 from infrarsi.execution.knobs.deepspeed import build_trial
 from infrarsi.execution.script_config import merge_trial_config
 from infrarsi.execution.script_hf import trainer_ds_config, trainer_overrides
+from infrarsi.result import TrialExtra
 from infrarsi.stages.apply import apply
 from infrarsi.stages.apply_script import check_ran, set_option
 from infrarsi.stages.init_script import arg_value, parse_launch_line
@@ -67,7 +68,7 @@ def script_study(
             win,
             t + 20 * i,
             step=0.5,
-            extra={"ds_config": ran, "num_params": NUM_PARAMS},
+            extra=TrialExtra(ds_config=ran, num_params=NUM_PARAMS),
         )
         for i in range(3)
     ]
