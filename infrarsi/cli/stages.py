@@ -134,7 +134,15 @@ SHARED_OPTIONS: dict[str, tuple[Any, tuple[str, ...], dict[str, Any]]] = {
     "seed": (0, ("--seed",), {"min": 0, "help": "Seed of the optimizer."}),
     "concurrency": (None, ("--concurrency",), {"min": 1, "help": CONCURRENCY_HELP}),
     # verify's
-    "top_k": (3, ("--top-k",), {"min": 1, "help": "Candidates verify re-runs."}),
+    "top_k": (
+        3,
+        ("--top-k",),
+        {
+            "min": 1,
+            "help": "Candidates verify re-runs, by the posterior "
+            "(the measured-fastest joins them when it is not among them).",
+        },
+    ),
     "pairs": (
         3,
         ("--pairs",),
