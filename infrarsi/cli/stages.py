@@ -454,10 +454,21 @@ def run_cmd(
                     f"{best:.4f} s ({raw:.2f}x, unverified)" if best and raw else "-",
                 ),
                 ("its config", json.dumps(s.get("best_config")) if s.get("best_config") else "-"),
+                *_choice_rows(s.get("choice")),
                 ("concurrency", str(s.get("concurrency"))),
             ],
         )
     )
+
+
+def _choice_rows(choice: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``run``'s table rows for the knob config to verify (``BestChoice.to_dict()``) and why."""
+    if not choice:
+        return [("to verify", "-")]
+    return [
+        ("to verify", json.dumps(choice["config"])),
+        ("why", f"{choice['reason']}: {choice['why']}"),
+    ]
 
 
 @command("verify")

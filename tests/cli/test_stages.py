@@ -587,3 +587,36 @@ def test_init_script_writes_the_workload_of_the_launch_line_and_inits_from_it(
         assert res.exit_code == 2 and says in res.output, res.output
     res = _invoke("init", "--study", str(tmp_path / "s3"))
     assert res.exit_code == 2 and "exactly one" in res.output
+
+
+def test_run_prints_the_config_to_verify_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import infrarsi.stages.run as run_mod
+
+    choice = {
+        "config": {"micro_batch_size": 4},
+        "reason": "measured_faster_posterior_uncertain",
+        "why": "fastest measured (median 2.45 s over 1 trial); the posterior prefers another",
+    }
+    summary = {
+        "trials": 3,
+        "statuses": {"ok": 3},
+        "best_config": {"micro_batch_size": 4},
+        "best_step_time_s": 2.45,
+        "baseline_step_time_s": 3.0,
+        "raw_speedup": 3.0 / 2.45,
+        "choice": choice,
+        "concurrency": 1,
+    }
+    monkeypatch.setattr(run_mod, "run_stage", lambda *a, **kw: summary)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "contract.yaml").write_text("{}\n")  # a study, as far as the CLI checks
+    res = _invoke("run", str(tmp_path / "s"))
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "to verify" in flat and "measured_faster_posterior_uncertain" in flat
+    assert "over 1 trial" in flat
+    monkeypatch.setattr(run_mod, "run_stage", lambda *a, **kw: {**summary, "choice": None})
+    res = _invoke("run", str(tmp_path / "s"))
+    assert res.exit_code == 0 and "to verify" in res.output
