@@ -14,8 +14,9 @@ posterior is confident it is slower, i.e. unless
     P(f(measured pick) > f(posterior pick)) >= confidence   (``OptimizerSettings.best_confidence``)
 
 under the joint posterior of the two latent log step times (their correlation counted).
-Replicates shrink a config's posterior sd, so a config measured once rarely loses to a config
-measured three times on the posterior mean alone. A confidence of 0.5 or less keeps the
+Replicates shrink a config's posterior sd: a config measured once keeps a wide one, so the
+posterior is rarely confident that it is slower than a config measured three times, and the
+measured median decides. A confidence of 0.5 or less keeps the
 posterior pick whenever they differ (the older rule); without a step-time model (fewer than two
 ok trials) the measured pick is the choice. ``verify`` settles a disagreement with paired runs: its
 candidates include the measured pick besides the posterior's (``stages.verify.select_candidates``).
