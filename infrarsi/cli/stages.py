@@ -142,7 +142,15 @@ SHARED_OPTIONS: dict[str, tuple[Any, tuple[str, ...], dict[str, Any]]] = {
     "seed": (0, ("--seed",), {"min": 0, "help": "Seed of the optimizer."}),
     "concurrency": (None, ("--concurrency",), {"min": 1, "help": CONCURRENCY_HELP}),
     # verify's
-    "top_k": (3, ("--top-k",), {"min": 1, "help": "Candidates verify re-runs."}),
+    "top_k": (
+        3,
+        ("--top-k",),
+        {
+            "min": 1,
+            "help": "Candidates verify re-runs, by the posterior "
+            "(the measured-fastest joins them when it is not among them).",
+        },
+    ),
     "pairs": (
         3,
         ("--pairs",),
@@ -454,10 +462,21 @@ def run_cmd(
                     f"{best:.4f} s ({raw:.2f}x, unverified)" if best and raw else "-",
                 ),
                 ("its config", json.dumps(s.get("best_config")) if s.get("best_config") else "-"),
+                *_choice_rows(s.get("choice")),
                 ("concurrency", str(s.get("concurrency"))),
             ],
         )
     )
+
+
+def _choice_rows(choice: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``run``'s table rows for the knob config to verify (``BestChoice.to_dict()``) and why."""
+    if not choice:
+        return [("to verify", "-")]
+    return [
+        ("to verify", json.dumps(choice["config"])),
+        ("why", f"{choice['reason']}: {choice['why']}"),
+    ]
 
 
 @command("verify")

@@ -7,7 +7,7 @@
     opt = Optimizer(space, memory_capacity=80e9, seed=0, baseline={...})
     cfg = opt.ask()                     # opt.last_ask_info: an AskInfo (why it was asked)
     opt.tell(cfg, Outcome(status="ok", step_time=1.9, peak_memory=6.1e10))
-    opt.best()
+    opt.best()                          # opt.best_choice(): a BestChoice (the config and why)
 
 Every tunable is a field of ``OptimizerSettings`` (``Optimizer(..., settings=...)``). Why a config
 was asked is a ``Phase`` (``opt.last_ask_info.phase``); the schedule of phases is ``schedule.next_phase``.
@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from infrarsi.search.ask_info import AskInfo, Phase, WarmStartOrigin
+from infrarsi.search.best_choice import BEST_REASONS, BestChoice, BestReason, Evidence
 from infrarsi.search.expr import Expression
 from infrarsi.search.knob import Knob
 from infrarsi.search.outcome import FAILURE_STATUSES, Observation, Outcome
@@ -42,8 +43,12 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BEST_REASONS",
     "FAILURE_STATUSES",
     "AskInfo",
+    "BestChoice",
+    "BestReason",
+    "Evidence",
     "Expression",
     "Knob",
     "Observation",

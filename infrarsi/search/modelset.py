@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from infrarsi.search import acquisition
+from infrarsi.search.best_choice import BestChoice, choose, evidence_by_config
 from infrarsi.search.encoding import InputColumns
 from infrarsi.search.history import History
 from infrarsi.search.models import outliers
@@ -219,6 +220,35 @@ class ModelSet:
             return dict(min(ok, key=lambda o: o.outcome.step_time or math.inf).config)
         mean, _ = acquisition.predict_time(self.time.pred, self.inputs([o.config for o in ok]))
         return dict(ok[int(torch.argmin(mean))].config)
+
+    def best_choice(self, history: History) -> BestChoice | None:
+        """The config to recommend from both the posterior and the measurements, with why
+        (``best_choice``), after a ``fit`` (None before any ok trial)."""
+        if not any(o.outcome.status == "ok" for o in history.observations):
+            return None
+        self.fit(history)
+        ok = self.ok(history)  # after the fit: stragglers trimmed
+        if not ok:  # every ok step time trimmed (cannot happen with the trimming's limits)
+            ok = history.ok()
+        evidence = evidence_by_config(
+            [
+                (history.space.key(o.config), o.config, float(o.outcome.step_time or math.inf))
+                for o in ok
+            ]
+        )
+        confidence = self.settings.best_confidence
+        pred = self.time.pred
+        if self.time.model is None or pred is None:
+            return choose(evidence, None, None, confidence)
+        X = self.inputs([e.config for e in evidence])
+        mean, sd = acquisition.predict_time(pred, X)
+        joint = getattr(pred, "joint", None)
+        cov = joint(X)[1] if joint is not None else torch.diag(sd * sd)
+        evidence = [
+            replace(e, posterior_mean_s=math.exp(float(m)), posterior_sd_log=float(v))
+            for e, m, v in zip(evidence, mean, sd, strict=True)
+        ]
+        return choose(evidence, mean.numpy(), cov.numpy(), confidence)
 
     def best_log_time(self, history: History) -> float | None:
         """The lowest posterior-mean log step time among the trusted ok configs (None without a model)."""

@@ -5,7 +5,7 @@
     opt = Optimizer(space, memory_capacity=80e9, seed=0, baseline={...})
     cfg = opt.ask()                     # dict; opt.last_ask_info (an AskInfo) says why
     opt.tell(cfg, Outcome(status="ok", step_time=1.9, peak_memory=6.1e10))
-    opt.best()                          # posterior-mean best among observed ok configs
+    opt.best()                          # the config to verify (opt.best_choice(): with why)
 
 The optimizer wires four parts together: the ``History`` of told and pending trials
 (``history``), the models fitted on it (``modelset.ModelSet``: step time, censored memory,
@@ -30,6 +30,7 @@ import torch
 from infrarsi.errors import UserInputError
 from infrarsi.search import design, persistence
 from infrarsi.search.ask_info import AskInfo, Phase, WarmStartOrigin
+from infrarsi.search.best_choice import BestChoice
 from infrarsi.search.candidates import CandidatePool
 from infrarsi.search.encoding import Encoder, InputColumns
 from infrarsi.search.history import History
@@ -275,9 +276,19 @@ class Optimizer:
 
     # ------------------------------------------------------------ results
     def best(self) -> dict[str, Any] | None:
-        """The observed ok config with the best posterior-mean step time (None before any ok trial)."""
+        """The config to verify, among those told ok (None before any ok trial): the config of
+        ``best_choice()`` (the measured-fastest unless the posterior is confident it is slower than
+        the posterior-mean best)."""
+        choice = self.best_choice()
+        return None if choice is None else dict(choice.config)
+
+    def best_choice(self) -> BestChoice | None:
+        """``best()`` with its evidence and reason (``best_choice.BestChoice``): the chosen config,
+        its posterior mean, its measured median and count, the other pick when the posterior and
+        the measurements disagree, and why (None before any ok trial). Never changes what
+        ``ask()`` proposes."""
         with torch_threads(self.settings.num_threads):
-            return self.models.incumbent(self.history)
+            return self.models.best_choice(self.history)
 
     def predict(self, configs: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
         """Posterior predictions: ``step_time_mean_s`` (exp of the mean log time), ``step_time_sd_log``,

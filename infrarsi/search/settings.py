@@ -70,6 +70,11 @@ class OptimizerSettings:
     """Spaces with more valid configs than this are not enumerated: candidates are then sampled
     and encoded per ask (``SearchSpace.enumerate_values``)."""
 
+    best_confidence: float = 0.9
+    """``best()`` recommends the measured-fastest config unless the posterior gives at least this
+    probability that it is slower than the posterior-mean best (``best_choice``; 0.5 or less: the
+    posterior-mean best whenever the two differ). Read by ``best()`` only, never by ``ask()``."""
+
     # ------------------------------------------------------------- design
     design_pool: int = 4000
     """Candidates considered per design pick (a random subset of the allowed configs)."""
@@ -217,7 +222,13 @@ class OptimizerSettings:
             "outlier_min_points",
         ):
             _rule(_count(getattr(self, name)), name, "must be an integer >= 0", getattr(self, name))
-        for name in ("repeat_below_p", "pairing_trigger", "pairing_target", "outlier_max_fraction"):
+        for name in (
+            "repeat_below_p",
+            "pairing_trigger",
+            "pairing_target",
+            "outlier_max_fraction",
+            "best_confidence",
+        ):
             v = getattr(self, name)
             _rule(_number(v) and 0.0 <= v <= 1.0, name, "must be a probability in [0, 1]", v)
         for name in ("feasibility_base_failure_rate",):

@@ -156,8 +156,9 @@ def _run_stage(
     progress: bool,
     concurrency: int | None,
 ) -> dict[str, Any]:
-    """Run the search. Returns a summary: trials run, best config, its step time and speedup,
-    and the concurrency used (``concurrency``: at most that many trials at once; None: as many
+    """Run the search. Returns a summary: trials run, the fastest clean trial (config, patches,
+    step time and raw speedup), the knob config to verify with its reason (``choice``,
+    ``best_choice_summary``), and the concurrency used (``concurrency``: at most that many trials at once; None: as many
     as the cluster holds)."""
     import ray
     from ray import tune
@@ -332,6 +333,7 @@ def _run_stage(
                     note="their Tune actors died after retries; `infrarsi run DIR --resume` runs the budget left",
                 )
         optimizer.save(str(paths.optimizer_state))
+        choice = best_choice_summary(optimizer)
     finally:
         try:
             ray.get(executor.close.remote(), timeout=120)  # type: ignore[attr-defined]
@@ -354,8 +356,22 @@ def _run_stage(
         "best_step_time_s": best.step_time_s if best else None,
         "baseline_step_time_s": base,
         "raw_speedup": (base / best.step_time_s) if (best and base and best.step_time_s) else None,
+        "choice": choice,
         "concurrency": limit,
     }
+
+
+def best_choice_summary(optimizer: Any) -> dict[str, Any] | None:
+    """``optimizer.best_choice()`` as ``run``'s summary names it (``BestChoice.to_dict()``: the
+    knob config to verify, its posterior mean, measured median and count, the other pick when
+    the posterior and the measurements disagree, the reason and a sentence); None before any ok
+    trial, or when the models cannot say (logged: the summary never fails the stage)."""
+    try:
+        choice = optimizer.best_choice()
+    except Exception as e:  # the trials are logged; a failed fit must not lose the run
+        log.warning("run.best_choice_failed", error=str(e))
+        return None
+    return None if choice is None else choice.to_dict()
 
 
 class _LoggedExecutor(StudyExecutor):

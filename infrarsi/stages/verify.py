@@ -25,6 +25,7 @@ Accepted when, with every candidate trial ``ok`` (all invariants kept):
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,9 @@ CONFIDENCE = 0.95
 
 
 def select_candidates(study_dir: Path, top_k: int) -> list[dict[str, Any]]:
-    """The top-k distinct run candidates (config + patches), each as
-    ``{"candidate": Candidate, "smoothed_step_time_s", "observed_step_time_s", "observations"}``.
+    """The top-k distinct run candidates (config + patches), and the measured-fastest one when
+    it is not among them (``rank_candidates``), each as ``{"candidate": Candidate,
+    "smoothed_step_time_s", "observed_step_time_s", "observations", "selected_by"}``.
 
     Ranked by the knob models' smoothed (posterior-mean) step time for unpatched configs and by
     the median observed step time for patched ones (the models know knobs, not patches). Left
@@ -75,7 +77,7 @@ def select_candidates(study_dir: Path, top_k: int) -> list[dict[str, Any]]:
     keys = [k for k in cands if k not in broke]
     if not keys:
         return []
-    observed = {k: sorted(by_key[k])[len(by_key[k]) // 2] for k in keys}
+    observed = {k: statistics.median(by_key[k]) for k in keys}
     smoothed: dict[str, float] = dict(observed)
     plain = [k for k in keys if not any(p.source == "proposal" for p in cands[k].patches)]
     if plain:
@@ -87,16 +89,41 @@ def select_candidates(study_dir: Path, top_k: int) -> list[dict[str, Any]]:
                     smoothed[k] = float(m)
         except Exception as e:  # the observed median is an honest fallback
             log.warning("verify.smoothing_failed", error=str(e))
-    ranked = sorted(keys, key=lambda k: smoothed[k])[:top_k]
     return [
         {
             "candidate": cands[k],
             "smoothed_step_time_s": smoothed[k],
             "observed_step_time_s": observed[k],
             "observations": len(by_key[k]),
+            "selected_by": why,
         }
-        for k in ranked
+        for k, why in rank_candidates(
+            keys, smoothed, observed, {k: len(by_key[k]) for k in keys}, top_k
+        )
     ]
+
+
+def rank_candidates(
+    keys: list[str],
+    smoothed: dict[str, float],
+    observed: dict[str, float],
+    counts: dict[str, int],
+    top_k: int,
+) -> list[tuple[str, list[str]]]:
+    """The candidates verify runs, each with what selected it: the ``top_k`` lowest smoothed
+    (posterior-mean) step times (``"posterior"``), and always the lowest measured median
+    (``"measured"``; ties: more measurements, then the earlier key), added after them when the
+    posterior ranks it lower, so verify's paired runs settle a disagreement between the two
+    (``search.best_choice``). Up to ``top_k + 1`` candidates, posterior picks first."""
+    if not keys or top_k < 1:
+        return []
+    ranked = sorted(keys, key=lambda k: smoothed[k])[:top_k]
+    order = {k: i for i, k in enumerate(keys)}
+    measured = min(keys, key=lambda k: (observed[k], -counts[k], order[k]))
+    out = [(k, ["posterior", "measured"] if k == measured else ["posterior"]) for k in ranked]
+    if measured not in ranked:
+        out.append((measured, ["measured"]))
+    return out
 
 
 def _as_candidate(c: Any) -> Candidate:
@@ -166,6 +193,7 @@ def _verify_stage(
                 "smoothed_step_time_s": None,
                 "observed_step_time_s": None,
                 "observations": 0,
+                "selected_by": ["given"],
             }
             for c in candidates
         ]
@@ -325,6 +353,7 @@ def _summary(
         trial_ids=c["trial_ids"],
         smoothed_step_time_s=c["smoothed_step_time_s"],
         observed_step_time_s=c["observed_step_time_s"],
+        selected_by=list(c.get("selected_by") or []),
         diff_vs_baseline={
             k: [baseline_cfg.get(k), v] for k, v in cand.config.items() if baseline_cfg.get(k) != v
         },

@@ -76,7 +76,11 @@ class VerifiedCandidate(_Record):
     smoothed_step_time_s: float | None = None
     """The search's smoothed step time of the candidate, seconds (None when given by hand)."""
     observed_step_time_s: float | None = None
-    """Its fastest observed run step time, seconds (None when given by hand)."""
+    """The median of its ok run step times, seconds (None when given by hand)."""
+    selected_by: list[str] = Field(default_factory=list)
+    """What put it among verify's candidates: ``"posterior"`` (among the top-k smoothed step
+    times), ``"measured"`` (the lowest measured median), both, or ``"given"`` (by hand); empty
+    in a record an older verify wrote."""
     diff_vs_baseline: dict[str, list[Any]] = Field(default_factory=dict)
     """Knob -> [baseline value, candidate value] for each knob that differs."""
 

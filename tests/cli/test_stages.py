@@ -606,3 +606,55 @@ def test_init_script_writes_the_workload_of_the_launch_line_and_inits_from_it(
         assert res.exit_code == 2 and says in res.output, res.output
     res = _invoke("init", "--study", str(tmp_path / "s3"))
     assert res.exit_code == 2 and "exactly one" in res.output
+
+
+def test_run_prints_the_config_to_verify_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import infrarsi.stages.run as run_mod
+
+    choice = {
+        "config": {"micro_batch_size": 4},
+        "reason": "measured_faster_posterior_uncertain",
+        "why": "fastest measured (median 2.45 s over 1 trial); the posterior prefers another",
+    }
+    summary = {
+        "trials": 3,
+        "statuses": {"ok": 3},
+        "best_config": {"micro_batch_size": 4},
+        "best_step_time_s": 2.45,
+        "baseline_step_time_s": 3.0,
+        "raw_speedup": 3.0 / 2.45,
+        "choice": choice,
+        "concurrency": 1,
+    }
+    monkeypatch.setattr(run_mod, "run_stage", lambda *a, **kw: summary)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "contract.yaml").write_text("{}\n")  # a study, as far as the CLI checks
+    res = _invoke("run", str(tmp_path / "s"))
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "to verify" in flat and "measured_faster_posterior_uncertain" in flat
+    assert "over 1 trial" in flat
+    monkeypatch.setattr(run_mod, "run_stage", lambda *a, **kw: {**summary, "choice": None})
+    res = _invoke("run", str(tmp_path / "s"))
+    assert res.exit_code == 0 and "to verify" in res.output
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_summary_names_the_choice_or_none_and_never_fails_the_stage(broken: bool) -> None:
+    from infrarsi.search import BEST_REASONS, Optimizer, Outcome, SearchSpace
+    from infrarsi.stages.run import best_choice_summary
+
+    space = SearchSpace.from_yaml("name: t\nknobs:\n  - {name: a, type: int, values: [1, 2, 3]}\n")
+    opt = Optimizer(space, memory_capacity=10.0, seed=0)
+    assert best_choice_summary(opt) is None  # no ok trial yet
+    for a, t in ((1, 2.0), (2, 1.5), (3, 1.8)):
+        opt.tell({"a": a}, Outcome("ok", step_time=t, peak_memory=1.0))
+    if broken:
+        opt.best_choice = lambda: 1 / 0  # type: ignore[method-assign]
+        assert best_choice_summary(opt) is None
+        return
+    s = best_choice_summary(opt)
+    assert s is not None and s["reason"] in BEST_REASONS and s["config"] == opt.best()
+    assert s["why"] and s["measured_median_s"] > 0

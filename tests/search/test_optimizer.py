@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import Phase, assume, event, given, settings
 from hypothesis import strategies as st
@@ -446,3 +447,80 @@ def test_fuzz_ask_never_raises_on_valid_spaces(text: str, data: st.DataObject) -
                 failed.add(space.key(cfg))
     best = opt.best()
     assert best is None or space.validate(best) == best
+
+
+BEST_SPACE = """
+name: toy
+knobs:
+  - {name: a, type: int, values: [1, 2, 3, 4, 5, 6]}
+  - {name: b, type: int, values: [1, 2, 3, 4]}
+"""
+
+
+def _disagreeing(confidence: float) -> Optimizer:
+    """A smooth toy told with 3% noise, then a config measured three times at 2.5 s (truth 2.3 s)
+    and its neighbour measured once at 2.45 s (truth 2.6 s: a lucky draw)."""
+    space = SearchSpace.from_yaml(BEST_SPACE)
+    opt = Optimizer(
+        space, memory_capacity=100.0, seed=0, settings=OptimizerSettings(best_confidence=confidence)
+    )
+    rng = np.random.default_rng(1)
+
+    def truth(c: dict[str, int]) -> float:
+        return 2.0 + 0.3 * c["a"] + 0.2 * (c["b"] - 2) ** 2
+
+    for c in ({"a": a, "b": b} for a in (1, 2, 3, 4) for b in (1, 2, 3, 4)):
+        if c not in ({"a": 1, "b": 2}, {"a": 2, "b": 2}):
+            noisy = truth(c) * math.exp(0.03 * rng.standard_normal())
+            opt.tell(c, Outcome("ok", step_time=noisy, peak_memory=50.0))
+    for t in (2.5, 2.52, 2.49):
+        opt.tell({"a": 1, "b": 2}, Outcome("ok", step_time=t, peak_memory=50.0))
+    opt.tell({"a": 2, "b": 2}, Outcome("ok", step_time=2.45, peak_memory=50.0))
+    return opt
+
+
+def test_best_names_its_evidence_when_the_posterior_and_the_measurements_disagree() -> None:
+    """The thrice-measured config has the best posterior mean, the once-measured one the best
+    measurement: the posterior is confident here (its neighbours are slow), so it wins; asked for
+    certainty, the measured-fastest wins. Either way the record names both and says why."""
+    confident = _disagreeing(0.9)
+    choice = confident.best_choice()
+    assert choice is not None and confident.best() == choice.config == {"a": 1, "b": 2}
+    assert choice.reason == "posterior_confident_measured_slower"
+    assert (choice.n_measured, choice.measured_median_s) == (3, 2.5)
+    assert choice.alternative is not None and choice.alternative.config == {"a": 2, "b": 2}
+    assert (choice.alternative.n_measured, choice.alternative.measured_median_s) == (1, 2.45)
+    assert choice.posterior_mean_s is not None and choice.alternative.posterior_mean_s is not None
+    assert choice.posterior_mean_s < choice.alternative.posterior_mean_s
+    assert choice.p_measured_slower is not None and choice.p_measured_slower >= 0.9
+    assert confident.models.incumbent(confident.history) == choice.config  # ask's incumbent
+
+    certain = _disagreeing(1.0)
+    strict = certain.best_choice()
+    assert strict is not None and certain.best() == strict.config == {"a": 2, "b": 2}
+    assert strict.reason == "measured_faster_posterior_uncertain"
+    assert strict.alternative is not None and strict.alternative.config == {"a": 1, "b": 2}
+    assert certain.models.incumbent(certain.history) == {"a": 1, "b": 2}  # unchanged
+
+
+def test_best_choice_does_not_change_the_next_ask() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    a = Optimizer(space, memory_capacity=TINY_CAP, seed=3, settings=CHEAP)
+    b = Optimizer(space, memory_capacity=TINY_CAP, seed=3, settings=CHEAP)
+    for _ in range(6):
+        ca, cb = a.ask(), b.ask()
+        assert ca == cb
+        a.tell(ca, tiny_run(ca))
+        b.tell(cb, tiny_run(cb))
+        a.best_choice()
+    assert a.ask() == b.ask()
+
+
+def test_best_before_a_model_is_the_fastest_measurement() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=0)
+    assert opt.best() is None and opt.best_choice() is None
+    c = space.validate({"stage": 1, "mbs": 2})
+    opt.tell(c, tiny_run(c))
+    choice = opt.best_choice()
+    assert choice is not None and choice.reason == "measured_only" and opt.best() == c

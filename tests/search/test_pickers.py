@@ -217,7 +217,7 @@ def test_a_pending_incumbent_is_not_asked_again_as_its_replicate() -> None:
     while opt.n_asks % 2 != 1:  # the next ask is a local turn
         c = opt.ask()
         opt.tell(c, tiny_run(c))
-    inc = opt.best()
+    inc = opt.models.incumbent(opt.history)  # the local step's incumbent
     assert inc is not None
     opt.pending[space.key(inc)] = dict(inc)  # its replicate is already running
     c = opt.ask()

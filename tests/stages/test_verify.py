@@ -158,3 +158,29 @@ def test_what_verify_measures_is_what_apply_promotes(tmp_path: Path, ray_local: 
     code = git.Repo(repo_dir).git.show("tuned:my_job/padded_job.py")
     assert "WAIT_S = 0.0\n" in code and "self.mix2(h)" in code  # the honest patch, not the cheat's
     assert "my_job/padded_job.py" in res.files
+
+
+def test_the_measured_fastest_joins_the_posteriors_picks() -> None:
+    """The posterior ranks a thrice-measured config first and a once-measured faster one last:
+    verify runs the posterior's top-k and the measured-fastest, so paired runs settle it."""
+    from infrarsi.stages.verify import rank_candidates
+
+    keys = ["slow_thrice", "mid", "other", "fast_once"]
+    smoothed = {"slow_thrice": 2.48, "mid": 2.50, "other": 2.55, "fast_once": 2.60}
+    observed = {"slow_thrice": 2.50, "mid": 2.52, "other": 2.56, "fast_once": 2.45}
+    counts = {"slow_thrice": 3, "mid": 1, "other": 1, "fast_once": 1}
+    assert rank_candidates(keys, smoothed, observed, counts, 2) == [
+        ("slow_thrice", ["posterior"]),
+        ("mid", ["posterior"]),
+        ("fast_once", ["measured"]),
+    ]
+    # agreement: no extra candidate; the top one is named by both
+    observed["fast_once"] = 2.9
+    assert rank_candidates(keys, smoothed, observed, counts, 2) == [
+        ("slow_thrice", ["posterior", "measured"]),
+        ("mid", ["posterior"]),
+    ]
+    # a tie on the measured median goes to the config measured more often
+    observed["mid"] = 2.50
+    assert rank_candidates(keys, smoothed, observed, counts, 1)[0][1] == ["posterior", "measured"]
+    assert rank_candidates([], {}, {}, {}, 3) == []

@@ -52,6 +52,16 @@ class ExactMarginal:
                 vars_.append(var * self.sd**2)
         return torch.cat(means), torch.cat(vars_)
 
+    def joint(self, Xc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean ``(n,)`` and covariance ``(n, n)`` (original units) of the latent function at the
+        few rows of ``Xc`` (``(n, d)``; one dense block, so keep ``n`` small)."""
+        with torch.no_grad():
+            Ks = self.model.covar_module(self.X, Xc).to_dense()
+            m = self.model.mean_module(Xc) + Ks.mT @ self.alpha
+            v = torch.linalg.solve_triangular(self.L, Ks, upper=False)
+            cov = self.model.covar_module(Xc).to_dense() - v.mT @ v
+        return m * self.sd + self.mu, cov * self.sd**2
+
     def untried(self, Xc: torch.Tensor) -> torch.Tensor:
         """``(n,)`` bool: True where a row of ``Xc`` is not one of the training inputs."""
         out = []

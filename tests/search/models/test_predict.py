@@ -51,3 +51,16 @@ def test_untried_finds_every_training_row_in_a_large_pool() -> None:
     assert torch.nonzero(~ExactMarginal(model).untried(pool)).reshape(-1).tolist() == list(
         range(500, 540)
     )
+
+
+def test_the_joint_posterior_matches_botorch_and_its_diagonal_the_marginals() -> None:
+    X, _y, _censored, truth = _data(25)
+    Xt = torch.cat([X[:3], torch.rand(4, 3, generator=torch.Generator().manual_seed(2)).double()])
+    gp, _ = fit_time_gp(X, truth, maxiter=50)
+    pred = ExactMarginal(gp)
+    mean, cov = pred.joint(Xt)
+    with torch.no_grad():
+        post = gp.posterior(Xt)
+    assert torch.allclose(mean, post.mean.reshape(-1), atol=1e-5)
+    assert np.allclose(cov.numpy(), post.mvn.covariance_matrix.numpy(), atol=1e-5, rtol=1e-4)
+    assert np.allclose(torch.diagonal(cov).numpy(), pred(Xt)[1].numpy(), atol=1e-8)
