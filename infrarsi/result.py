@@ -155,6 +155,11 @@ class TrialExtra:
     """Tokens that entered the model at each optimizer step."""
     tokens_per_step_varied: list[int] | None = None
     """The distinct per-step token counts, when they varied."""
+    data_digests: list[int] | None = None
+    """Per optimizer step, a digest of the token ids that entered the model, summed over ranks
+    (``execution.counters.token_digest``): equal for two runs that feed the same sequences in the
+    same steps, whatever the micro-batch split; the doctor's data-order check and the data
+    invariant compare them."""
     device_used_peak_bytes: int | None = None
     """Max over ranks of the device's used-memory peak (all processes, ``execution.memory``)."""
     leftover_device_bytes: int | None = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import deepspeed
 import torch
@@ -94,6 +95,13 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate.")
     parser.add_argument("--seed", type=int, default=1234, help="Seed of the weights and the data.")
     parser.add_argument(
+        "--data_seed",
+        type=int,
+        default=None,
+        help="Seed of the data (default: --seed); -1 draws a new one each run, as an unseeded "
+        "shuffle does (the doctor refuses such a job).",
+    )
+    parser.add_argument(
         "--report_engine", default=None, help="Write the engine's settings to PATH.<rank>.json."
     )
     parser.add_argument("--crash_at_step", type=int, default=-1, help="Raise at this step (tests).")
@@ -109,6 +117,12 @@ def main() -> None:
     model = TinyLM(args.vocab, args.dim, args.layers, heads=4, seq_len=args.seq_len)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95))
     engine, _, _, _ = deepspeed.initialize(args=args, model=model, optimizer=optimizer)
+    data_seed = args.seed if args.data_seed is None else args.data_seed
+    if data_seed == -1:
+        data_seed = int.from_bytes(os.urandom(4), "little")
+        t = torch.tensor([data_seed], dtype=torch.long, device=engine.device)
+        dist.broadcast(t, src=0)  # every rank takes its rows of the same global batch
+        data_seed = int(t)
 
     micro, accum = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
     if args.report_engine:
@@ -128,7 +142,7 @@ def main() -> None:
             raise RuntimeError(f"ds_train.py: deliberate crash at step {step} (--crash_at_step)")
         if step == args.exit_at_step:
             raise SystemExit(3)
-        inputs, targets = global_batch(step, per_rank * world, args.seq_len, args.vocab, args.seed)
+        inputs, targets = global_batch(step, per_rank * world, args.seq_len, args.vocab, data_seed)
         mine = slice(rank * per_rank, (rank + 1) * per_rank)
         inputs, targets = inputs[mine].to(engine.device), targets[mine].to(engine.device)
         for i in range(accum):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infrarsi.cli import agent, bank, stages, trial
+from infrarsi.cli import agent, bank, options, stages, trial
 from infrarsi.cli.app import app
 
 __all__ = ["agent", "app", "bank", "main", "stages", "trial"]
@@ -10,7 +10,7 @@ __all__ = ["agent", "app", "bank", "main", "stages", "trial"]
 
 def main() -> None:
     """Console-script entry point (``infrarsi``); a bare ``--wait`` means wait as long as it takes
-    (``infrarsi.cli.stages.expand_bare_wait``)."""
+    (``infrarsi.cli.options.expand_bare_wait``)."""
     import sys
 
-    app(args=stages.expand_bare_wait(sys.argv[1:]))
+    app(args=options.expand_bare_wait(sys.argv[1:]))

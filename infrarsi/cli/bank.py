@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from infrarsi.cli.app import app, console, env_help, handle_errors
-from infrarsi.cli.stages import wait_option, wait_seconds
+from infrarsi.cli.options import wait_option, wait_seconds
 from infrarsi.errors import ConfigError, StudyError
 from infrarsi.study.paths import StudyPaths
 

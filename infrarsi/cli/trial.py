@@ -14,7 +14,7 @@ import yaml
 from rich.table import Table
 
 from infrarsi.cli.app import EXIT_FAILURE, command, console
-from infrarsi.cli.stages import shared
+from infrarsi.cli.options import shared
 from infrarsi.errors import ConfigError
 from infrarsi.result import TrialResult
 from infrarsi.structlog_config import configure_logging

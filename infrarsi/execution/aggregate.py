@@ -194,6 +194,9 @@ def aggregate(
         res.extra.param_checksums_agree = len({repr(c) for c in checksums}) == 1
 
     tokens = [int(t) for t in (rank0.get("tokens_seen") or [])]
+    digests = [int(d) for d in (rank0.get("data_digests") or [])]
+    if digests:
+        res.extra.data_digests = digests
     warm = int(rank0.get("warmup_steps") or 0)
     measured_tokens = tokens[warm:] or tokens
     if measured_tokens:

@@ -41,6 +41,8 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
+from infrarsi.execution.counters import token_digest
+
 LossReduction = Literal["token_mean", "step_sum"]
 """How a step's backward losses make the step's loss (see the module docstring)."""
 
@@ -62,6 +64,8 @@ class TapRecord:
     """Tokens fed to the model per optimizer step, summed over ranks (forward pre-hook)."""
     sequences_seen: list[int] = field(default_factory=list)
     """Sequences fed to the model per optimizer step, summed over ranks (forward pre-hook)."""
+    data_digests: list[int] = field(default_factory=list)
+    """Per optimizer step, the ``counters.token_digest`` of the ids fed, summed over ranks."""
     optimizer_steps: int = 0
     """Optimizer steps in which the real torch optimizer stepped (post-hook)."""
     stop_kind: Literal["", "done", "nan", "guard", "no_loss"] = ""
@@ -111,6 +115,7 @@ class EngineTap:
 
     def _reset_step(self) -> None:
         self._tokens = self._rows = self._mb_tokens = 0
+        self._digest: torch.Tensor | None = None  # on the ids' device, like the loss sum
         self._loss_sum: torch.Tensor | None = (
             None  # on the loss's device: no host sync inside a step
         )
@@ -135,6 +140,8 @@ class EngineTap:
                 self._tokens += n
                 self._mb_tokens += n
                 self._rows += int(ids.shape[0]) if ids.dim() > 1 else 1
+                d = token_digest(ids)
+                self._digest = d if self._digest is None else self._digest + d
 
         self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         base = getattr(engine, "basic_optimizer", None)
@@ -197,7 +204,12 @@ class EngineTap:
             if self._loss_sum is not None
             else torch.zeros((), dtype=torch.float64, device=dev)
         )
-        totals = torch.cat([loss_sum.reshape(1), counts])
+        digest = (
+            self._digest.to(device=dev, dtype=torch.float64)
+            if self._digest is not None
+            else torch.zeros((), dtype=torch.float64, device=dev)
+        )
+        totals = torch.cat([loss_sum.reshape(1), counts, digest.reshape(1)])
         dist.all_reduce(totals)
         if self.device == "cuda":
             torch.cuda.synchronize()
@@ -208,6 +220,7 @@ class EngineTap:
         rec.loss.append(tot[0] / tot[1] if tot[1] else math.nan)
         rec.tokens_seen.append(int(tot[2]))
         rec.sequences_seen.append(int(tot[3]))
+        rec.data_digests.append(int(tot[4]))
         rec.optimizer_steps += int(self._stepped)
         self._reset_step()
         self._t0 = (

@@ -300,6 +300,7 @@ def _run(
                 torch.tensor(float(n_tok), dtype=torch.float64, device=dev),
                 torch.tensor(float(counters.step_tokens), dtype=torch.float64, device=dev),
                 torch.tensor(float(counters.step_rows), dtype=torch.float64, device=dev),
+                counters.digest_on(dev),
             ]
         )
         dist.all_reduce(totals)
@@ -318,6 +319,7 @@ def _run(
         res.workload_loss.append(tot[1] / max(tot[2], 1.0))
         res.tokens_seen.append(int(tot[3]))
         res.sequences_seen.append(int(tot[4]))
+        res.data_digests.append(int(tot[5]))
         res.optimizer_steps += counters.end_step()
         for p in PHASES:
             phases[p].append(acc[p])

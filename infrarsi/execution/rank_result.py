@@ -41,6 +41,9 @@ class RankResult:
     """Tokens fed to the model per optimizer step, summed over ranks (forward pre-hook)."""
     sequences_seen: list[int] = field(default_factory=list)
     """Sequences fed to the model per optimizer step, summed over ranks (forward pre-hook)."""
+    data_digests: list[int] = field(default_factory=list)
+    """Per optimizer step, the ``counters.token_digest`` of the token ids fed to the model, summed
+    over ranks: equal for two runs that feed the same sequences in the same steps."""
     optimizer_steps: int = 0
     """Optimizer steps on this rank in which the real torch optimizer stepped (post-hook)."""
     peak_memory_bytes: int | None = None

@@ -394,6 +394,7 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
     res.step_times_s = list(rec.step_times_s)
     res.loss = list(rec.loss)
     res.tokens_seen = list(rec.tokens_seen)
+    res.data_digests = list(rec.data_digests)
     res.sequences_seen = list(rec.sequences_seen)
     res.optimizer_steps = rec.optimizer_steps
     res.peak_memory_bytes = run.monitor.peak()

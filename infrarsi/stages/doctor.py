@@ -15,7 +15,7 @@ from pathlib import Path
 
 import structlog
 
-from infrarsi.errors import StudyError
+from infrarsi.errors import StudyError, WorkloadError
 from infrarsi.result import TrialExtra, TrialResult
 from infrarsi.stages.doctor_analysis import (
     HONEST_CHANGE_FACTOR,
@@ -24,7 +24,7 @@ from infrarsi.stages.doctor_analysis import (
     analyse_baseline,
     honest_change_configs,
 )
-from infrarsi.study.doctor_report import DoctorReport, ToleranceInForce
+from infrarsi.study.doctor_report import DataOrder, DoctorReport, ToleranceInForce
 from infrarsi.study.paths import StudyPaths
 from infrarsi.workload import Workload
 
@@ -126,6 +126,10 @@ def _doctor_stage(
             )
             + f" `infrarsi report {paths.root}` shows every trial logged."
         )
+    order = report.data_order
+    if order is not None and not order.repeatable:
+        report.save_failed(paths.root)
+        raise WorkloadError(data_order_error(paths.root, ex.contract.workload_path, order))
     if report.device_memory_capacity_bytes is None:
         report = report.model_copy(
             update={"device_memory_capacity_bytes": _device_memory_bytes(ex.workload, address)}
@@ -181,6 +185,22 @@ def _doctor_stage(
 
     add_to_bank(paths.root, stage="doctor")  # the experience bank (never fails the stage)
     return report
+
+
+def data_order_error(study: Path, workload_path: str | None, order: DataOrder) -> str:
+    """The doctor's refusal of a job whose data order changes between identical runs."""
+    a, b = [*order.differing_trial_ids, "?", "?"][:2]
+    return (
+        f"doctor: {workload_path or 'the workload'}: rule: identical baseline runs must feed the "
+        f"model the same token ids in the same optimizer steps; value: baseline trials {a} and {b} "
+        f"fed different data at optimizer step {order.first_differing_step} (the harness's "
+        f"per-step digests of the token ids differ). Every candidate's loss is compared with the "
+        f"baseline's step by step, which needs a fixed data order. Fix: seed the job's shuffling "
+        f"with a constant (DataLoader(generator=torch.Generator().manual_seed(0)), "
+        f"DistributedSampler(seed=0), a fixed random/numpy seed) rather than one that changes per "
+        f"run (time, pid, an unseeded RNG), or drop the shuffling; then re-run `infrarsi doctor "
+        f"{study}`. The analysis is in {StudyPaths(study).doctor_failed.name}."
+    )
 
 
 def _honest_change_text(report: DoctorReport) -> str:

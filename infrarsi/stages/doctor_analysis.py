@@ -9,7 +9,13 @@ from typing import Any
 from infrarsi.result import TrialResult
 from infrarsi.search.space import SearchSpace
 from infrarsi.stats import noise_margin
-from infrarsi.study.doctor_report import DoctorReport, HonestChange, StepTimeNoise, Stragglers
+from infrarsi.study.doctor_report import (
+    DataOrder,
+    DoctorReport,
+    HonestChange,
+    StepTimeNoise,
+    Stragglers,
+)
 
 LOSS_TOLERANCE_FLOOR = 1e-4
 """Absolute per-step loss tolerance floor. Measured on CPU: fp32 configs agree to <= 1.2e-6 over
@@ -240,6 +246,10 @@ def analyse_baseline(
         LOSS_TOLERANCE_FACTOR * eval_spread,
         HONEST_CHANGE_FACTOR * max(eval_diffs, default=0.0),
     )
+    order = data_order(ok, [r for _, r in honest_changes])
+    out["data_order"] = order
+    if order is not None and order.repeatable and order.same_under_honest_changes is not False:
+        out["reference_data_digests"] = list(ok[0].extra.data_digests or [])
     out["tokens_per_step"] = ok[0].tokens_per_step
     out["optimizer_steps"] = ok[0].optimizer_steps
     walls = [float(r.ended_at - r.started_at) for r in ok if r.ended_at > r.started_at]
@@ -247,6 +257,32 @@ def analyse_baseline(
     out["setup_time_s"] = statistics.median(float(r.setup_time_s or 0.0) for r in ok)
     out["warmup_time_s"] = statistics.median(float(r.warmup_time_s or 0.0) for r in ok)
     return DoctorReport.model_validate(out)
+
+
+def data_order(ok: Sequence[TrialResult], honest: Sequence[TrialResult]) -> DataOrder | None:
+    """Compare the per-step data digests of the ok baseline trials ``ok`` with each other, and
+    those of the ok ``honest`` change trials with the first baseline's (None: some baseline trial
+    recorded none). Steps are compared over the length the two runs share."""
+    if not ok or any(not r.extra.data_digests for r in ok):
+        return None
+    first = list(ok[0].extra.data_digests or [])
+    diff: tuple[int, str] | None = None
+    for r in ok[1:]:
+        other = list(r.extra.data_digests or [])
+        step = next((i for i, (a, b) in enumerate(zip(first, other, strict=False)) if a != b), None)
+        if step is not None and (diff is None or step < diff[0]):
+            diff = (step, r.trial_id)
+    same: bool | None = None
+    for r in honest:
+        if r.status == "ok" and r.extra.data_digests:
+            n = min(len(first), len(r.extra.data_digests))
+            same = (same is not False) and list(r.extra.data_digests)[:n] == first[:n]
+    return DataOrder(
+        repeatable=diff is None,
+        first_differing_step=None if diff is None else diff[0],
+        differing_trial_ids=[] if diff is None else [ok[0].trial_id, diff[1]],
+        same_under_honest_changes=same,
+    )
 
 
 def _stragglers(ok: list[TrialResult], cv: float) -> dict[str, Any]:

@@ -428,6 +428,7 @@ class StudyExecutor:
             reference = Reference(
                 loss=list(self.reference.reference_loss),
                 eval_loss=self.reference.reference_eval_loss,
+                data_digests=list(self.reference.reference_data_digests),
             )
         ok, reasons = check_invariants(
             result, reference, contract if contract is not None else self.contract

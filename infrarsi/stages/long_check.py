@@ -336,6 +336,9 @@ def _long_check_stage(
             update={"optimizer_steps": h, "loss_atol": base.loss_atol, "eval_atol": base.eval_atol}
         )
         horizon_contract = contract.model_copy(update={"invariants": inv})
+        horizon_ref = Reference.of(b_row)
+        if horizon_ref is not None and not (ex.reference and ex.reference.reference_data_digests):
+            horizon_ref.data_digests = []  # the doctor found the data check does not apply
         cand_step = plan.per_step_s - base_step - (calib[2] if calib else 0.0)
         r_row = TrialResult.from_dict(
             ex.run_candidate(
@@ -344,7 +347,7 @@ def _long_check_stage(
                 steps=h,
                 checkpoint_step=plan.checkpoint_step if checkpoint else None,
                 timeout_s=timeout(cand_step, h) + overhead,
-                horizon_reference=Reference(loss=list(b_row.loss), eval_loss=b_row.eval_loss),
+                horizon_reference=horizon_ref,
                 horizon_contract=horizon_contract,
                 extra=TrialExtra(role="long_candidate"),
             )

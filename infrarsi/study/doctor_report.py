@@ -86,6 +86,23 @@ class HonestChange(_Record):
     with an eval loss)."""
 
 
+class DataOrder(_Record):
+    """The doctor's data-order check: did identical baseline runs feed the model the same token
+    ids in the same optimizer steps (``TrialExtra.data_digests``), and did the honest changes?"""
+
+    repeatable: bool
+    """Every ok baseline trial fed the same data in every step (False: the doctor refuses the
+    job, since its losses cannot be compared step by step)."""
+    first_differing_step: int | None = None
+    """The first optimizer step whose digests differ between baseline trials (None: none)."""
+    differing_trial_ids: list[str] = Field(default_factory=list)
+    """Two baseline trials that differ there (empty: none)."""
+    same_under_honest_changes: bool | None = None
+    """The honest-change trials (another micro-batch split, another ZeRO stage) fed the
+    baseline's data too (None: none ran ok). False: the job's data depend on the batch split,
+    so the data invariant is not applied to candidates."""
+
+
 class DoctorReport(_Record):
     """What ``doctor`` measured on the untouched baseline (``DIR/doctor.json``).
 
@@ -138,6 +155,11 @@ class DoctorReport(_Record):
     (empty: none recorded, so the loss invariant and the ranks' loss guard are not applied)."""
     reference_eval_loss: float | None = None
     """Median held-out eval loss of the baseline trials (None: no eval)."""
+    data_order: DataOrder | None = None
+    """The data-order check (None: the trials recorded no data digests)."""
+    reference_data_digests: list[int] = Field(default_factory=list)
+    """The baseline's per-step data digests: the data invariant's reference (empty: not applied,
+    because no digests were recorded, runs differed, or an honest change fed other data)."""
     eval_run_to_run_abs_diff: float | None = Field(None, ge=0)
     """Spread of the eval loss across the baseline trials, loss units."""
     eval_tolerance: float | None = Field(None, ge=0)

@@ -16,6 +16,8 @@ Checked (only results with ``status == "ok"``; any other status already disquali
 - ``optimizer_steps`` counted by the harness == the contract's, and one loss per step;
 - loss per step within ``atol + rtol*|baseline|`` of the baseline's loss (fake loss);
 - ``eval_loss`` (reference model code on a held-out batch) within the eval tolerance;
+- ``extra.data_digests`` equal to the baseline's, step by step (training on other data, or on
+  the same data in another order), when the doctor found the job's data order repeatable;
 - ``extra.stopped_early`` (the ranks' loss guard stopped training once a step's loss left the
   tolerance): a violation by itself; step counts are then checked over the steps that ran;
 - replica divergence: ``extra.param_checksum_spread`` (relative max-min of the parameter
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from infrarsi.result import TrialResult
 from infrarsi.study.contract import Contract
@@ -48,13 +50,20 @@ class Reference:
     """Baseline training loss per optimizer step."""
     eval_loss: float | None = None
     """Baseline held-out eval loss (None: the eval check is skipped)."""
+    data_digests: list[int] = field(default_factory=list)
+    """Baseline per-step digests of the token ids fed (``TrialExtra.data_digests``; empty: the
+    data check is skipped)."""
 
     @classmethod
     def of(cls, baseline: TrialResult | Reference | Sequence[float] | None) -> Reference | None:
         if baseline is None or isinstance(baseline, Reference):
             return baseline
         if isinstance(baseline, TrialResult):
-            return cls(loss=list(baseline.loss), eval_loss=baseline.eval_loss)
+            return cls(
+                loss=list(baseline.loss),
+                eval_loss=baseline.eval_loss,
+                data_digests=list(baseline.extra.data_digests or []),
+            )
         return cls(loss=[float(x) for x in baseline])
 
 
@@ -235,6 +244,9 @@ def check_invariants(
                 f"{tol:.3g}: the trained parameters differ from the baseline's)"
             )
 
+    # --- the data fed, step by step, vs the baseline's (the doctor found it repeatable)
+    reasons += _data_reasons(result, ref)
+
     # --- replica divergence
     spread = result.extra.param_checksum_spread
     checks = result.extra.rank_param_checksums
@@ -257,6 +269,22 @@ def check_invariants(
         )
 
     return (not reasons), reasons
+
+
+def _data_reasons(result: TrialResult, ref: Reference | None) -> list[str]:
+    """The per-step data comparison with the baseline (empty when equal, or either has no
+    digests)."""
+    mine = list(result.extra.data_digests or [])
+    if ref is None or not ref.data_digests or not mine:
+        return []
+    off = [i for i, (a, b) in enumerate(zip(mine, ref.data_digests, strict=False)) if a != b]
+    if not off:
+        return []
+    return [
+        f"data: the token ids fed at optimizer step {off[0]} differ from the baseline's "
+        f"({len(off)} of {min(len(mine), len(ref.data_digests))} steps differ by the harness's "
+        f"per-step digest): training on other data, or the same data in another order"
+    ]
 
 
 def _loss_reasons(result: TrialResult, ref: Reference | None, contract: Contract) -> list[str]:

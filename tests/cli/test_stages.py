@@ -233,22 +233,6 @@ def test_a_size_without_a_unit_exits_2_with_the_fix(cmd: str, tmp_path: Path) ->
     assert not study.exists()
 
 
-@pytest.mark.parametrize(
-    ("argv", "expanded"),
-    [
-        (["run", "S", "--wait"], ["run", "S", "--wait=forever"]),
-        (["run", "S", "--wait", "10m"], ["run", "S", "--wait", "10m"]),
-        (["run", "S", "--wait", "--resume"], ["run", "S", "--wait=forever", "--resume"]),
-        (["run", "S", "--wait=90s"], ["run", "S", "--wait=90s"]),
-        (["verify", "--wait", "S"], ["verify", "--wait=forever", "S"]),
-    ],
-)
-def test_a_bare_wait_means_as_long_as_it_takes(argv: list[str], expanded: list[str]) -> None:
-    from infrarsi.cli.stages import expand_bare_wait
-
-    assert expand_bare_wait(argv) == expanded
-
-
 HOLD = """
 import sys
 from infrarsi.study.lock import hold_study

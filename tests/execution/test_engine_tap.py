@@ -85,3 +85,5 @@ def test_the_step_loss_does_not_depend_on_the_split(one_rank_group, reduction):
     )  # float32 means of different splits
     assert split.record.tokens_seen == [32, 32] and split.record.sequences_seen == [8, 8]
     assert split.record.optimizer_steps == 2 and split.record.stop_kind == "done"
+    # the same data in the same steps: the same digests, whatever the split
+    assert whole.record.data_digests == split.record.data_digests and whole.record.data_digests[0]

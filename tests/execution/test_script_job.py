@@ -116,6 +116,10 @@ def test_two_configs_change_the_engine_the_script_got(ray_local, tmp_path):
     for r in (r1, r2):
         assert r.tokens_per_step == 1024 and r.optimizer_steps == STEPS
     assert max(abs(a - b) for a, b in zip(r1.loss, r2.loss, strict=True)) < 1e-5, (r1.loss, r2.loss)
+    # the same sequences in the same steps, split otherwise: the same per-step data digests
+    assert (
+        r1.extra.data_digests == r2.extra.data_digests and len(r1.extra.data_digests or []) == STEPS
+    )
 
 
 def test_a_crash_an_exit_and_no_engine_are_failed_rows_with_the_scripts_traceback(

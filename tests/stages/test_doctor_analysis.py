@@ -213,3 +213,41 @@ def test_the_eval_tolerance_counts_the_honest_changes_eval_difference() -> None:
     )
     alone = analyse_baseline(rows)
     assert alone.eval_tolerance == pytest.approx(LOSS_TOLERANCE_FLOOR)
+
+
+def _fed(row: TrialResult, digests: list[int]) -> TrialResult:
+    row.extra.data_digests = digests
+    return row
+
+
+def test_repeatable_data_becomes_the_data_invariants_reference() -> None:
+    rows = [_fed(_row(i, 2.0, [8.0, 7.5]), [11, 12]) for i in range(3)]
+    split = _fed(_row(9, 2.0, [8.0, 7.5]), [11, 12])
+    out = analyse_baseline(rows, honest_changes=[("micro_batch_size", split)])
+    assert out.data_order is not None and out.data_order.repeatable
+    assert out.data_order.same_under_honest_changes is True
+    assert out.reference_data_digests == [11, 12]
+
+
+def test_data_that_change_between_identical_runs_are_named() -> None:
+    rows = [
+        _fed(_row(0, 2.0, [8.0, 7.5]), [11, 12, 13]),
+        _fed(_row(1, 2.0, [8.0, 7.5]), [11, 12, 13]),
+        _fed(_row(2, 2.0, [8.0, 7.5]), [11, 99, 98]),
+    ]
+    out = analyse_baseline(rows)
+    assert out.data_order is not None and not out.data_order.repeatable
+    assert out.data_order.first_differing_step == 1
+    assert out.data_order.differing_trial_ids == ["doctor-0000", "doctor-0002"]
+    assert out.reference_data_digests == []
+
+
+def test_data_that_depend_on_the_batch_split_switch_the_data_invariant_off() -> None:
+    rows = [_fed(_row(i, 2.0, [8.0, 7.5]), [11, 12]) for i in range(2)]
+    split = _fed(_row(9, 2.0, [8.0, 7.5]), [11, 40])
+    out = analyse_baseline(rows, honest_changes=[("micro_batch_size", split)])
+    assert out.data_order is not None and out.data_order.repeatable
+    assert out.data_order.same_under_honest_changes is False
+    assert out.reference_data_digests == []
+    # rows of an older harness carry no digests: no check, no reference
+    assert analyse_baseline([_row(i, 2.0, [8.0, 7.5]) for i in range(2)]).data_order is None

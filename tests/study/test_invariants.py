@@ -211,3 +211,22 @@ def test_stopped_early_by_the_loss_guard(contract: Contract) -> None:
     )
     _, reasons = check_invariants(cheat, BASELINE, contract)
     assert "optimizer_steps: expected 3, harness counted 2 (skipped optimizer steps)" in reasons
+
+
+def test_other_data_than_the_baselines_are_a_violation(contract: Contract) -> None:
+    fed = list(range(100, 100 + STEPS))
+    ref = Reference(loss=list(BASE_LOSS), eval_loss=7.9, data_digests=fed)
+    same = honest()
+    same.extra.data_digests = list(fed)
+    assert check_invariants(same, ref, contract) == (True, [])
+    shuffled = honest()
+    shuffled.extra.data_digests = [fed[0], fed[2], fed[1], *fed[3:]]
+    ok, reasons = check_invariants(shuffled, ref, contract)
+    assert not ok and reasons == [
+        f"data: the token ids fed at optimizer step 1 differ from the baseline's (2 of {STEPS} "
+        f"steps differ by the harness's per-step digest): training on other data, or the same "
+        f"data in another order"
+    ]
+    # no reference digests (the doctor switched the check off), or none recorded: not checked
+    assert check_invariants(shuffled, Reference(loss=list(BASE_LOSS), eval_loss=7.9), contract)[0]
+    assert check_invariants(honest(), ref, contract)[0]
