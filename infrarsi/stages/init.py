@@ -90,6 +90,8 @@ def init_stage(
             preflight(wl)
     if wl.script is not None:  # knobs that cannot reach a script stay at the baseline
         editable_knobs = script_editable_knobs(list(sp.names), editable_knobs, workload_path)
+        if editable_globs is None:  # code patches may touch the script's folder
+            editable_globs = [script_glob(wl)]
     try:
         sp.validate(dict(wl.baseline))
     except Exception as e:
@@ -122,6 +124,13 @@ def init_stage(
     )
     copy_space(contract, d)
     return contract
+
+
+def script_glob(wl: Workload) -> str:
+    """The default editable glob of a script workload: the script's folder in its repository
+    (``**`` for a script at the root), so a code patch may touch the script and its modules."""
+    folder = Path(wl.script_layout()[0]).parent.as_posix()
+    return "**" if folder in ("", ".") else f"{folder}/**"
 
 
 def script_editable_knobs(

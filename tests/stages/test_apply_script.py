@@ -329,3 +329,81 @@ def test_the_launch_command_gives_the_launcher_the_workloads_ranks(
     )
     assert launch_command(wl, ["--x", "a b"]) == want
     assert parse_launch_line(want).workers == workers  # `init --script` reads the same world back
+
+
+WASTE = (
+    "    for step in range(args.steps):\n",
+    "    for step in range(args.steps):\n        time.sleep(0.15)  # a wait the team forgot\n",
+)
+
+
+@pytest.mark.integration
+def test_an_agents_patch_to_the_script_is_run_verified_and_applied(tmp_path: Path) -> None:
+    """The whole path on a user's script, through the CLI: init from the launch line (code
+    patches may touch the script's folder), doctor, an agent's patch proposed (it removes a wait
+    in the script's loop), run, verify, apply. The branch holds the patched script and the
+    winning ds.json; the patch verify measured is the one applied."""
+    import os
+    import subprocess
+
+    from infrarsi.study.candidate import file_sha256
+
+    repo, job = script_repo(tmp_path, ("ds_train.py", "ds.json"))
+    script = job / "ds_train.py"
+    text = script.read_text()
+    assert WASTE[0] in text
+    script.write_text(
+        text.replace("import argparse\n", "import argparse\nimport time\n").replace(*WASTE)
+    )
+    repo.git.add("job")
+    repo.index.commit("the team's script, with its wait")
+    script.write_text(script.read_text().replace(WASTE[1], WASTE[0]))
+    patch = tmp_path / "no_wait.diff"
+    patch.write_text(repo.git.diff() + "\n")
+    repo.git.checkout("--", "job/ds_train.py")
+
+    exe = Path(sys.executable).parent / "infrarsi"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    study = tmp_path / "study"
+
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            [str(exe), *args], capture_output=True, text=True, timeout=400, env=env, cwd=job
+        )
+        assert out.returncode == 0, (args, out.stdout[-3000:], out.stderr[-3000:])
+        return out.stdout
+
+    line = "deepspeed --num_gpus 2 ds_train.py --deepspeed --deepspeed_config ds.json --steps 1000"
+    cli("init", "--script", line, "--study", str(study), "--bank", "off", "--no-analytic-prior")
+    assert Contract.load(study).editable.globs == ["job/**"]
+    cli("doctor", str(study), "--repeats", "2", "--no-honest-change")
+    cli(
+        "propose",
+        str(study),
+        "--config",
+        "{}",
+        "--patch",
+        str(patch),
+        "--why",
+        "the wait does nothing",
+    )
+    cli("run", str(study), "--trials", "1", "--concurrency", "1")
+    cli("verify", str(study), "--top-k", "1", "--pairs", "3", "--rounds", "2")
+    verified = json.loads((study / "verify.json").read_text())
+    best = verified["best"]
+    assert best is not None and best["accepted"], verified
+    assert [p["sha256"] for p in best["patches"]] == [file_sha256(patch)]
+    cli(
+        "apply",
+        str(study),
+        "--repo",
+        str(repo.working_tree_dir),
+        "--branch",
+        "tuned",
+        "--skip-long-check",
+    )
+    tuned = repo.git.show("tuned:job/ds_train.py")
+    assert "time.sleep(0.15)" not in tuned and "import time" in tuned  # the patch, applied
+    assert "time.sleep(0.15)" in script.read_text()  # main untouched
+    assert json.loads(repo.git.show("tuned:job/ds.json"))["train_batch_size"] == 16
