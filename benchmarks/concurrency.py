@@ -34,6 +34,8 @@ Usage::
         --problems surrogate_1node surrogate_2node tabular_dense_debug
 
 Results: ``benchmarks/results/concurrency.json`` (summary and every run) and ``concurrency.md``.
+
+Why one module: a benchmark is one command; its simulation, runs and summary belong together.
 """
 
 from __future__ import annotations

@@ -39,6 +39,9 @@ faults meet trials in flight.
 
 Accounting (``benchmarks/soak_accounting.py: account``, from the log afterwards plus what the soak saw
 while it ran) is defined in ``FIELDS`` and written to ``benchmarks/results/soak.json`` and ``soak.md``.
+
+Why one module: a benchmark is one command; its cluster, fault injection, runs and accounting
+summary belong together (the ledger checks are ``soak_accounting``).
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ Usage::
 
 Writes ``benchmarks/results/transfer.json`` and ``transfer.md`` (or ``--name``; a hand-written ``## Notes``
 section at the end of the ``.md`` is kept).
+
+Why one module: a benchmark is one command; its bank building, target runs and summary belong
+together.
 """
 
 from __future__ import annotations

@@ -121,6 +121,27 @@ def test_every_module_says_what_it_is(name: str) -> None:
     )
 
 
+LONG_MODULE_LINES = 500
+"""A module longer than this says in its docstring why it is one concept (``Why one module:``)."""
+
+
+def test_a_long_module_says_why_it_is_one() -> None:
+    long = [
+        p
+        for p in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")])
+        if len(p.read_text().splitlines()) > LONG_MODULE_LINES
+    ]
+    silent = [
+        str(p.relative_to(ROOT))
+        for p in long
+        if "Why one module:" not in (ast.get_docstring(ast.parse(p.read_text())) or "")
+    ]
+    assert silent == [], (
+        f"over {LONG_MODULE_LINES} lines: split them, or say in the docstring why each is one "
+        f"concept ('Why one module: ...')"
+    )
+
+
 def test_files_cited_in_docstrings_exist() -> None:
     """The docs that live outside the repository are never cited as if they were in it."""
     for path in PACKAGE.rglob("*.py"):

@@ -34,6 +34,10 @@ per optimizer step), the loss is computed by the harness from the logits (chunke
 with the ``loss_chunk_tokens`` knob; the workload's
 reported loss is kept apart as ``workload_loss``), and each rank reports a checksum of its
 replicated parameters.
+
+Why one module: it is one trial's training loop on one rank, from build to eval; its collaborators
+(counters, clocks, memory, the checkpoint trip, the end checks, rank setup) are modules of their
+own.
 """
 
 from __future__ import annotations

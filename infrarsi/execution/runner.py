@@ -17,6 +17,10 @@ surrogate`` workload is answered by ``infrarsi.execution.surrogate.backend`` wit
 Trials can run at once in different placement groups (``run(..., placement_group=pg)``, one
 warm pool per placement group): the ``run`` stage's Ray Tune trials each reserve one and pass it
 to the study executor, which runs them on its one runner.
+
+Why one module: the runner is the one boundary between a trial's config and its row (checks, group,
+spec, deadline, aggregation); the rank side is ``rank_loop``/``script_job``, the warm groups
+``pool``, the aggregation ``aggregate``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The report's sections, built from a ``StudyData``."""
+"""The report's sections, built from a ``StudyData``.
+
+Why one module: every section is a small function of ``StudyData`` sharing its helpers; the plots,
+the memory verdicts and the bank's audit live apart.
+"""
 
 from __future__ import annotations
 

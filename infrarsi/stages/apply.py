@@ -22,6 +22,10 @@ temporary git worktree, so the user's checkout and its current branch are never 
 never commits to ``main`` or ``master``. It refuses (``ApplyError``) a protected branch name, a
 dirty tree and an existing branch (the last two unless ``force``), and a study without an
 accepted verified best.
+
+Why one module: promoting a winner is one transaction (check the candidate and its patches, build
+the branch in a temporary worktree, commit, or leave nothing behind); a script workload's own files
+are written by ``apply_script``.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ on the line. It maps them to knob values (``baseline_from_config``) and returns 
 written in ``cwd``, the folder the line is run from, so relative paths in the arguments keep
 their meaning) and the notes ``init`` prints (what was read from where, and every value that
 could not become a knob value and why).
+
+Why one module: reading a launch line and writing the workload it implies are one translation;
+merging a trial's config into the script's is ``execution.script_config``.
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ invariant kept, and the continued losses after the restart equal the uninterrupt
 the dtype's tolerance (``long_check_analysis.checkpoint_tolerance``). The verdict
 (``LongCheckResult``) names the first step that left the tolerance, the largest difference and the
 checkpoint verdict with its reason, and is written to ``DIR/long_check.json``.
+
+Why one module: it is the stage's run order (baseline, calibration, candidate past the horizon) and
+its verdict; the pure planning and comparisons are in ``long_check_analysis``.
 """
 
 from __future__ import annotations

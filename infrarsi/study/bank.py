@@ -35,6 +35,9 @@ out), on any hardware: another cluster, or the same one with another model size 
 (each row says whether it was measured on the new study's hardware, ``same_hardware``), sorted by
 workload similarity; ``config`` keeps only the space's knobs, ``bank_config`` is the config as
 measured. Simulated (surrogate) rows only seed simulated studies.
+
+Why one module: the bank's format, writes and queries are one Parquet dataset's interface; what the
+stages feed it and take from it is in ``stages.bank_feed`` and ``stages.bank_transfer``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ place its memory capacity is resolved (``Contract.memory_capacity``, ``infrarsi.
     c = Contract.create(workload, study_dir=DIR, request="make it faster")
     c = Contract.load(DIR)
     c = c.with_calibration(loss_atol=2e-4, reason="doctor: 3 baseline runs").save(DIR)
+
+Why one module: the contract's fields, creation, hashing, freezing, loading and calibration are one
+record's life cycle.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ an exclusive create in ``DIR/ids/``).
 
 The lock is re-entrant within a process (``hold``): ``tune`` takes it once and the stages it runs
 re-enter it; a forked child does not inherit it.
+
+Why one module: taking, refreshing, waiting for and breaking the lock are one protocol on one file,
+and its guarantees hold only together.
 """
 
 from __future__ import annotations
