@@ -5,28 +5,21 @@ families are ``workloads.jobs:builtin_job``), build its model on the rank's devi
 ``zero.Init`` with ZeRO-3) and the DeepSpeed engine from the knob config, train the contract's
 steps with harness-owned counting and timing, measure memory, evaluate.
 
-``run_rank(spec) -> dict`` is called by the Ray ``TrainWorker`` (or a test's spawn harness)
+``run_rank(spec: dict) -> dict`` is called by the Ray ``TrainWorker`` (or a test's spawn harness)
 after ``torch.distributed`` is initialised (gloo on CPU, nccl on GPU). The process group may
 be reused by later trials (warm worker): the engine is destroyed and memory collected at the
 end of every trial. ``run_rank`` never raises for a trial failure: it returns a ``RankResult``
 dict with status ``ok`` | ``oom`` | ``failed`` | ``nan``.
 
-Spec keys: ``workload`` (``Workload.to_yaml_dict()``), ``config`` (knob -> value),
-``trial_id``, ``memory_capacity_bytes`` (int | None, per device), ``code_dir`` (the folder the
-job's entry point is imported from), ``peak_flops_per_s`` (float | None; probed when None),
-``seed`` (int; model init seed), optional ``reference_code_dir`` (the untouched code the eval
-check's reference model comes from; default ``code_dir``), optional ``data_path`` (``data.path``
-resolved by the driver), optional ``loss_guard`` (``{"reference": [baseline
-loss per step], "atol": a, "rtol": r}``: stop as soon as a step's loss differs from the
-baseline's by more than ``a + r*|baseline|``, the same rule as the contract's loss invariant, so
-a trial that can no longer pass stops burning device time; every rank sees the same all-reduced
-loss, so all ranks stop at the same step), optional ``steps`` (int: optimizer steps to train, warm-up
-included, instead of the workload's ``warmup + measured``: the long check's horizon; the batches of
-every step come from the harness's source by (step, rank, micro-batch), past the workload's usual
-count too), optional ``checkpoint_step`` (int S, 0 < S < steps: a DeepSpeed checkpoint round trip,
-``infrarsi.execution.checkpoint_trip``: save after step S, train on uninterrupted, then after the
-end-of-trial checks rebuild the engine, load the checkpoint and continue from S; reported in
-``RankResult.checkpoint``). Without those two keys a trial runs exactly as before.
+The spec is a ``RankSpec`` (``infrarsi.execution.rank_spec``, one documented field each). Two of
+its fields change how a trial runs: ``loss_guard`` stops training as soon as a step's loss leaves
+the contract's tolerance around the baseline's (every rank sees the same all-reduced loss, so all
+ranks stop at the same step; a trial that can no longer pass stops burning device time), and
+``steps`` trains that many optimizer steps instead of the workload's (the long check's horizon;
+the batches of every step come from the harness's source by (step, rank, micro-batch), past the
+workload's usual count too). ``checkpoint_step`` S adds a DeepSpeed checkpoint round trip
+(``infrarsi.execution.checkpoint_trip``: save after step S, train on uninterrupted, then rebuild,
+load and continue from S; reported in ``RankResult.checkpoint``).
 
 Harness-owned measures (anti reward hacking): tokens and sequences fed to the model are counted
 by a forward pre-hook, optimizer steps by a step post-hook on the real torch optimizer (once
@@ -67,6 +60,7 @@ from infrarsi.execution.knobs.deepspeed import build_trial
 from infrarsi.execution.knobs.loss_chunk import LOSS_CHUNK_KNOB, chunked_cross_entropy
 from infrarsi.execution.memory import MemoryMonitor, is_oom
 from infrarsi.execution.rank_result import RankResult
+from infrarsi.execution.rank_spec import RankSpec
 from infrarsi.execution.seams import HONEST, Seams
 from infrarsi.execution.telemetry import TelemetrySampler
 from infrarsi.job import JobContext, TrainingJob
@@ -75,23 +69,21 @@ from infrarsi.workload import Workload
 PHASES = ("data", "forward", "backward", "optimizer", "communication")
 
 
-def start_rank(spec: dict[str, Any]) -> tuple[RankResult, Workload, MemoryMonitor]:
+def start_rank(spec: RankSpec) -> tuple[RankResult, Workload, MemoryMonitor]:
     """What every rank entry (an entry-point job, a script) starts a trial with: its empty
     ``RankResult``, the workload, and the memory monitor under the trial's capacity."""
-    res = RankResult(
-        rank=dist.get_rank(),
-        world_size=dist.get_world_size(),
-        trial_id=str(spec.get("trial_id", "")),
-    )
-    wl = Workload.from_dict(spec["workload"])
-    monitor = MemoryMonitor(wl.resources.device, spec.get("memory_capacity_bytes"))
+    res = RankResult(rank=dist.get_rank(), world_size=dist.get_world_size(), trial_id=spec.trial_id)
+    wl = Workload.from_dict(spec.workload)
+    monitor = MemoryMonitor(wl.resources.device, spec.memory_capacity_bytes)
     res.memory_measure = monitor.measure
     return res, wl, monitor
 
 
-def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one trial on this rank; see the module docstring. Returns ``RankResult`` as a dict."""
+def run_rank(raw_spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one trial on this rank (``raw_spec``: a ``RankSpec.to_dict``); see the module
+    docstring. Returns ``RankResult`` as a dict."""
     t_start = time.perf_counter()
+    spec = RankSpec.from_dict(raw_spec)
     res, wl, monitor = start_rank(spec)
     device = wl.resources.device
     telemetry = TelemetrySampler(device, torch.cuda.current_device() if device == "cuda" else 0)
@@ -125,7 +117,7 @@ def run_rank(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run(
-    spec: dict[str, Any],
+    spec: RankSpec,
     wl: Workload,
     res: RankResult,
     monitor: MemoryMonitor,
@@ -138,7 +130,7 @@ def _run(
     rank, world = res.rank, res.world_size
     device = wl.resources.device
     entry_point, job_args = wl.job_model().entry()
-    make_job = import_entry(spec["code_dir"], entry_point)
+    make_job = import_entry(spec.code_dir, entry_point)
     seams = _seams(wl)
 
     def job_for(
@@ -164,9 +156,7 @@ def _run(
 
     with torch.device("meta"):
         num_params = sum(p.numel() for p in job_for({}).build_model().parameters())
-    build = build_trial(
-        wl, dict(spec.get("config") or {}), world, num_params, job_for({}).shape.dim
-    )
+    build = build_trial(wl, dict(spec.config), world, num_params, job_for({}).shape.dim)
     job = job_for(dict(build.model_options))
     shape = job.shape
     res.num_params = num_params
@@ -193,12 +183,12 @@ def _run(
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
     comm = clocks.CommTimer.install(device)
-    res.peak_flops_per_s = spec.get("peak_flops_per_s") or peak_flops_per_s(
+    res.peak_flops_per_s = spec.peak_flops_per_s or peak_flops_per_s(
         device, build.runtime["threads_per_worker"]
     )
 
     # ---- build (memory baseline first) ----
-    seed = int(spec.get("seed", wl.data.seed))
+    seed = int(spec.seed if spec.seed is not None else wl.data.seed)
     monitor.start()
     torch.manual_seed(seed)
     with rank_setup.build_context(device, build.ds_config, partitioned=not ep):
@@ -232,9 +222,9 @@ def _run(
     torch.set_num_threads(build.runtime["threads_per_worker"])
     monitor.check("engine_init")
     dev = engine.device
-    source = make_source(wl.data, shape.vocab_size, job=job, data_path=spec.get("data_path"))
-    total_steps = trial_steps(spec, wl)
-    trip = _plan_round_trip(spec, total_steps, ep)
+    source = make_source(wl.data, shape.vocab_size, job=job, data_path=spec.data_path)
+    total_steps = spec.steps_to_train(wl.steps.warmup, wl.steps.measured)
+    trip = _plan_round_trip(spec.checkpoint_step, total_steps, ep)
     if trip is not None and not trip.skipped:
         state["ckpt_dir"] = ckpt.shared_temp_dir()
     # Every step's rows are generated before the clock starts (a data loader that keeps up):
@@ -331,7 +321,7 @@ def _run(
             res.status = "nan"
             res.error = f"loss is {res.loss[-1]} at optimizer step {step}"
             break
-        res.stopped_early = loss_guard_trip(spec.get("loss_guard"), step, res.loss[-1])
+        res.stopped_early = spec.loss_guard.trip(step, res.loss[-1]) if spec.loss_guard else ""
         if res.stopped_early:
             break
         if (
@@ -360,7 +350,7 @@ def _run(
         not res.stopped_early
     ):  # the loss invariant already failed: no eval (replicas still compared)
         # the untouched code (a patched trial's reference is the unpatched code dir), imported afresh
-        ref_fn = import_entry(spec.get("reference_code_dir") or spec["code_dir"], entry_point)
+        ref_fn = import_entry(spec.reference_code_dir or spec.code_dir, entry_point)
         ref_job = job_for({}, reference=True, fn=ref_fn)
         reference = end_checks.build_reference(ref_job.build_model, dev)
     res.param_checksum = end_checks.checksum_and_load(model, state.get("ep_mod"), reference, dev)
@@ -377,7 +367,7 @@ def _run(
             # the trial's own code imported afresh (the eval check imported the reference since), as
             # a restarted process would: module-level state starts over
             fresh_job = job_for(
-                dict(build.model_options), fn=import_entry(spec["code_dir"], entry_point)
+                dict(build.model_options), fn=import_entry(spec.code_dir, entry_point)
             )
             torch.manual_seed(seed)
             with rank_setup.build_context(device, build.ds_config, partitioned=True):
@@ -403,25 +393,11 @@ def _run(
         res.checkpoint = trip.to_dict()
 
 
-def trial_steps(spec: dict[str, Any], wl: Workload) -> int:
-    """Optimizer steps the trial trains (warm-up included): the spec's ``steps`` when given (the
-    long check's horizon), else the workload's ``warmup + measured``."""
-    steps = spec.get("steps")
-    if steps is None:
-        return wl.steps.warmup + wl.steps.measured
-    if int(steps) <= wl.steps.warmup:
-        raise ValueError(
-            f"spec steps={steps}: must exceed the workload's {wl.steps.warmup} warm-up steps"
-        )
-    return int(steps)
-
-
 def _plan_round_trip(
-    spec: dict[str, Any], total_steps: int, expert_parallel: bool
+    step: int | None, total_steps: int, expert_parallel: bool
 ) -> ckpt.RoundTrip | None:
-    """The checkpoint round trip the spec asks for (None: none), skipped with the reason where it
-    cannot be tried."""
-    step = spec.get("checkpoint_step")
+    """The checkpoint round trip the spec asks for (``step``; None: none), skipped with the
+    reason where it cannot be tried."""
     if step is None:
         return None
     if not 0 < int(step) < total_steps:
@@ -509,24 +485,6 @@ def _seams(wl: Workload) -> Seams:
             f"{wl.variant!r} is {type(seams).__name__}. Fix the attribute, or remove variant"
         )
     return seams
-
-
-def loss_guard_trip(guard: dict[str, Any] | None, step: int, loss: float) -> str:
-    """Why ``loss`` at optimizer ``step`` breaks the loss guard (see the module docstring), or ""."""
-    if not guard:
-        return ""
-    ref = guard.get("reference") or []
-    if step >= len(ref) or not math.isfinite(float(ref[step])):
-        return ""
-    base = float(ref[step])
-    tol = float(guard.get("atol", 0.0)) + float(guard.get("rtol", 0.0)) * abs(base)
-    if abs(loss - base) <= tol:
-        return ""
-    return (
-        f"loss guard: step {step} loss {loss:.6g} vs baseline {base:.6g} (|diff| "
-        f"{abs(loss - base):.3g} > tolerance {tol:.3g}); training stopped there, the trial "
-        f"cannot pass the loss invariant"
-    )
 
 
 def _cleanup(state: dict[str, Any], device: str) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 from infrarsi.errors import KnobError, TrialError
 from infrarsi.execution.aggregate import aggregate
 from infrarsi.execution.knobs.registry import check_space, process_env
+from infrarsi.execution.rank_spec import LossGuard, RankSpec
 from infrarsi.execution.worker import DEFAULT_ENTRY, SCRIPT_ENTRY
 from infrarsi.result import Stage, TrialExtra, TrialResult
 from infrarsi.search.space import SearchSpace
@@ -259,7 +260,7 @@ class TrialRunner:
         patches: list[str] | tuple[str, ...] = (),
         timeout_s: float | None = None,
         code_dir: str | None = None,
-        loss_guard: dict[str, Any] | None = None,
+        loss_guard: LossGuard | None = None,
         placement_group: Any = None,
         steps: int | None = None,
         checkpoint_step: int | None = None,
@@ -276,7 +277,7 @@ class TrialRunner:
         its bundles are the workload's ``GroupSpec.bundles()``), keeping a warm group there for
         the next trial in it; None: the runner's own groups.
 
-        ``loss_guard`` (``{"reference": [loss per step], "atol": a, "rtol": r}``) stops training
+        ``loss_guard`` (a ``LossGuard``: the baseline's loss per step and the tolerance) stops training
         at the first step whose loss leaves the baseline's tolerance (``rank_loop``); the row
         then has ``extra.stopped_early`` and fewer steps than the contract's.
         """
@@ -333,7 +334,7 @@ class TrialRunner:
         patches: list[str],
         timeout_s: float,
         code_dir: str,
-        loss_guard: dict[str, Any] | None = None,
+        loss_guard: LossGuard | None = None,
         placement_group: Any = None,
         steps: int | None = None,
         checkpoint_step: int | None = None,
@@ -366,30 +367,26 @@ class TrialRunner:
                 except Exception as e:
                     log.warning("peak FLOP/s probe failed; mfu will be empty", error=str(e))
                 started += time.time() - t_probe  # the one-off probe is not the trial's cost
-        spec = {
-            "workload": self.workload.to_yaml_dict(),
-            "config": config,
-            "trial_id": trial_id,
-            "memory_capacity_bytes": self.memory_capacity_bytes,
-            "code_dir": code_dir,
-            "peak_flops_per_s": self._peak_flops,
-            "reference_code_dir": self.code_dir,
-        }
-        if (
-            self.workload.script is not None
-        ):  # the script and its working directory inside the trial's code
-            spec["script"], spec["script_cwd"] = self.workload.script_layout()
+        script, script_cwd = (
+            self.workload.script_layout() if self.workload.script is not None else (None, ".")
+        )  # the script and its working directory inside the trial's code
         data_path = self.workload.data_path()
-        if data_path is not None:
-            spec["data_path"] = str(data_path)
-        if self.seed is not None:
-            spec["seed"] = self.seed
-        if loss_guard:
-            spec["loss_guard"] = dict(loss_guard)
-        if steps is not None:
-            spec["steps"] = int(steps)
-        if checkpoint_step is not None:
-            spec["checkpoint_step"] = int(checkpoint_step)
+        spec = RankSpec(
+            workload=self.workload.to_yaml_dict(),
+            config=config,
+            trial_id=trial_id,
+            memory_capacity_bytes=self.memory_capacity_bytes,
+            code_dir=code_dir,
+            peak_flops_per_s=self._peak_flops,
+            reference_code_dir=self.code_dir,
+            script=script,
+            script_cwd=script_cwd,
+            data_path=str(data_path) if data_path is not None else None,
+            seed=self.seed,
+            loss_guard=loss_guard,
+            steps=int(steps) if steps is not None else None,
+            checkpoint_step=int(checkpoint_step) if checkpoint_step is not None else None,
+        )
         try:
             self._ship_code(group, spec)
             res = self._run_on(
@@ -437,7 +434,7 @@ class TrialRunner:
     def _run_on(
         self,
         group: Any,
-        spec: dict[str, Any],
+        spec: RankSpec,
         config: dict[str, Any],
         *,
         trial_id: str,
@@ -448,7 +445,7 @@ class TrialRunner:
         warm: bool,
         acquire_s: float,
     ) -> TrialResult:
-        run = group.run(spec, timeout_s=timeout_s, entry=self.entry)
+        run = group.run(spec.to_dict(), timeout_s=timeout_s, entry=self.entry)
         ended = time.time()
         hardware = {
             "device": group.spec.device,
@@ -476,8 +473,8 @@ class TrialRunner:
             cpu_pin_note=group.cpu_pin_note,
             group_trials_run=group.trials_run,
             memory_capacity_bytes=self.memory_capacity_bytes,
-            code_shipped="code_package" in spec,
-            code_digest=spec["code_package"]["digest"] if "code_package" in spec else None,
+            code_shipped=spec.code_package is not None,
+            code_digest=spec.code_package["digest"] if spec.code_package is not None else None,
         )
         return aggregate(
             run.rank_results,
@@ -496,7 +493,7 @@ class TrialRunner:
             extra=extra,
         )
 
-    def _ship_code(self, group: Any, spec: dict[str, Any]) -> None:
+    def _ship_code(self, group: Any, spec: RankSpec) -> None:
         """When a rank runs on another node than this process, add the trial's code folder and
         its reference's as packages (``infrarsi.execution.code_package``; the ranks unpack them on
         their node and import from there). On one node the folders are read where they are."""
@@ -505,8 +502,8 @@ class TrialRunner:
         here = ray.get_runtime_context().get_node_id()
         if all(n == here for n in group.node_ids):
             return
-        spec["code_package"] = self._package(spec["code_dir"])
-        spec["reference_code_package"] = self._package(spec["reference_code_dir"])
+        spec.code_package = self._package(spec.code_dir)
+        spec.reference_code_package = self._package(spec.reference_code_dir or spec.code_dir)
 
     def _package(self, folder: str) -> dict[str, Any]:
         """``{"digest", "ref", "source"}`` of ``folder``'s code in the object store, repacked

@@ -32,10 +32,8 @@ How the script runs (the process is the rank's warm Ray actor, reused by later t
   contract's steps, or never calls ``deepspeed.initialize`` gives ``failed`` with its own
   traceback in ``error`` (``oom`` for an out-of-memory error).
 
-Spec keys: as ``rank_loop`` (``workload``, ``config``, ``trial_id``, ``memory_capacity_bytes``,
-``code_dir``, ``peak_flops_per_s``, ``seed`` (unused: the script seeds itself), ``loss_guard``,
-``steps``), plus ``script`` (the script, relative to ``code_dir``) and ``script_cwd`` (the
-working directory, relative to ``code_dir``).
+The spec is a ``RankSpec`` as for ``rank_loop`` (``seed`` unused: the script seeds itself), with
+``script`` and ``script_cwd`` set (both relative to ``code_dir``).
 """
 
 from __future__ import annotations
@@ -61,8 +59,9 @@ from infrarsi.execution import end_checks
 from infrarsi.execution.engine_tap import EngineTap, TrialComplete
 from infrarsi.execution.knobs.deepspeed import build_trial
 from infrarsi.execution.memory import MemoryMonitor, is_oom
-from infrarsi.execution.rank_loop import loss_guard_trip, start_rank, trial_steps
+from infrarsi.execution.rank_loop import start_rank
 from infrarsi.execution.rank_result import RankResult
+from infrarsi.execution.rank_spec import RankSpec
 from infrarsi.execution.script_config import merge_trial_config, script_ds_config
 from infrarsi.execution.script_hf import TrainerOverrides, patched_post_init, trainer_overrides
 from infrarsi.execution.script_source import read_script
@@ -95,25 +94,25 @@ class ScriptRun:
     """The state of one script run on one rank: the spec, the tap, the engine the script got."""
 
     def __init__(
-        self, spec: dict[str, Any], wl: Workload, res: RankResult, monitor: MemoryMonitor
+        self, spec: RankSpec, wl: Workload, res: RankResult, monitor: MemoryMonitor
     ) -> None:
         self.spec = spec
         self.wl = wl
         self.res = res
         self.monitor = monitor
-        self.config = dict(spec.get("config") or {})
+        self.config = dict(spec.config)
         """The trial's knob config."""
-        self.cwd = str(Path(spec["code_dir"]) / spec.get("script_cwd", "."))
+        self.cwd = str(Path(spec.code_dir) / spec.script_cwd)
         """The working directory of the script (the workload YAML's folder in the trial's code)."""
-        guard = spec.get("loss_guard")
-        script = Path(spec["code_dir"]) / spec["script"] if spec.get("script") else None
+        guard = spec.loss_guard
+        script = Path(spec.code_dir) / spec.script if spec.script else None
         self.trainer = script is not None and read_script(script).kind == "hf_trainer"
         """The script is a Hugging Face ``Trainer`` script (``script_hf``)."""
         self.tap = EngineTap(
-            trial_steps(spec, wl),
+            spec.steps_to_train(wl.steps.warmup, wl.steps.measured),
             wl.resources.device,
             monitor,
-            loss_guard=(lambda step, loss: loss_guard_trip(guard, step, loss)) if guard else None,
+            loss_guard=guard.trip if guard is not None else None,
             loss_reduction="step_sum" if self.trainer else "token_mean",
         )
         """The harness's tap on the engine (attached by ``initialize``)."""
@@ -214,7 +213,7 @@ class ScriptRun:
         )
 
     def _where(self) -> str:
-        return f"{self.spec.get('script')} (after {len(self.tap.record.loss)} optimizer steps)"
+        return f"{self.spec.script} (after {len(self.tap.record.loss)} optimizer steps)"
 
 
 def _script_traceback(exc: BaseException) -> str:
@@ -316,9 +315,11 @@ def launched(
                 del sys.modules[name]
 
 
-def run_script_rank(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one trial of the workload's script on this rank; see the module docstring."""
+def run_script_rank(raw_spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one trial of the workload's script on this rank (``raw_spec``: a ``RankSpec.to_dict``);
+    see the module docstring."""
     t_start = time.perf_counter()
+    spec = RankSpec.from_dict(raw_spec)
     res, wl, monitor = start_rank(spec)
     device = wl.resources.device
     res.warmup_steps = wl.steps.warmup
@@ -351,7 +352,7 @@ def run_script_rank(spec: dict[str, Any]) -> dict[str, Any]:
     return asdict(res)
 
 
-def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> None:
+def _run(spec: RankSpec, wl: Workload, run: ScriptRun, t_start: float) -> None:
     import deepspeed
 
     if wl.script is None:
@@ -360,7 +361,7 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
         )
     res = run.res
     device = wl.resources.device
-    script = str(Path(spec["code_dir"]) / spec["script"])
+    script = str(Path(spec.code_dir) / str(spec.script))
     local_rank = 0 if device == "cuda" else int(os.environ.get("LOCAL_RANK", res.rank))
     env = {"RANK": str(res.rank), "WORLD_SIZE": str(res.world_size), "LOCAL_RANK": str(local_rank)}
     for key in ("MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
@@ -383,7 +384,7 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
                 from transformers.training_args import TrainingArguments
             except ImportError as e:
                 raise WorkloadError(
-                    f"script: {spec['script']} is a Hugging Face Trainer script, and transformers "
+                    f"script: {spec.script} is a Hugging Face Trainer script, and transformers "
                     f"cannot be imported here ({e}). Fix: pip install 'infrarsi[hf]'"
                 ) from None
             stack.enter_context(
@@ -413,12 +414,12 @@ def _run(spec: dict[str, Any], wl: Workload, run: ScriptRun, t_start: float) -> 
     ):  # replicas must agree (gradient all-reduce): the same check as rank_loop's
         res.param_checksum = end_checks.checksum_and_load(engine.module)
     res.end_checks_time_s = time.perf_counter() - t_checks
-    res.peak_flops_per_s = spec.get("peak_flops_per_s")
-    if spec.get("checkpoint_step") is not None:  # the long check asks; say plainly it was not tried
+    res.peak_flops_per_s = spec.peak_flops_per_s
+    if spec.checkpoint_step is not None:  # the long check asks; say plainly it was not tried
         from infrarsi.execution.checkpoint_trip import RoundTrip
 
         res.checkpoint = RoundTrip(
-            step=int(spec["checkpoint_step"]),
+            step=int(spec.checkpoint_step),
             skipped=("script workloads: the checkpoint round trip is not wired to scripts yet"),
         ).to_dict()
     res.status = "ok"

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from infrarsi.execution.rank_spec import LossGuard
 from infrarsi.result import Stage, TrialExtra, TrialResult
 from infrarsi.stages.common import load_space
 from infrarsi.study.doctor_report import DoctorReport
@@ -391,7 +392,7 @@ class StudyExecutor:
             ended_at=now,
         )
 
-    def loss_guard(self) -> dict[str, Any] | None:
+    def loss_guard(self) -> LossGuard | None:
         """The early-stop rule handed to the ranks once the doctor has a baseline loss trace: the
         contract's own per-step loss tolerance, so a trial is stopped only when the loss invariant
         has already failed (it could never be accepted); None while checks are off, before the
@@ -400,7 +401,7 @@ class StudyExecutor:
         if not self.check or not ref or not self.switches.loss_guard:
             return None
         atol, rtol = self.contract.invariants.loss_tolerance()
-        return {"reference": [float(x) for x in ref], "atol": float(atol), "rtol": float(rtol)}
+        return LossGuard(reference=[float(x) for x in ref], atol=float(atol), rtol=float(rtol))
 
     def default_timeout_s(self) -> float | None:
         """Deadline of a trial once the doctor has measured the baseline: ``TIMEOUT_FACTOR`` x the
