@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from infrarsi.errors import ClusterError, KnobError, SearchSpaceError
+from infrarsi.execution.rank_spec import LossGuard
 from infrarsi.execution.runner import TrialRunner, default_code_dir, default_timeout_s, knob_env
 from infrarsi.result import TrialResult
 from infrarsi.workload import Workload
@@ -169,7 +170,7 @@ def test_moe_expert_parallel_agrees_with_data_parallel(ray_local):
 
 def test_loss_guard_stops_every_rank_at_the_first_step_off_tolerance(dense_runner, dense_results):
     ref = dense_results["z0_m4"].loss
-    guard = {"reference": [ref[0], ref[1] + 1.0, *ref[2:]], "atol": 1e-4, "rtol": 0.0}
+    guard = LossGuard(reference=[ref[0], ref[1] + 1.0, *ref[2:]], atol=1e-4, rtol=0.0)
     r = dense_runner.run(DENSE_CONFIGS["z0_m4"], trial_id="inv-guard", loss_guard=guard)
     assert r.status == "ok", r.error[-2000:]  # the executor turns it into invariant_violation
     assert r.extra.stopped_early.startswith("loss guard: step 1 ")
