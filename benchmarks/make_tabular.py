@@ -65,7 +65,7 @@ def main() -> None:
     wl = Workload.from_yaml(ROOT / "workloads" / "dense_debug.yaml")
     wl = wl.model_copy(update={"steps": wl.steps.model_copy(update={"warmup": 1, "measured": 2})})
     wl.path = str(ROOT / "workloads" / "dense_debug.yaml")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []
     started = time.time()
     try:

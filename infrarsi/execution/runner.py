@@ -48,7 +48,9 @@ log = get_logger(__name__)
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> bool:
-    """Connect to ``address`` (or ``RAY_ADDRESS``), or start a local Ray. True if it started one.
+    """Connect to ``address`` (or ``RAY_ADDRESS``), or start a new local Ray. True if it started
+    one. Without an address it never joins a Ray already running on this machine (a leftover
+    one, or another user's), which ``ray.init()`` would do by default.
 
     Does nothing when Ray is already initialised in this process (a test fixture, a Tune actor).
     """
@@ -61,8 +63,12 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> bool
     if address:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
         return False
-    ray.init(
-        num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False
+    ray.init(  # "local": a new Ray, never a running one found in /tmp/ray (ray.init's default)
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
     )
     return True
 

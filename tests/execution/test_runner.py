@@ -247,3 +247,40 @@ def test_a_pinned_runner_keeps_fresh_groups_in_one_reservation(ray_local, dense_
     assert (
         len(set(rows[0].extra.node_ids)) == 1 and rows[0].extra.node_ids == rows[1].extra.node_ids
     )
+
+
+@pytest.mark.integration
+def test_without_an_address_a_new_local_ray_starts_beside_a_running_one(ray_local):
+    """``init_ray()`` with no address (and no RAY_ADDRESS) starts its own Ray even where Ray's
+    temp folder names a running one (here the tests' own, as ``ray start`` records it):
+    ``ray.init()``'s default would join that one, a leftover cluster's or another user's."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live in it
+    try:
+        (Path(tmp) / "ray").mkdir()
+        (Path(tmp) / "ray" / "ray_current_cluster").write_text(ray_local)
+        code = (
+            "from infrarsi.execution.runner import init_ray\n"
+            "import ray\n"
+            "init_ray()\n"
+            "print('GCS', ray.get_runtime_context().gcs_address)\n"
+            "ray.shutdown()\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**env, "RAY_TMPDIR": tmp},
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("GCS ")]
+    assert line.split()[1] != ray_local
