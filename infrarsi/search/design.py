@@ -19,17 +19,29 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from infrarsi.search.settings import DEFAULT_SETTINGS
 
+if TYPE_CHECKING:
+    from infrarsi.search.settings import OptimizerSettings
+    from infrarsi.search.transfer import TransferModel
+
 
 def default_n_init(n_features: int) -> int:
     """Design size before the models take over: baseline + a few spread points."""
     return int(min(8, max(4, 2 + n_features // 4)))
+
+
+def size_now(n_init: int, transfer: TransferModel | None, settings: OptimizerSettings) -> int:
+    """The design's size now: ``settings.transfer_n_init`` (at most ``n_init``) while a bank
+    transfer holds weight, else ``n_init``."""
+    if transfer is not None and transfer.active and settings.transfer_n_init is not None:
+        return min(n_init, settings.transfer_n_init)
+    return n_init
 
 
 def value_novelty(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infrarsi.errors import SearchSpaceError, UserInputError
-from infrarsi.search.ask_info import AskInfo, WarmStartOrigin
+from infrarsi.search.ask_info import AskInfo, Phase, WarmStartOrigin
 from infrarsi.search.outcome import Observation, Outcome
 from infrarsi.search.space import SearchSpace
 
@@ -63,6 +63,15 @@ class History:
             if key not in queued:
                 queued.add(key)
                 self.warm_queue.append((cfg, origins[i] if i < len(origins) else None))
+
+    def add_pending(self, config: dict[str, Any], phase: Phase) -> dict[str, Any]:
+        """Record a validated ``config`` asked from outside the optimizer (a proposal) as pending,
+        with its ask info; returns it."""
+        full = dict(config)
+        key = self.space.key(full)
+        self.pending[key] = full
+        self.ask_infos[key] = AskInfo(config=full, phase=phase, ask_index=self.n_asks)
+        return full
 
     def failed_keys(self) -> set[str]:
         """Keys of configs told with a failure status at least once (never proposed again)."""

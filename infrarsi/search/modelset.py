@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from infrarsi.search import acquisition
@@ -282,6 +283,26 @@ class ModelSet:
             self.feasibility.p_ok(configs),
             sd_scale=self.settings.acquisition_sd_scale,
         )
+
+    def predict(
+        self, history: History, configs: Sequence[Mapping[str, Any]], *, has_prior: bool
+    ) -> dict[str, np.ndarray]:
+        """Posterior predictions of validated ``configs`` after a fit on ``history``
+        (``Optimizer.predict``): ``step_time_mean_s`` (exp of the mean log time),
+        ``step_time_sd_log``, ``memory_mean_bytes`` (NaN without a memory model or prior),
+        ``p_fit`` and ``p_ok``, each an array of shape ``(len(configs),)``."""
+        self.fit(history)
+        s = self.scores(history, configs)
+        has_mem = self.memory.model is not None or has_prior
+        return {
+            "step_time_mean_s": np.exp(s.time_mean),
+            "step_time_sd_log": s.time_sd,
+            "memory_mean_bytes": self.memory_capacity * np.exp(s.mem_mean)
+            if has_mem
+            else np.full(len(configs), np.nan),
+            "p_fit": s.p_fit,
+            "p_ok": s.p_ok,
+        }
 
     def prior_scores(
         self,

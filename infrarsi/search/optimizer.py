@@ -7,7 +7,7 @@
     opt.tell(cfg, Outcome(status="ok", step_time=1.9, peak_memory=6.1e10))
     opt.best()                          # the config to verify (opt.best_choice(): with why)
 
-The optimizer wires four parts together: the ``History`` of told and pending trials
+The optimizer wires four parts together (``wiring``): the ``History`` of told and pending trials
 (``history``), the models fitted on it (``modelset.ModelSet``: step time, censored memory,
 feasibility, the analytic prior's columns), the schedule that names the phase of each pick
 (``schedule.next_phase``) and the picker of each phase (``pickers``). A config told
@@ -19,7 +19,6 @@ saved state, which each part writes through its own ``to_dict``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,18 +30,18 @@ from infrarsi.errors import UserInputError
 from infrarsi.search import design, persistence
 from infrarsi.search.ask_info import AskInfo, Phase, WarmStartOrigin
 from infrarsi.search.best_choice import BestChoice
-from infrarsi.search.candidates import CandidatePool
-from infrarsi.search.encoding import Encoder, InputColumns
+from infrarsi.search.encoding import Encoder
 from infrarsi.search.history import History
-from infrarsi.search.modelset import ModelSet, torch_threads
+from infrarsi.search.modelset import torch_threads
 from infrarsi.search.outcome import Observation, Outcome
-from infrarsi.search.pickers import Pickers, Round, SearchExhausted
+from infrarsi.search.pickers import Round, SearchExhausted
 from infrarsi.search.priors.features import PriorFeatures
 from infrarsi.search.priors.mean import PriorMean
-from infrarsi.search.schedule import Turn, next_phase
+from infrarsi.search.schedule import Turn
 from infrarsi.search.settings import OptimizerSettings
 from infrarsi.search.space import SearchSpace
 from infrarsi.search.transfer import TransferModel, TransferPrior
+from infrarsi.search.wiring import check_capacity, wire
 
 
 class Optimizer:
@@ -78,18 +77,10 @@ class Optimizer:
         initial_origins: Sequence[WarmStartOrigin | None] = (),
         transfer: TransferPrior | None = None,
     ) -> None:
-        if not (
-            isinstance(memory_capacity, (int, float))
-            and math.isfinite(memory_capacity)
-            and memory_capacity > 0
-        ):
-            raise UserInputError(
-                f"Optimizer: memory_capacity: rule: must be bytes per device > 0; got {memory_capacity!r}."
-            )
         self.settings = settings or OptimizerSettings()
         """Every tunable of this optimizer (saved with its state)."""
         self.space = space
-        self.memory_capacity = float(memory_capacity)
+        self.memory_capacity = check_capacity(memory_capacity)
         self.seed = int(seed)
         self.baseline = None if baseline is None else space.validate(baseline, where="baseline")
         self.encoder = Encoder(space)
@@ -106,40 +97,21 @@ class Optimizer:
         self.rng = np.random.default_rng(self.seed)
         self.prior = prior
         """Analytic prior mean of both models (``infrarsi.search.priors.mean``), or None."""
-        self.transfer: TransferModel | None = None
-        """The bank transfer inside the models (``transfer``), or None."""
-        if (
-            transfer is not None
-            and transfer.sources
-            and prior is not None
-            and self.settings.transfer
-        ):
-            self.transfer = TransferModel(transfer, self.encoder, prior, self.settings)
-        features = PriorFeatures(
-            space, self.encoder, prior, self.memory_capacity, self.settings, transfer=self.transfer
-        )
-        self.pool = CandidatePool(space, features, self.baseline, self.settings)
-        """The configs each ask scores."""
-        self.models = ModelSet(
-            features,
-            InputColumns(self.encoder.dim, prior is not None),
-            self.memory_capacity,
-            self.settings,
-            *self.encoder.memory_features(),
-        )
-        """The models fitted on the history."""
-        self.pickers = Pickers(
+        parts = wire(
             space,
-            self.settings,
             self.encoder,
-            self.models,
-            self.pool,
-            self.rng,
-            self.seed,
-            self.memory_capacity,
-            self.baseline,
+            self.settings,
+            prior=prior,
+            transfer=transfer,
+            memory_capacity=self.memory_capacity,
+            baseline=self.baseline,
+            rng=self.rng,
+            seed=self.seed,
         )
-        """The picker of each phase of the schedule."""
+        self.transfer: TransferModel | None = parts.transfer
+        """The bank transfer inside the models (``transfer``), or None."""
+        self.pool, self.models, self.pickers = parts.pool, parts.models, parts.pickers
+        """The configs each ask scores, the models fitted on the history, the picker of each phase."""
         self.history.queue_warm_starts(initial_configs, initial_origins)
 
     @property
@@ -187,20 +159,10 @@ class Optimizer:
             raise UserInputError(f"ask(n): rule: n must be >= 1; got {n!r}.")
         h = self.history
         rnd = Round(taken=set(h.pending), failed=h.failed_keys())
-        baseline_turn = (
-            not h.observations
-            and not h.pending
-            and not self.space.violated(self.pickers.baseline_config)
-        )
+        baseline_turn = self.pickers.baseline_due(h)
         with torch_threads(self.settings.num_threads):
             torch.manual_seed(self.seed * 100_003 + h.n_asks)
-            while (
-                len(rnd.infos) < k
-                and next_phase(self._turn(rnd, baseline_turn, True, k, 0)) == Phase.WARM_START
-            ):
-                info = self.pickers.warm_start(h, rnd)
-                if info is not None:
-                    rnd.add(info, self.space)
+            self.pickers.warm_starts(h, rnd, k, lambda: self._turn(rnd, baseline_turn, True, k, 0))
         for info in rnd.infos:
             h.pending[self.space.key(info.config)] = dict(info.config)
         if len(rnd.infos) < k:
@@ -227,45 +189,28 @@ class Optimizer:
     def _turn(
         self, rnd: Round, baseline_due: bool, warm_turn: bool, remaining: int, model_picks: int
     ) -> Turn:
-        """What the schedule reads before the next pick (``schedule.Turn``); ``warm_turn``: the
-        warm starts' part of the ask (they come before its model picks)."""
-        h, every = self.history, self.settings.local_every
-        return Turn(
-            baseline_due=baseline_due,
-            warm_starts_due=warm_turn and bool(h.warm_queue),
-            distinct_seen=len(h.seen_keys() | rnd.taken),
-            design_size=self._design_size(),
+        """What the schedule reads before the next pick (``schedule.Turn.of``)."""
+        return Turn.of(
+            self.history,
+            self.settings,
+            taken=rnd.taken,
+            design_size=design.size_now(self.n_init, self.transfer, self.settings),
             time_model_ready=self.models.time.model is not None,
             has_prior=self.prior is not None,
-            pending=len(rnd.taken),
-            prior_picked=any(i.phase == Phase.BO_PRIOR for i in h.ask_infos.values()),
-            single=remaining == 1 and model_picks == 0,
-            last_of_batch=remaining - model_picks == 1,
-            local_turn=bool(every) and h.n_asks % every == every - 1,
+            baseline_due=baseline_due,
+            warm_turn=warm_turn,
+            remaining=remaining,
+            model_picks=model_picks,
         )
-
-    def _design_size(self) -> int:
-        """The design's size now: ``settings.transfer_n_init`` while a bank transfer holds weight."""
-        if (
-            self.transfer is not None
-            and self.transfer.active
-            and self.settings.transfer_n_init is not None
-        ):
-            return min(self.n_init, self.settings.transfer_n_init)
-        return self.n_init
 
     def add_pending(
         self, config: Mapping[str, Any], phase: Phase = Phase.PROPOSAL
     ) -> dict[str, Any]:
         """Record ``config`` (from outside the optimizer: a proposal) as in flight, so later asks
         treat it as pending; returns the validated full config. Tell its outcome as usual."""
-        full = dict(self.space.validate(config, where="add_pending(config)"))
-        key = self.space.key(full)
-        self.history.pending[key] = full
-        self.history.ask_infos[key] = AskInfo(
-            config=full, phase=Phase(phase), ask_index=self.history.n_asks
+        return self.history.add_pending(
+            self.space.validate(config, where="add_pending(config)"), Phase(phase)
         )
-        return full
 
     def drop_pending(self, config: Mapping[str, Any]) -> bool:
         """Forget an asked config without telling an outcome: its trial never ran (a scheduler gave
@@ -295,18 +240,7 @@ class Optimizer:
         ``memory_mean_bytes``, ``p_fit`` and ``p_ok``, each an array of shape ``(len(configs),)``."""
         full = [self.space.validate(c, where="predict(config)") for c in configs]
         with torch_threads(self.settings.num_threads):
-            self.models.fit(self.history)
-            s = self.models.scores(self.history, full)
-        has_mem = self.models.memory.model is not None or self.prior is not None
-        return {
-            "step_time_mean_s": np.exp(s.time_mean),
-            "step_time_sd_log": s.time_sd,
-            "memory_mean_bytes": self.memory_capacity * np.exp(s.mem_mean)
-            if has_mem
-            else np.full(len(full), np.nan),
-            "p_fit": s.p_fit,
-            "p_ok": s.p_ok,
-        }
+            return self.models.predict(self.history, full, has_prior=self.prior is not None)
 
     def info(self, config: Mapping[str, Any]) -> AskInfo | None:
         """Provenance recorded when ``config`` was asked (None if it never was)."""
@@ -315,51 +249,17 @@ class Optimizer:
     # ---------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly where this optimizer is (JSON-able; ``persistence``)."""
-        return {
-            "version": persistence.STATE_VERSION,
-            "space_source": self.space.source,
-            "space_file": self.space.file,
-            "memory_capacity": self.memory_capacity,
-            "seed": self.seed,
-            "baseline": self.baseline,
-            "settings": self.settings.to_dict(),
-            **self.history.to_dict(),
-            "rng": self.rng.bit_generator.state,
-            **self.models.to_dict(),
-            "prior": None if self.prior is None else self.prior.spec(),
-            "transfer": None if self.transfer is None else self.transfer.to_dict(),
-        }
+        return persistence.state_of(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the history, the RNG and the models' state (the space and settings stay those of
         this optimizer)."""
-        persistence.check_version(state)
-        self.history = History.from_dict(self.space, state, warm_queue=self.history.warm_queue)
-        self.models.feasibility.clear()
-        for o in self.history.observations:
-            self.models.observe(o.config, o.outcome)
-        self.rng.bit_generator.state = state["rng"]
-        saved = state.get("transfer")
-        if (
-            saved and self.prior is not None and self.settings.transfer
-        ):  # the saved fit, not a refit: the same asks as before
-            self.transfer = TransferModel.from_dict(saved, self.encoder, self.prior, self.settings)
-            self.models.features.transfer = self.transfer
-        self.models.load_dict(state)
+        persistence.restore(self, state)
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Optimizer:
         """A new optimizer (space and settings included) from ``state_dict()``."""
-        from infrarsi.search.priors.registry import prior_from_spec
-
-        opt = cls(
-            persistence.space_of(state),
-            memory_capacity=state["memory_capacity"],
-            seed=state["seed"],
-            baseline=state.get("baseline"),
-            settings=persistence.settings_of(state),
-            prior=None if state.get("prior") is None else prior_from_spec(state["prior"]),
-        )
+        opt = cls(persistence.space_of(state), **persistence.constructor_args(state))
         opt.load_state_dict(state)
         return opt
 

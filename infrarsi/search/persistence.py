@@ -15,12 +15,21 @@ import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from infrarsi.errors import InfrarsiError, SearchSpaceError
 from infrarsi.search.outcome import Outcome
 from infrarsi.search.settings import OptimizerSettings
 from infrarsi.search.space import SearchSpace
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from infrarsi.search.encoding import Encoder
+    from infrarsi.search.history import History
+    from infrarsi.search.modelset import ModelSet
+    from infrarsi.search.priors.mean import PriorMean
+    from infrarsi.search.transfer import TransferModel
 
 STATE_VERSION = 2
 """Version of ``Optimizer.state_dict()`` (1: options at the top level, ask infos as plain dicts)."""
@@ -59,6 +68,73 @@ def space_of(state: Mapping[str, Any]) -> SearchSpace:
     space = SearchSpace.from_yaml(state["space_source"])
     space.file = state.get("space_file", space.file)
     return space
+
+
+class Saved(Protocol):
+    """What of an ``Optimizer`` its state holds (the optimizer is one; typed here so that this
+    module does not import it)."""
+
+    space: SearchSpace
+    memory_capacity: float
+    seed: int
+    baseline: dict[str, Any] | None
+    settings: OptimizerSettings
+    encoder: Encoder
+    history: History
+    rng: np.random.Generator
+    models: ModelSet
+    prior: PriorMean | None
+    transfer: TransferModel | None
+
+
+def state_of(opt: Saved) -> dict[str, Any]:
+    """``opt.state_dict()``: each part's state through its own ``to_dict``."""
+    return {
+        "version": STATE_VERSION,
+        "space_source": opt.space.source,
+        "space_file": opt.space.file,
+        "memory_capacity": opt.memory_capacity,
+        "seed": opt.seed,
+        "baseline": opt.baseline,
+        "settings": opt.settings.to_dict(),
+        **opt.history.to_dict(),
+        "rng": opt.rng.bit_generator.state,
+        **opt.models.to_dict(),
+        "prior": None if opt.prior is None else opt.prior.spec(),
+        "transfer": None if opt.transfer is None else opt.transfer.to_dict(),
+    }
+
+
+def constructor_args(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Optimizer`` keyword arguments (all but the space) a state was saved with."""
+    from infrarsi.search.priors.registry import prior_from_spec
+
+    return {
+        "memory_capacity": state["memory_capacity"],
+        "seed": state["seed"],
+        "baseline": state.get("baseline"),
+        "settings": settings_of(state),
+        "prior": None if state.get("prior") is None else prior_from_spec(state["prior"]),
+    }
+
+
+def restore(opt: Saved, state: Mapping[str, Any]) -> None:
+    """``opt.load_state_dict(state)``: the history, the RNG, the bank transfer's saved fit (not a
+    refit: the same asks as before) and the models' state."""
+    from infrarsi.search.history import History
+    from infrarsi.search.transfer import TransferModel
+
+    check_version(state)
+    opt.history = History.from_dict(opt.space, state, warm_queue=opt.history.warm_queue)
+    opt.models.feasibility.clear()
+    for o in opt.history.observations:
+        opt.models.observe(o.config, o.outcome)
+    opt.rng.bit_generator.state = state["rng"]
+    saved = state.get("transfer")
+    if saved and opt.prior is not None and opt.settings.transfer:
+        opt.transfer = TransferModel.from_dict(saved, opt.encoder, opt.prior, opt.settings)
+        opt.models.features.transfer = opt.transfer
+    opt.models.load_dict(state)
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:

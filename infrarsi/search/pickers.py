@@ -205,6 +205,22 @@ class Pickers:
             for info in self.bo(history, rnd, configs, X, k - len(rnd.infos), phase):
                 rnd.add(info, self.space)
 
+    def warm_starts(self, history: History, rnd: Round, k: int, turn: Callable[[], Turn]) -> None:
+        """Add queued warm starts to ``rnd`` while it has fewer than ``k`` picks and the schedule
+        (``turn()``, read before each) names ``Phase.WARM_START``."""
+        while len(rnd.infos) < k and next_phase(turn()) == Phase.WARM_START:
+            info = self.warm_start(history, rnd)
+            if info is not None:
+                rnd.add(info, self.space)
+
+    def baseline_due(self, history: History) -> bool:
+        """Nothing is told or pending and the baseline is a valid config."""
+        return (
+            not history.observations
+            and not history.pending
+            and not self.space.violated(self.baseline_config)
+        )
+
     # ------------------------------------------------------------ pickers
     def baseline(self, history: History) -> AskInfo:
         """The baseline, asked first (``Phase.BASELINE``)."""

@@ -21,8 +21,13 @@ asked as its memory-saving repair (``repair``). The function is pure: same turn,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from infrarsi.search.ask_info import Phase
+
+if TYPE_CHECKING:
+    from infrarsi.search.history import History
+    from infrarsi.search.settings import OptimizerSettings
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,39 @@ class Turn:
     """This pick is the last one the ask still needs (a local turn narrows it to the incumbent's neighbours)."""
     local_turn: bool
     """This ask is a local turn (every ``local_every``-th ask)."""
+
+    @classmethod
+    def of(
+        cls,
+        history: History,
+        settings: OptimizerSettings,
+        *,
+        taken: set[str],
+        design_size: int,
+        time_model_ready: bool,
+        has_prior: bool,
+        baseline_due: bool,
+        warm_turn: bool,
+        remaining: int,
+        model_picks: int,
+    ) -> Turn:
+        """The turn before a pick of an ask: ``taken`` are the keys pending (this ask's earlier
+        picks included), ``warm_turn`` whether this is the warm starts' part of the ask,
+        ``remaining`` the picks the ask still needs and ``model_picks`` those made by the models."""
+        every = settings.local_every
+        return cls(
+            baseline_due=baseline_due,
+            warm_starts_due=warm_turn and bool(history.warm_queue),
+            distinct_seen=len(history.seen_keys() | taken),
+            design_size=design_size,
+            time_model_ready=time_model_ready,
+            has_prior=has_prior,
+            pending=len(taken),
+            prior_picked=any(i.phase == Phase.BO_PRIOR for i in history.ask_infos.values()),
+            single=remaining == 1 and model_picks == 0,
+            last_of_batch=remaining - model_picks == 1,
+            local_turn=bool(every) and history.n_asks % every == every - 1,
+        )
 
 
 def next_phase(turn: Turn) -> Phase:
