@@ -42,10 +42,12 @@ import structlog
 from infrarsi.execution.rank_spec import LossGuard
 from infrarsi.result import Stage, TrialExtra, TrialResult
 from infrarsi.stages.common import load_space
+from infrarsi.stages.trial_request import Horizon, TrialRequest
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import MARKER_STALE_S, InflightMarkers, StudyPaths, TrialIds
 
 if TYPE_CHECKING:
+    from infrarsi.study.candidate import Candidate
     from infrarsi.study.contract import Contract
     from infrarsi.study.invariants import Reference
 
@@ -163,24 +165,25 @@ class StudyExecutor:
         ``expect_sha256`` (verify, the long check): the digests the candidate's patches must
         have, in order; a patch file whose bytes changed since (or a different patch list) is
         refused before any rank starts, logged ``failed`` naming the file and both digests."""
-        horizon: dict[str, Any] = {  # run_trial's horizon options, passed on as they came
-            "steps": steps,
-            "checkpoint_step": checkpoint_step,
-            "horizon_reference": horizon_reference,
-            "horizon_contract": horizon_contract,
-            "expect_sha256": expect_sha256,
-        }
+        req = TrialRequest(
+            config=config,
+            stage=stage,
+            patches=list(patches or []),
+            extra=extra,
+            timeout_s=timeout_s,
+            placement_group=placement_group,
+            patch_file=patch_file,
+            expect_sha256=expect_sha256,
+            horizon=None
+            if steps is None
+            else Horizon(int(steps), checkpoint_step, horizon_reference, horizon_contract),
+        )
+        return self._attempt(req, attempt_key)
+
+    def _attempt(self, req: TrialRequest, attempt_key: str | None) -> dict[str, Any]:
+        """Run ``req`` once per ``attempt_key`` (``run_trial``'s docstring)."""
         if attempt_key is None:
-            return self._run_trial(
-                config,
-                stage,
-                patches=patches,
-                extra=extra,
-                timeout_s=timeout_s,
-                placement_group=placement_group,
-                patch_file=patch_file,
-                **horizon,
-            )
+            return self._run_trial(req)
         with self._lock:
             first = attempt_key not in self._attempts
             if first:
@@ -195,28 +198,9 @@ class StudyExecutor:
                     trial_id=box["row"].get("trial_id"),
                 )
                 return dict(box["row"])
-            return self.run_trial(
-                config,
-                stage,
-                patches=patches,
-                extra=extra,
-                timeout_s=timeout_s,
-                placement_group=placement_group,
-                patch_file=patch_file,
-                attempt_key=attempt_key,
-                **horizon,
-            )
+            return self._attempt(req, attempt_key)
         try:
-            box["row"] = self._run_trial(
-                config,
-                stage,
-                patches=patches,
-                extra=extra,
-                timeout_s=timeout_s,
-                placement_group=placement_group,
-                patch_file=patch_file,
-                **horizon,
-            )
+            box["row"] = self._run_trial(req)
             return dict(box["row"])
         finally:
             if "row" not in box:
@@ -226,46 +210,35 @@ class StudyExecutor:
 
     def run_candidate(
         self,
-        candidate: Any,
+        candidate: Candidate,
         stage: Stage,
         *,
         extra: TrialExtra | None = None,
         timeout_s: float | None = None,
-        **horizon: Any,
+        horizon: Horizon | None = None,
     ) -> dict[str, Any]:
         """Run a ``Candidate`` (``infrarsi.study.candidate``): its config with exactly its patches
         (a proposal's as ``patch_file``; a knob's through the config), refused when a patch's
-        bytes no longer match its recorded digest. ``horizon``: ``run_trial``'s horizon options."""
+        bytes no longer match its recorded digest; ``horizon``: a horizon trial's terms."""
         digests = [p.sha256 for p in candidate.patches]
-        return self.run_trial(
-            dict(candidate.config),
-            stage,
+        req = TrialRequest(
+            config=dict(candidate.config),
+            stage=stage,
             extra=extra,
             timeout_s=timeout_s,
             patch_file=candidate.proposal_patch,
             expect_sha256=digests if all(digests) else None,
-            **horizon,
+            horizon=horizon,
         )
+        return self._attempt(req, None)
 
-    def _run_trial(
-        self,
-        config: dict[str, Any],
-        stage: Stage,
-        *,
-        patches: list[str] | None = None,
-        extra: TrialExtra | None = None,
-        timeout_s: float | None = None,
-        placement_group: Any = None,
-        patch_file: str | None = None,
-        expect_sha256: list[str] | None = None,
-        steps: int | None = None,
-        checkpoint_step: int | None = None,
-        horizon_reference: Reference | None = None,
-        horizon_contract: Contract | None = None,
-    ) -> dict[str, Any]:
+    def _run_trial(self, req: TrialRequest) -> dict[str, Any]:
+        """Run one trial as ``req`` asks and log its row; returns the row as a dict."""
         from infrarsi.errors import PatchConflictError, PatchError
         from infrarsi.patches.checkout import digest_mismatch
 
+        config, stage, extra, horizon = req.config, req.stage, req.extra, req.horizon
+        steps = horizon.steps if horizon is not None else None
         with self._lock:
             trial_id = self.ids.new(stage)
             scope = self.scope_violation(config)
@@ -274,7 +247,7 @@ class StudyExecutor:
             ):  # refused before running: no source may widen the contract's scope
                 log.warning("trial.out_of_scope", trial_id=trial_id, stage=stage, reason=scope)
                 refused = self._failed(
-                    trial_id, stage, config, list(patches or []), f"out of scope: {scope}"
+                    trial_id, stage, config, list(req.patches), f"out of scope: {scope}"
                 )
                 refused.extra.out_of_scope = True
                 if extra:
@@ -283,14 +256,16 @@ class StudyExecutor:
                 return refused.to_dict()
             self.markers.start(trial_id, stage, config, self.workload.world_size)
             log.info("trial.start", trial_id=trial_id, stage=stage, config=config)
-            patch_list = list(patches or [])
+            patch_list = list(req.patches)
             digests: list[str] = []
             code_dir: str | None = None
             patch_extra = TrialExtra()
             patch_error: PatchError | None = None
             try:
-                code_dir, patch_extra = self._code_dir_for(config, patch_list, patch_file, digests)
-                patch_error = digest_mismatch(patch_list, digests, expect_sha256)
+                code_dir, patch_extra = self._code_dir_for(
+                    config, patch_list, req.patch_file, digests
+                )
+                patch_error = digest_mismatch(patch_list, digests, req.expect_sha256)
             except PatchError as e:
                 patch_error = e
         if patch_error is not None:  # refused before any rank starts: no device time spent
@@ -298,8 +273,7 @@ class StudyExecutor:
             if isinstance(patch_error, PatchConflictError):
                 result.extra.patch_conflict = str(patch_error)
         else:
-            if timeout_s is None:
-                timeout_s = self.default_timeout_s()
+            timeout_s = req.timeout_s if req.timeout_s is not None else self.default_timeout_s()
             result = self.runner.run(
                 config,
                 trial_id=trial_id,
@@ -308,9 +282,9 @@ class StudyExecutor:
                 timeout_s=timeout_s,
                 code_dir=code_dir,
                 loss_guard=self.loss_guard() if steps is None else None,
-                placement_group=placement_group,
+                placement_group=req.placement_group,
                 steps=steps,
-                checkpoint_step=checkpoint_step,
+                checkpoint_step=horizon.checkpoint_step if horizon is not None else None,
             )
             result.extra.update(patch_extra)
         result.patch_sha256 = list(digests)
@@ -319,9 +293,9 @@ class StudyExecutor:
         self.markers.ended(trial_id)  # its devices are free: the heartbeat stops
         if extra:
             result.extra.update(extra)
-        if steps is not None:
-            if self.check and result.status == "ok" and horizon_reference is not None:
-                self._apply_invariants(result, horizon_reference, horizon_contract or self.contract)
+        if horizon is not None:
+            if self.check and result.status == "ok" and horizon.reference is not None:
+                self._apply_invariants(result, horizon.reference, horizon.contract or self.contract)
         elif (
             self.check
             and result.status == "ok"

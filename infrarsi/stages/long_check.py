@@ -333,6 +333,7 @@ def _long_check_stage(
                 else 0.0
             ),
         )
+        from infrarsi.stages.trial_request import Horizon
         from infrarsi.study.invariants import Reference
 
         inv = contract.invariants.model_copy(
@@ -347,11 +348,13 @@ def _long_check_stage(
             ex.run_candidate(
                 Candidate(config=cand_cfg, patches=candidate.patches),
                 STAGE,
-                steps=h,
-                checkpoint_step=plan.checkpoint_step if checkpoint else None,
                 timeout_s=timeout(cand_step, h) + overhead,
-                horizon_reference=horizon_ref,
-                horizon_contract=horizon_contract,
+                horizon=Horizon(
+                    steps=h,
+                    checkpoint_step=plan.checkpoint_step if checkpoint else None,
+                    reference=horizon_ref,
+                    contract=horizon_contract,
+                ),
                 extra=TrialExtra(role="long_candidate"),
             )
         )
