@@ -44,7 +44,7 @@ import math
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -72,6 +72,9 @@ from infrarsi.study.long_check_report import (
 )
 from infrarsi.study.paths import StudyPaths
 from infrarsi.study.verify_report import VerifyReport
+
+if TYPE_CHECKING:
+    from infrarsi.stages.executor import StudyExecutor
 
 log = structlog.get_logger(__name__)
 
@@ -136,7 +139,7 @@ def long_check_stage(
     horizon_factor: float = DEFAULT_HORIZON_FACTOR,
     budget_s: float | None = None,
     address: str | None = None,
-    executor: Any = None,
+    executor: StudyExecutor | None = None,
     checkpoint: bool = True,
     wait_s: float | None = None,
 ) -> LongCheckResult:
@@ -173,7 +176,7 @@ def _long_check_stage(
     horizon_factor: float,
     budget_s: float | None,
     address: str | None,
-    executor: Any,
+    executor: StudyExecutor | None,
     checkpoint: bool,
 ) -> LongCheckResult:
     """Run the long check of ``candidate`` (its knobs, and exactly its patches: a patch whose

@@ -25,12 +25,17 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from infrarsi.errors import PatchError, ProposalError
 from infrarsi.study.candidate import Candidate, PatchRef, file_sha256
 from infrarsi.study.paths import StudyPaths, make_private_dir
 from infrarsi.study.proposals import Proposal, ProposalQueue
+
+if TYPE_CHECKING:
+    from infrarsi.result import TrialResult
+    from infrarsi.search.space import SearchSpace
+    from infrarsi.study.contract import Contract
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,7 @@ def _next_id(queue: ProposalQueue, paths: StudyPaths) -> str:
 
 
 def _check_scope(
-    contract: Any,
+    contract: Contract,
     names: Sequence[str],
     base: Mapping[str, Any],
     full: Mapping[str, Any],
@@ -215,7 +220,7 @@ def _check_scope(
 
 
 def _check_active(
-    space: Any, asked: Mapping[str, Any], full: Mapping[str, Any], fields: ProposalFields
+    space: SearchSpace, asked: Mapping[str, Any], full: Mapping[str, Any], fields: ProposalFields
 ) -> None:
     """Refuse a knob set to a value its ``when`` condition would drop (the knob is inactive under
     the rest of the config, so the trial would run its default instead of what was asked)."""
@@ -236,7 +241,7 @@ def _check_active(
 
 def _check_new(
     paths: StudyPaths,
-    space: Any,
+    space: SearchSpace,
     queue: ProposalQueue,
     full: Mapping[str, Any],
     stored: str | None,
@@ -286,7 +291,7 @@ def _candidate_key(paths: StudyPaths, config: Mapping[str, Any], patch: str | No
     return Candidate(config=dict(config), patches=refs).key
 
 
-def _canonical(space: Any, config: Mapping[str, Any]) -> dict[str, Any]:
+def _canonical(space: SearchSpace, config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` as the space writes it (canonical values, inactive knobs at defaults), or as
     is when the space no longer accepts it."""
     from infrarsi.errors import SearchSpaceError
@@ -298,7 +303,7 @@ def _canonical(space: Any, config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _store_patch_text(
-    contract: Any, paths: StudyPaths, text: str, pid: str, fields: ProposalFields
+    contract: Contract, paths: StudyPaths, text: str, pid: str, fields: ProposalFields
 ) -> tuple[list[str], str]:
     """``_check_and_store_patch`` for a diff given as text: it is written where it will be kept,
     checked there, and removed again on a refusal, whose message names the field, not the file."""
@@ -322,7 +327,7 @@ def _store_patch_text(
 
 
 def _check_and_store_patch(
-    contract: Any, paths: StudyPaths, patch: Path, pid: str
+    contract: Contract, paths: StudyPaths, patch: Path, pid: str
 ) -> tuple[list[str], str]:
     from infrarsi.execution.runner import default_code_dir
     from infrarsi.patches import Patch, check_applies, check_scope, code_repo
@@ -424,7 +429,10 @@ def study_state(study_dir: str | Path, predict: Sequence[Mapping[str, Any]] = ()
 
 
 def predictions(
-    contract: Any, paths: StudyPaths, history: list[Any], configs: Sequence[Mapping[str, Any]]
+    contract: Contract,
+    paths: StudyPaths,
+    history: list[TrialResult],
+    configs: Sequence[Mapping[str, Any]],
 ) -> list[dict[str, Any]]:
     """The optimizer's predictions for ``configs`` (knobs left out: the baseline's), fitted on the
     study's log: step time (s), its sd (log), peak memory (bytes per device), P(fit), P(ok)."""
@@ -443,7 +451,7 @@ def predictions(
     ]
 
 
-def _brief(r: Any) -> dict[str, Any]:
+def _brief(r: TrialResult) -> dict[str, Any]:
     return {
         "trial_id": r.trial_id,
         "stage": r.stage,
@@ -457,7 +465,7 @@ def _brief(r: Any) -> dict[str, Any]:
     }
 
 
-def _counts(history: list[Any]) -> dict[str, dict[str, int]]:
+def _counts(history: list[TrialResult]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for r in history:
         out.setdefault(r.stage, {}).setdefault(r.status, 0)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -37,6 +37,9 @@ from infrarsi.study.candidate import Candidate
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import StudyPaths
 from infrarsi.study.verify_report import VerifiedCandidate, VerifyReport, VerifyRound
+
+if TYPE_CHECKING:
+    from infrarsi.stages.executor import StudyExecutor
 
 log = structlog.get_logger(__name__)
 
@@ -144,7 +147,7 @@ def verify_stage(
     candidates: list[Any] | None = None,
     address: str | None = None,
     seed: int = 0,
-    executor: Any = None,
+    executor: StudyExecutor | None = None,
     wait_s: float | None = None,
 ) -> dict[str, Any]:
     """``_verify_stage`` holding the study lock (``wait_s``: how long to wait for another writer;
@@ -173,7 +176,7 @@ def _verify_stage(
     candidates: list[Any] | None,
     address: str | None,
     seed: int,
-    executor: Any,
+    executor: StudyExecutor | None,
 ) -> dict[str, Any]:
     """Verify candidates and write ``verify.json``. ``candidates`` overrides the selection
     (``Candidate`` records, their dicts, or bare knob configs), e.g. to check one by hand.
@@ -251,7 +254,7 @@ def _verify_stage(
 
 
 def _verify_round(
-    ex: Any,
+    ex: StudyExecutor,
     chosen: list[dict[str, Any]],
     alive: list[dict[str, Any]],
     baseline_cfg: dict[str, Any],
