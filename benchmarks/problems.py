@@ -16,14 +16,14 @@ trial function and its noiseless truth (for the oracle).
 from __future__ import annotations
 
 import math
-import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from infrarsi.execution.surrogate.backend import problem_for, sample_trial
+from benchmarks.adversarial import DEPARTURES, adversarial_problem
+from benchmarks.bench_problem import BenchProblem, Draw, TrialSource
+from infrarsi.execution.surrogate.backend import problem_for
 from infrarsi.execution.surrogate.model import evaluate
 from infrarsi.search.space import SearchSpace
 from infrarsi.units import parse_size
@@ -32,73 +32,6 @@ from infrarsi.workload_prior import prior_for_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 TABULAR_PATH = ROOT / "benchmarks" / "data" / "tabular_dense_debug.parquet"
-
-
-@dataclass
-class Draw:
-    """One simulated trial."""
-
-    status: str
-    """ok | oom | failed."""
-    step_time_s: float | None
-    """Measured seconds per step (None unless ok)."""
-    peak_memory_bytes: float | None
-    """Measured peak; for oom the capacity (known lower bound)."""
-    device_seconds: float
-    """Devices x seconds the trial held them (failed and oom included)."""
-    wall_s: float
-    """Simulated (surrogate) or measured (tabular) seconds the trial held its devices, start to end."""
-
-
-@dataclass
-class BenchProblem:
-    """A problem every searcher runs on with the same budgets and seeds."""
-
-    name: str
-    """Problem name."""
-    space: SearchSpace
-    """Search space."""
-    capacity: float
-    """Memory capacity per device, bytes."""
-    baseline: dict[str, Any]
-    """The workload's baseline config."""
-    truth: dict[str, float] = field(default_factory=dict)
-    """Config key -> noiseless step time (inf when it does not fit or cannot run)."""
-    source: Any = None
-    """The analytic problem or the tabular rows."""
-    prior: Any = None
-    """The workload's analytic prior (``infrarsi.workload_prior``), what a study would pass."""
-    world_size: int = 1
-    """Devices one trial holds (the workload's world size)."""
-
-    @property
-    def oracle_time(self) -> float:
-        return min(self.truth.values())
-
-    def true_time(self, config: dict[str, Any] | None) -> float:
-        if config is None:
-            return math.inf
-        return self.truth.get(self.space.key(self.space.validate(config)), math.inf)
-
-    def trial(self, config: dict[str, Any], seed: int, index: int) -> Draw:
-        key = self.space.key(config)
-        rng = np.random.default_rng([seed, index, zlib.crc32(key.encode())])
-        if isinstance(self.source, dict):  # tabular: key -> list of replicate rows
-            rows = self.source.get(key)
-            if not rows:
-                raise KeyError(f"{self.name}: config not in the table: {config}")
-            r = rows[int(rng.integers(len(rows)))]
-            return Draw(
-                r["status"],
-                r["step_time_s"],
-                r["peak_memory_bytes"],
-                r["device_seconds"],
-                r["device_seconds"] / self.world_size,
-            )
-        status, _ev, m = sample_trial(self.source, config, rng)
-        ws = self.source.world_size
-        step = float(np.median(m["step_time_samples_s"])) if status == "ok" else None
-        return Draw(status, step, m["peak_memory_bytes"], ws * m["wall_s"], float(m["wall_s"]))
 
 
 def surrogate_problem(
@@ -175,5 +108,8 @@ PROBLEMS = {
         ROOT / "search_spaces" / "surrogate_gpu_wide.yaml",
     ),
     "tabular_dense_debug": tabular_problem,
+    **{name: (lambda n=name: adversarial_problem(n)) for name in DEPARTURES},
 }
-"""Problem name -> builder."""
+"""Problem name -> builder (the adversarial surrogates of ``adversarial.py`` included)."""
+
+__all__ = ["PROBLEMS", "ROOT", "TABULAR_PATH", "BenchProblem", "Draw", "TrialSource"]
