@@ -50,10 +50,18 @@ class TrainerOverrides:
     """``dtype`` knob: bf16 on (fp16 off) or off; None when the space has no ``dtype`` knob."""
     gradient_checkpointing: bool | None = None
     """``activation_checkpointing`` knob: ``full`` on, ``none`` off; None when the space has none."""
+    ddp_backend: str | None = None
+    """The process group's backend, set where accelerate would find none (``gloo`` on a machine
+    without an accelerator: accelerate then joins the ranks instead of running each alone);
+    None: the script's own value stays."""
 
 
 def trainer_overrides(
-    trial_ds: dict[str, Any], config: dict[str, Any], world_size: int
+    trial_ds: dict[str, Any],
+    config: dict[str, Any],
+    world_size: int,
+    *,
+    ddp_backend: str | None = None,
 ) -> TrainerOverrides:
     """The overrides of a trial: ``trial_ds`` is its DeepSpeed config (``build_trial(...).ds_config``:
     the batch keys), ``config`` its knob values. ``WorkloadError`` for a value a Trainer cannot take."""
@@ -71,6 +79,7 @@ def trainer_overrides(
         world_size=int(world_size),
         bf16=None if dtype is None else dtype == "bf16",
         gradient_checkpointing=None if ckpt is None else ckpt == "full",
+        ddp_backend=ddp_backend,
     )
 
 
@@ -106,23 +115,65 @@ def apply_to_args(
             args.fp16 = False
     if ov.gradient_checkpointing is not None:
         args.gradient_checkpointing = ov.gradient_checkpointing
+    if ov.ddp_backend is not None:
+        join_ranks(args, ov.ddp_backend)
     if getattr(args, "deepspeed", None):
         args.deepspeed = trainer_ds_config(read_config(args.deepspeed), ov)
+
+
+def join_ranks(args: Any, backend: str) -> None:
+    """Make accelerate join the trial's ranks where it finds no accelerator (a CPU machine).
+
+    With a DeepSpeed config, ``TrainingArguments`` builds accelerate's ``PartialState`` without a
+    backend, and on a machine without an accelerator accelerate then runs each rank alone. So the
+    state is built here first, for DeepSpeed, on the harness's process group (``backend``), and
+    the arguments are told to use it (``accelerator_config.use_configured_state``); the trial's
+    cleanup resets it (``reset_accelerate``)."""
+    import os
+
+    from accelerate.state import PartialState
+
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    PartialState(backend=backend)
+    ac = getattr(args, "accelerator_config", None)
+    if ac is None:
+        args.accelerator_config = {"use_configured_state": True}
+    elif isinstance(ac, dict):
+        args.accelerator_config = {**ac, "use_configured_state": True}
+    elif hasattr(ac, "use_configured_state"):
+        ac.use_configured_state = True
+    else:  # a JSON file's path: read as transformers does, then flagged
+        import json
+
+        with open(str(ac)) as f:
+            args.accelerator_config = {**json.load(f), "use_configured_state": True}
+
+
+def reset_accelerate() -> None:
+    """Forget accelerate's process-wide state (a warm worker's next trial starts clean)."""
+    import os
+    import sys
+
+    state = sys.modules.get("accelerate.state")
+    if state is not None:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
+    os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
 
 
 def check_world(trainer_world: Any, ranks: int) -> None:
     """``WorkloadError`` unless the Trainer counts as many processes as the trial has ranks.
 
-    accelerate (the Trainer's way into DeepSpeed) forms a process group only on an accelerator:
-    on a machine without one it runs each rank as a lone process (``DistributedType.NO``), so the
+    Left alone, accelerate (the Trainer's way into DeepSpeed) runs each rank as a lone process on
+    a machine without an accelerator (``DistributedType.NO``; ``join_ranks`` prevents it), so the
     Trainer would size its batch for 1 rank and DeepSpeed for all of them (transformers then fails
     on the mismatch of ``train_batch_size``, far from the cause)."""
     if isinstance(trainer_world, int) and trainer_world != ranks:
         raise WorkloadError(
             f"script: the Trainer sees {trainer_world} process(es) where the trial has {ranks} ranks: rule: "
-            f"a Trainer script reaches DeepSpeed through accelerate, which joins the ranks into one "
-            f"group only on GPUs (without one it runs each rank alone). Fix: run the script's trials "
-            f"on GPUs (resources.device: cuda), or on one rank (resources.workers: 1)"
+            f"a Trainer script's ranks must form one accelerate group (the harness joins them, also on "
+            f"CPUs); something in the script set up accelerate's state its own way. Fix: let "
+            f"TrainingArguments build it (no PartialState or Accelerator made before it), or run on "
+            f"one rank (resources.workers: 1)"
         )
 
 
@@ -160,7 +211,9 @@ __all__ = [
     "TrainerOverrides",
     "apply_to_args",
     "check_world",
+    "join_ranks",
     "patched_post_init",
+    "reset_accelerate",
     "trainer_ds_config",
     "trainer_overrides",
 ]

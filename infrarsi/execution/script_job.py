@@ -63,7 +63,12 @@ from infrarsi.execution.rank_loop import start_rank
 from infrarsi.execution.rank_result import RankResult
 from infrarsi.execution.rank_spec import RankSpec
 from infrarsi.execution.script_config import merge_trial_config, script_ds_config
-from infrarsi.execution.script_hf import TrainerOverrides, patched_post_init, trainer_overrides
+from infrarsi.execution.script_hf import (
+    TrainerOverrides,
+    patched_post_init,
+    reset_accelerate,
+    trainer_overrides,
+)
 from infrarsi.execution.script_source import read_script
 from infrarsi.execution.worker import SCRIPT_ENTRY
 from infrarsi.workload import Workload
@@ -181,7 +186,13 @@ class ScriptRun:
         build = build_trial(
             self.wl, self.config, self.res.world_size, 1, 1
         )  # the batch keys need no model
-        return trainer_overrides(build.ds_config, self.config, self.res.world_size)
+        cpu = self.wl.resources.device == "cpu" and self.res.world_size > 1
+        return trainer_overrides(
+            build.ds_config,
+            self.config,
+            self.res.world_size,
+            ddp_backend=dist.get_backend() if cpu else None,  # accelerate finds none on a CPU
+        )
 
     def read_config(self, value: Any) -> dict[str, Any]:
         """The script's DeepSpeed config given as a path (relative to its working directory) or a dict."""
@@ -435,6 +446,8 @@ def _cleanup(run: ScriptRun | None, device: str) -> None:
                 engine.destroy()
         del engine
         run.tap.engine = None
+        if run.trainer:  # accelerate's process-wide state, made by this trial's Trainer
+            reset_accelerate()
     gc.collect()
     gc.freeze()  # as rank_loop: the long-lived state is skipped by the next trial's collections
     if device == "cuda":
