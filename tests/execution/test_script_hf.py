@@ -147,6 +147,6 @@ def test_a_trainer_that_counts_other_processes_than_the_trial_fails_naming_the_f
     check_world(None, 2)  # an arguments object with no world_size: nothing to compare
     with pytest.raises(
         WorkloadError,
-        match=r"sees 1 process\(es\) where the trial has 2 ranks.*resources.device: cuda",
+        match=r"sees 1 process\(es\) where the trial has 2 ranks.*resources.workers: 1",
     ):
         check_world(1, 2)
