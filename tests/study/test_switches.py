@@ -167,7 +167,7 @@ def test_switches_on_in_the_contract_stay_on(
     ex = StudyExecutor(d)
     try:
         guard = ex.loss_guard()
-        assert guard is not None and guard["reference"] == ex.reference.reference_loss  # type: ignore[union-attr]
+        assert guard is not None and guard.reference == ex.reference.reference_loss  # type: ignore[union-attr]
     finally:
         ex.close()
     opt = build_optimizer(contract, [], study_dir=d)
