@@ -3,7 +3,8 @@
     .venv/bin/python -m benchmarks.script_overhead [--rounds 5] [--measured 20] [--dim 64]
 
 The same tiny LM (``examples/scripts/ds_train.py``'s ``TinyLM``), the same data (its
-``global_batch``, a function of the step) and the same knob config, trained on 2 CPU ranks:
+``global_batch``, a function of the step) and the same knob config, trained on 2 CPU ranks (the
+script's ``ds.json`` without its ``gradient_clipping``, which the entry job's engine does not do):
 
 - *script*: ``ds_train.py`` run unchanged as a script workload (``script_job``: the script's own
   loop and loss; the harness taps ``deepspeed.initialize``'s engine, counts, times and stops it);
