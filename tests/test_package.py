@@ -212,6 +212,7 @@ DIST_MODULES = {
     "numpy": "numpy",
     "mcp": "mcp",
     "transformers": "transformers",
+    "accelerate": "accelerate",
     "ax-platform": "ax",
     "optuna": "optuna",
     "psutil": "psutil",

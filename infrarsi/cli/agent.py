@@ -1,7 +1,7 @@
 """The proposal protocol on the command line: ``infrarsi state``, ``propose``, ``withdraw`` and ``mcp``.
 
 For coding agents and people: ``state`` and ``propose`` call ``infrarsi.stages.propose``, and
-``mcp`` serves the same tools as an MCP server (``infrarsi.mcp_server``)."""
+``mcp`` serves the same tools as an MCP server (``infrarsi.integrations.mcp_server``)."""
 
 from __future__ import annotations
 
@@ -147,6 +147,6 @@ def withdraw_cmd(
 def mcp_cmd(study: Path = typer.Argument(..., help=STUDY_HELP)) -> None:
     """Serve the study to coding agents over MCP (stdio): tools state, predict, propose, withdraw,
     run_trials, watch, report."""
-    from infrarsi.mcp_server import serve
+    from infrarsi.integrations.mcp_server import serve
 
     serve(study)

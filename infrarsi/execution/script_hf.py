@@ -131,7 +131,13 @@ def join_ranks(args: Any, backend: str) -> None:
     cleanup resets it (``reset_accelerate``)."""
     import os
 
-    from accelerate.state import PartialState
+    try:
+        from accelerate.state import PartialState
+    except ImportError as e:
+        raise WorkloadError(
+            f"script: a Trainer script reaches DeepSpeed through accelerate, which cannot be imported "
+            f"here ({e}). Fix: pip install 'infrarsi[hf]'"
+        ) from None
 
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
     PartialState(backend=backend)

@@ -330,7 +330,7 @@ def make_searcher(
     beyond Tune's retries) is told what the study log says of it: the row the executor logged
     for that Tune trial, if it ran; else nothing (``Optimizer.drop_pending``), since its config
     never ran and ``failed`` would deter the search from it."""
-    from infrarsi.tune import InfrarsiSearcher
+    from infrarsi.integrations.ray_tune import InfrarsiSearcher
 
     class _StudySearcher(InfrarsiSearcher):  # type: ignore[misc, valid-type]
         untold: set[str] = set()

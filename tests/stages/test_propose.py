@@ -281,7 +281,7 @@ def _propose_through_mcp(study: Path) -> None:
     import asyncio
 
     mcp = pytest.importorskip("mcp")
-    from infrarsi.mcp_server import build_server, tool_text
+    from infrarsi.integrations.mcp_server import build_server, tool_text
 
     async def session() -> None:
         async with mcp.Client(build_server(study)) as client:

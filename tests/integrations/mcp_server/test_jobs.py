@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from infrarsi.errors import StudyLockedError, UserInputError
-from infrarsi.mcp_server.jobs import RunJob, RunJobs, in_flight
+from infrarsi.integrations.mcp_server.jobs import RunJob, RunJobs, in_flight
 
 
 def test_a_run_outside_the_budget_is_refused_with_the_count_to_ask(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ A thin adapter over ``infrarsi.search.Optimizer`` for a user's own Tune job::
 
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
-    from infrarsi.tune import InfrarsiSearcher
+    from infrarsi.integrations.ray_tune import InfrarsiSearcher
 
     searcher = InfrarsiSearcher("search_spaces/deepspeed_dense.yaml", memory_capacity=80e9)
     tuner = tune.Tuner(

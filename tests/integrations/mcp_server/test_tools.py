@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infrarsi.errors import StudyLockedError
-from infrarsi.mcp_server.tools import HINTS, StudyTools
+from infrarsi.integrations.mcp_server.tools import HINTS, StudyTools
 
 
 def test_every_tool_has_its_hints_and_every_parameter_a_description() -> None:

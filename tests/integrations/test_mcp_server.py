@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from infrarsi.mcp_server import RESOURCES, build_server, tool_text
+from infrarsi.integrations.mcp_server import RESOURCES, build_server, tool_text
 from infrarsi.study.proposals import ProposalQueue
 
 mcp = pytest.importorskip("mcp")
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stages"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stages"
 
 
 def _session(target: object, body: Callable[[Any], Awaitable[Any]]) -> Any:

@@ -3,8 +3,8 @@
 Each public method of ``StudyTools`` is one tool: its name is the tool's name, its docstring the
 tool's description (served as plain text), its ``Annotated`` parameters the tool's parameters
 with their descriptions. ``HINTS`` says which tools only read. The server
-(``infrarsi.mcp_server``) registers them and replaces the ``config`` parameters' schema with one
-built from the study's search space (``infrarsi.mcp_server.schema``).
+(``infrarsi.integrations.mcp_server``) registers them and replaces the ``config`` parameters' schema with one
+built from the study's search space (``infrarsi.integrations.mcp_server.schema``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from infrarsi.mcp_server.jobs import RunJobs, in_flight
+from infrarsi.integrations.mcp_server.jobs import RunJobs, in_flight
 from infrarsi.study.paths import StudyPaths
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from infrarsi.errors import ConfigError
+from infrarsi.integrations.ray_tune import InfrarsiSearcher, oom_as_result
 from infrarsi.search import Optimizer, Outcome, SearchSpace
-from infrarsi.tune import InfrarsiSearcher, oom_as_result
 
 CAPACITY = 1000.0
 SPACE = """

@@ -3,7 +3,7 @@ the baseline, the ``when`` condition and the handler's documentation, in plain t
 
 from __future__ import annotations
 
-from infrarsi.mcp_server.schema import config_schema, knob_doc, knob_schema, plain_text
+from infrarsi.integrations.mcp_server.schema import config_schema, knob_doc, knob_schema, plain_text
 from infrarsi.search.space import SearchSpace
 
 SPACE = SearchSpace.from_yaml("""

@@ -2,14 +2,14 @@
 
 An agent needs nothing but the tool list: the tools are built for the study when the server
 starts, so ``propose`` and ``predict`` carry the study's knobs, allowed values and documentation
-in their input schema (``infrarsi.mcp_server.schema``). Tools:
+in their input schema (``infrarsi.integrations.mcp_server.schema``). Tools:
 
 - ``state``, ``predict``, ``watch`` (read-only): the study, the optimizer's predictions, the
   trials in flight and the background run;
 - ``propose``, ``withdraw``: the proposal protocol (``infrarsi.stages.propose``), checked exactly
   as ``infrarsi propose`` checks it (scope, values, inactive knobs, duplicates);
 - ``run_trials``: a bounded number of run trials, started in the background
-  (``infrarsi.mcp_server.jobs``); ``report``: writes and returns the report.
+  (``infrarsi.integrations.mcp_server.jobs``); ``report``: writes and returns the report.
 
 Resources: ``infrarsi://study/contract``, ``infrarsi://study/search-space`` and
 ``infrarsi://study/report``. A refusal comes back as a tool error whose text names the argument,
@@ -69,8 +69,8 @@ def _told(fn: Any, tool_error: type[Exception]) -> Any:
 def build_server(study_dir: str | Path) -> Any:
     """The MCP server of the study at ``study_dir`` (its contract must load)."""
     from infrarsi.cli.app import package_version
-    from infrarsi.mcp_server.schema import config_schema, plain_text
-    from infrarsi.mcp_server.tools import HINTS, StudyTools
+    from infrarsi.integrations.mcp_server.schema import config_schema, plain_text
+    from infrarsi.integrations.mcp_server.tools import HINTS, StudyTools
     from infrarsi.stages.common import baseline_config, load_space
     from infrarsi.study.contract import Contract
 
