@@ -221,16 +221,18 @@ class StudyExecutor:
         (a proposal's as ``patch_file``; a knob's through the config), refused when a patch's
         bytes no longer match its recorded digest; ``horizon``: a horizon trial's terms."""
         digests = [p.sha256 for p in candidate.patches]
-        req = TrialRequest(
-            config=dict(candidate.config),
-            stage=stage,
+        return self.run_trial(  # through run_trial, the one entry every trial takes
+            dict(candidate.config),
+            stage,
             extra=extra,
             timeout_s=timeout_s,
             patch_file=candidate.proposal_patch,
             expect_sha256=digests if all(digests) else None,
-            horizon=horizon,
+            steps=horizon.steps if horizon is not None else None,
+            checkpoint_step=horizon.checkpoint_step if horizon is not None else None,
+            horizon_reference=horizon.reference if horizon is not None else None,
+            horizon_contract=horizon.contract if horizon is not None else None,
         )
-        return self._attempt(req, None)
 
     def _run_trial(self, req: TrialRequest) -> dict[str, Any]:
         """Run one trial as ``req`` asks and log its row; returns the row as a dict."""
