@@ -38,7 +38,7 @@ from infrarsi.workload import Workload  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "scripts"
 CONFIG = {"zero_stage": 0, "micro_batch_size": 8, "dtype": "fp32"}
-"""The knob config of every trial (``ds.json``'s own)."""
+"""The knob config of every trial (micro-batch 8: each rank's batch in one pass)."""
 TARGET_RATIO = 1.05
 """Script-mode step time over entry-mode step time the harness should stay under."""
 

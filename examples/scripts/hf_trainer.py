@@ -2,8 +2,8 @@
 
 Today it is launched as::
 
-    deepspeed --num_gpus 2 hf_trainer.py --deepspeed hf_ds.json --per_device_train_batch_size 4 \\
-        --gradient_accumulation_steps 2 --max_steps 1000 --output_dir /tmp/hf_trainer_out --report_to none
+    deepspeed --num_gpus 2 hf_trainer.py --deepspeed hf_ds.json --per_device_train_batch_size 1 \\
+        --gradient_accumulation_steps 8 --max_steps 1000 --output_dir /tmp/hf_trainer_out --report_to none
 
 and ``infrarsi init --script "<that line>" --study DIR`` writes its workload (``hf_trainer.yaml``
 beside this file is the same, written by hand). Nothing in here knows about infrarsi: a tiny Llama

@@ -28,13 +28,21 @@ checkpoints all work) and adds, until ``detach``:
 After the contract's last step the tap raises ``TrialComplete`` out of ``engine.step``: a
 ``BaseException``, so a script's ``except Exception`` does not swallow it; the script job
 (``script_job``) catches it. A non-finite loss raises it too, with ``nan`` set.
+
+Two more things serve the long check's checkpoint round trip (``script_job``): ``after_step``
+is called once an optimizer step is closed and recorded (outside its clock: the next step's
+clock starts after it returns), which is where the uninterrupted run saves its checkpoint; and
+``skip_steps`` N makes a restarted run of the script pass over its first N optimizer steps
+without training them (``engine.backward`` and ``engine.step`` do nothing, nothing is recorded),
+so the script's own data loader reaches step N as it would have, while the weights, optimizer and
+scheduler are the checkpoint's.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -93,6 +101,8 @@ class EngineTap:
         monitor: Any = None,
         loss_guard: Any = None,
         loss_reduction: LossReduction = "token_mean",
+        after_step: Callable[[int], None] | None = None,
+        skip_steps: int = 0,
     ) -> None:
         self.total_steps = int(total_steps)
         """Optimizer steps to measure before ``TrialComplete`` (warm-up included)."""
@@ -104,6 +114,12 @@ class EngineTap:
         """``(step, loss) -> reason or ""`` (the run's loss guard), or None."""
         self.loss_reduction = loss_reduction
         """How a step's backward losses make its loss (see the module docstring)."""
+        self.after_step = after_step
+        """Called with the number of recorded steps after each step that does not stop the run."""
+        self.skip_steps = int(skip_steps)
+        """Optimizer steps passed over untrained before recording starts (a restarted run)."""
+        self.skipped_steps = 0
+        """Optimizer steps passed over so far."""
         self.record = TapRecord()
         """The measurements."""
         self.engine: Any = None
@@ -129,7 +145,7 @@ class EngineTap:
         module = engine.module
 
         def pre(_mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            if not torch.is_grad_enabled():
+            if not torch.is_grad_enabled() or self.skipping:
                 return
             if self._t0 is None:  # the first step starts with every rank at its first forward
                 dist.barrier()
@@ -154,6 +170,8 @@ class EngineTap:
         real_backward, real_step = engine.backward, engine.step
 
         def backward(loss: Any, *a: Any, **k: Any) -> Any:
+            if self.skipping:
+                return None
             if isinstance(loss, torch.Tensor) and loss.numel() == 1:
                 summed = self.loss_reduction == "step_sum"
                 n = 1 if summed else (self._mb_tokens or 1)
@@ -169,6 +187,14 @@ class EngineTap:
             return out
 
         def step(*a: Any, **k: Any) -> Any:
+            if (
+                self.skipping
+            ):  # DeepSpeed's own boundary, its micro-step count kept as its step would
+                boundary = bool(engine.is_gradient_accumulation_boundary())
+                engine.micro_steps += 1
+                if boundary:
+                    self._skip_one()
+                return None
             boundary = bool(engine.is_gradient_accumulation_boundary())
             out = real_step(*a, **k)
             if self.monitor is not None:
@@ -180,6 +206,16 @@ class EngineTap:
         engine.backward = backward
         engine.step = step
         return engine
+
+    @property
+    def skipping(self) -> bool:
+        """True while a restarted run is still passing over its first ``skip_steps`` steps."""
+        return self.skipped_steps < self.skip_steps
+
+    def _skip_one(self) -> None:
+        self.skipped_steps += 1
+        if not self.skipping:  # the first recorded step starts with the next forward
+            self._t0 = None
 
     def detach(self) -> None:
         """Remove the hooks and the wrapped methods (idempotent)."""
@@ -223,9 +259,6 @@ class EngineTap:
         rec.data_digests.append(int(tot[4]))
         rec.optimizer_steps += int(self._stepped)
         self._reset_step()
-        self._t0 = (
-            time.perf_counter()
-        )  # the next step starts now: the script's loop between steps is inside it
         step = len(rec.loss) - 1
         if not tot[1]:
             rec.stop_kind, rec.stop_reason = (
@@ -249,6 +282,10 @@ class EngineTap:
             )
         if rec.stop_kind:
             raise TrialComplete(rec.stop_reason)
+        if self.after_step is not None:
+            self.after_step(len(rec.loss))
+        # the next step starts now: the script's loop between steps is inside it
+        self._t0 = time.perf_counter()
 
 
 __all__ = ["EngineTap", "LossReduction", "TapRecord", "TrialComplete"]

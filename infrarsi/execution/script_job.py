@@ -43,11 +43,10 @@ import gc
 import inspect
 import os
 import runpy
-import sys
 import time
 import traceback
-from collections.abc import Iterator
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,7 @@ import torch
 import torch.distributed as dist
 
 from infrarsi.errors import WorkloadError
+from infrarsi.execution import checkpoint_trip as ckpt
 from infrarsi.execution import end_checks
 from infrarsi.execution.engine_tap import EngineTap, TrialComplete
 from infrarsi.execution.knobs.deepspeed import build_trial
@@ -69,20 +69,13 @@ from infrarsi.execution.script_hf import (
     reset_accelerate,
     trainer_overrides,
 )
+from infrarsi.execution.script_launch import launched, script_argv
 from infrarsi.execution.script_source import read_script
 from infrarsi.execution.worker import SCRIPT_ENTRY
 from infrarsi.workload import Workload
 
 ERROR_TAIL_CHARS = 4000
 """The tail of a failure's traceback kept in the row's ``error`` (as ``rank_loop``)."""
-
-
-def script_argv(script: str, args: list[str], launcher: str, local_rank: int) -> list[str]:
-    """``sys.argv`` of the script on a rank: what the launcher would hand it."""
-    argv = [script, *args]
-    if launcher == "deepspeed":
-        argv.append(f"--local_rank={local_rank}")
-    return argv
 
 
 def hidden_size_of(model: torch.nn.Module) -> int:
@@ -95,11 +88,28 @@ def hidden_size_of(model: torch.nn.Module) -> int:
     return max(widths, default=0)
 
 
+@dataclass
+class Restart:
+    """The restarted half of a script trial's checkpoint round trip (``_round_trip``)."""
+
+    trip: ckpt.RoundTrip
+    """The round trip being run; its ``step`` is the optimizer steps the checkpoint holds."""
+    directory: str
+    """Where the uninterrupted run saved the checkpoint (``checkpoint_trip.shared_temp_dir``)."""
+
+
 class ScriptRun:
     """The state of one script run on one rank: the spec, the tap, the engine the script got."""
 
     def __init__(
-        self, spec: RankSpec, wl: Workload, res: RankResult, monitor: MemoryMonitor
+        self,
+        spec: RankSpec,
+        wl: Workload,
+        res: RankResult,
+        monitor: MemoryMonitor,
+        *,
+        after_step: Callable[[int], None] | None = None,
+        restart: Restart | None = None,
     ) -> None:
         self.spec = spec
         self.wl = wl
@@ -113,12 +123,18 @@ class ScriptRun:
         script = Path(spec.code_dir) / spec.script if spec.script else None
         self.trainer = script is not None and read_script(script).kind == "hf_trainer"
         """The script is a Hugging Face ``Trainer`` script (``script_hf``)."""
+        self.restart = restart
+        """Set for the restarted run of a checkpoint round trip: ``initialize`` loads the
+        checkpoint and the tap passes over the steps it holds."""
+        skip = restart.trip.step if restart is not None else 0
         self.tap = EngineTap(
-            spec.steps_to_train(wl.steps.warmup, wl.steps.measured),
+            spec.steps_to_train(wl.steps.warmup, wl.steps.measured) - skip,
             wl.resources.device,
             monitor,
-            loss_guard=guard.trip if guard is not None else None,
+            loss_guard=guard.trip if guard is not None and restart is None else None,
             loss_reduction="step_sum" if self.trainer else "token_mean",
+            after_step=after_step,
+            skip_steps=skip,
         )
         """The harness's tap on the engine (attached by ``initialize``)."""
         self.initialized = False
@@ -179,6 +195,12 @@ class ScriptRun:
         self.tap.attach(out[0])
         self.monitor.check("engine_init")
         res.setup_time_s = time.perf_counter() - self._t_start
+        if self.restart is not None:  # the script goes on from the checkpoint's state
+            trip = self.restart.trip
+            loaded = ckpt.load(out[0], self.restart.directory, trip.step, trip)
+            trip.restart_s = time.perf_counter() - self._t_start
+            if not loaded:
+                raise TrialComplete(trip.error)
         return out
 
     def trainer_overrides(self) -> TrainerOverrides:
@@ -229,101 +251,6 @@ class ScriptRun:
 
 def _script_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))[-ERROR_TAIL_CHARS:]
-
-
-_ACTIVE: list[ScriptRun] = []
-"""The script run in progress in this process (at most one)."""
-_REAL: dict[str, Any] = {}
-"""The functions ``launched`` replaces, as they were before the first script run."""
-
-
-def _harness_initialize(*a: Any, **k: Any) -> Any:
-    """``deepspeed.initialize`` while a script runs. One stable function: a helper module the
-    script imported in an earlier trial (``from deepspeed import initialize``, cached in
-    ``sys.modules``) reaches the current run; outside a run it is DeepSpeed's own."""
-    if not _ACTIVE:
-        return _REAL["initialize"](*a, **k)
-    return _ACTIVE[-1].initialize(_REAL["initialize"], *a, **k)
-
-
-def _init_process_group(*a: Any, **k: Any) -> None:
-    """The harness's group is already up: a script's own ``init_process_group`` joins it."""
-    if not dist.is_initialized():
-        _REAL["init_process_group"](*a, **k)
-
-
-def _destroy_process_group(*a: Any, **k: Any) -> None:
-    """The harness's group outlives the trial (a warm worker runs the next one in it)."""
-    return None
-
-
-REBIND_PREFIXES = ("accelerate", "transformers")
-"""Packages whose modules may hold DeepSpeed's ``initialize`` under their own name, imported
-before a run (``from deepspeed import initialize as ds_initialize``): the Trainer's way in."""
-
-
-def rebind(prefixes: tuple[str, ...], old: Any, new: Any) -> list[tuple[Any, str]]:
-    """Point every module-level name bound to ``old`` in the loaded modules under ``prefixes`` at
-    ``new``; returns the (module, name) pairs changed, for the caller to restore."""
-    changed = []
-    for mod_name, module in list(sys.modules.items()):
-        if module is None or mod_name.split(".")[0] not in prefixes:
-            continue
-        for name, value in list(vars(module).items()):
-            if value is old:
-                setattr(module, name, new)
-                changed.append((module, name))
-    return changed
-
-
-@contextlib.contextmanager
-def launched(
-    argv: list[str], cwd: str, script_dir: str, env: dict[str, str], run: ScriptRun
-) -> Iterator[None]:
-    """The launcher's world for the script, and the harness's ``deepspeed.initialize``; every
-    change undone on exit, and the modules the script imported from its own folder dropped (the
-    next trial may run a patched copy)."""
-    import deepspeed
-
-    if not _REAL:
-        _REAL.update(
-            initialize=deepspeed.initialize,
-            init_process_group=dist.init_process_group,
-            destroy_process_group=dist.destroy_process_group,
-        )
-    saved_env = {k: os.environ.get(k) for k in env}
-    saved = (list(sys.argv), os.getcwd(), list(sys.path))
-    before = set(sys.modules)
-    os.environ.update(env)
-    sys.argv = list(argv)
-    sys.path.insert(0, script_dir)
-    os.chdir(cwd)
-    deepspeed.initialize = _harness_initialize
-    rebound = rebind(REBIND_PREFIXES, _REAL["initialize"], _harness_initialize)
-    dist.init_process_group = _init_process_group
-    dist.destroy_process_group = _destroy_process_group
-    _ACTIVE.append(run)
-    try:
-        yield
-    finally:
-        _ACTIVE.clear()
-        deepspeed.initialize = _REAL["initialize"]
-        for module, name in rebound:
-            setattr(module, name, _REAL["initialize"])
-        dist.init_process_group = _REAL["init_process_group"]
-        dist.destroy_process_group = _REAL["destroy_process_group"]
-        sys.argv, cwd0, sys.path[:] = saved[0], saved[1], saved[2]
-        os.chdir(cwd0)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        root = str(Path(script_dir).resolve())
-        for name in set(sys.modules) - before:
-            f = getattr(sys.modules.get(name), "__file__", None)
-            if f and str(Path(f).resolve()).startswith(root + os.sep):
-                del sys.modules[name]
 
 
 def run_script_rank(raw_spec: dict[str, Any]) -> dict[str, Any]:
@@ -387,21 +314,22 @@ def _run(spec: RankSpec, wl: Workload, run: ScriptRun, t_start: float) -> None:
     )
     deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
     argv = script_argv(script, list(wl.script.args), wl.script.launcher, local_rank)
+    trip, ckpt_dir = _plan_round_trip(spec, run.tap.total_steps)
+    if trip is not None and not trip.skipped:
+        step = trip.step
+
+        def save_at(done: int) -> None:  # right after step S, outside its clock
+            if done == step:
+                ckpt.save(run.tap.engine, ckpt_dir, step, trip)
+
+        run.tap.after_step = save_at
     run.monitor.start()
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(launched(argv, run.cwd, str(Path(script).parent), env, run))
-        if run.trainer:  # the trial's batch reaches TrainingArguments too
-            try:
-                from transformers.training_args import TrainingArguments
-            except ImportError as e:
-                raise WorkloadError(
-                    f"script: {spec.script} is a Hugging Face Trainer script, and transformers "
-                    f"cannot be imported here ({e}). Fix: pip install 'infrarsi[hf]'"
-                ) from None
-            stack.enter_context(
-                patched_post_init(TrainingArguments, run.trainer_overrides, run.read_config)
-            )
-        run.run(script, argv, t_start)
+    try:
+        _launch(run, script, argv, env, t_start)
+    except BaseException:
+        if ckpt_dir:
+            ckpt.remove(ckpt_dir)
+        raise
     rec = run.tap.record
     res.step_times_s = list(rec.step_times_s)
     res.loss = list(rec.loss)
@@ -413,6 +341,10 @@ def _run(spec: RankSpec, wl: Workload, run: ScriptRun, t_start: float) -> None:
     run.monitor.stop()
     if rec.stop_kind == "nan":
         res.status, res.error = "nan", rec.stop_reason
+        if trip is not None:
+            trip.skipped = trip.skipped or f"{rec.stop_reason}: the round trip was not tried"
+            res.checkpoint = trip.to_dict()
+            ckpt.remove(ckpt_dir)
         return
     if rec.stop_kind == "no_loss":
         raise WorkloadError(f"script: {rec.stop_reason}")
@@ -426,14 +358,105 @@ def _run(spec: RankSpec, wl: Workload, run: ScriptRun, t_start: float) -> None:
         res.param_checksum = end_checks.checksum_and_load(engine.module)
     res.end_checks_time_s = time.perf_counter() - t_checks
     res.peak_flops_per_s = spec.peak_flops_per_s
-    if spec.checkpoint_step is not None:  # the long check asks; say plainly it was not tried
-        from infrarsi.execution.checkpoint_trip import RoundTrip
-
-        res.checkpoint = RoundTrip(
-            step=int(spec.checkpoint_step),
-            skipped=("script workloads: the checkpoint round trip is not wired to scripts yet"),
-        ).to_dict()
     res.status = "ok"
+    if trip is not None:
+        if not trip.skipped and len(rec.loss) < run.tap.total_steps:
+            trip.skipped = (
+                f"training stopped after {len(rec.loss)} of {run.tap.total_steps} steps (loss "
+                f"guard), so the checkpoint round trip was not tried"
+            )
+        if trip.skipped:
+            ckpt.remove(ckpt_dir)
+        else:
+            _cleanup(run, device)  # the trained engine goes before the restarted one is built
+            _round_trip(spec, wl, run, Restart(trip, ckpt_dir), script, argv, env)
+        res.checkpoint = trip.to_dict()
+
+
+def _launch(run: ScriptRun, script: str, argv: list[str], env: dict[str, str], t0: float) -> None:
+    """Run the script once in the launcher's world (``script_launch``), a ``Trainer`` script's
+    ``TrainingArguments`` given the trial's values (``script_hf``)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(launched(argv, run.cwd, str(Path(script).parent), env, run))
+        if run.trainer:  # the trial's batch reaches TrainingArguments too
+            try:
+                from transformers.training_args import TrainingArguments
+            except ImportError as e:
+                raise WorkloadError(
+                    f"script: {run.spec.script} is a Hugging Face Trainer script, and transformers "
+                    f"cannot be imported here ({e}). Fix: pip install 'infrarsi[hf]'"
+                ) from None
+            stack.enter_context(
+                patched_post_init(TrainingArguments, run.trainer_overrides, run.read_config)
+            )
+        run.run(script, argv, t0)
+
+
+def _plan_round_trip(spec: RankSpec, total_steps: int) -> tuple[ckpt.RoundTrip | None, str]:
+    """The checkpoint round trip the spec asks for (None: none) and the directory its files go
+    to (collective: every rank calls this)."""
+    if spec.checkpoint_step is None:
+        return None, ""
+    step = int(spec.checkpoint_step)
+    if not 0 < step < total_steps:
+        raise ValueError(
+            f"spec checkpoint_step={step}: must be between 1 and {total_steps - 1} (the steps "
+            f"trained are {total_steps})"
+        )
+    return ckpt.RoundTrip(step=step), ckpt.shared_temp_dir()
+
+
+def _round_trip(
+    spec: RankSpec,
+    wl: Workload,
+    first: ScriptRun,
+    restart: Restart,
+    script: str,
+    argv: list[str],
+    env: dict[str, str],
+) -> None:
+    """The restarted half of the round trip: the script launched again, unchanged, as a user
+    resuming would; at its ``deepspeed.initialize`` the engine loads the step-S checkpoint
+    (weights, optimizer, DeepSpeed's scheduler), the tap passes over the script's first S steps
+    untrained (its data loader advances as before) and records the steps after. The continued
+    losses go to ``trip.loss``; a data order that differs from the uninterrupted run's, or a
+    failure, to ``trip.error``. The trial itself stays ``ok``: its uninterrupted run was measured."""
+    trip, t0 = restart.trip, time.perf_counter()
+    monitor = MemoryMonitor(wl.resources.device, spec.memory_capacity_bytes)
+    run = ScriptRun(spec, wl, replace(first.res), monitor, restart=restart)
+    try:
+        monitor.start()
+        _launch(run, script, argv, env, t0)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        trip.error = trip.error or (
+            "the script restarted from the checkpoint failed: "
+            + (str(exc) if isinstance(exc, WorkloadError) else _script_traceback(exc))[-1500:]
+        )
+        traceback.clear_frames(exc.__traceback__)
+    finally:
+        monitor.stop()
+        _cleanup(run, wl.resources.device)
+        ckpt.remove(restart.directory)
+    trip.continue_s = time.perf_counter() - t0 - trip.restart_s
+    if trip.error:
+        trip.loss = []
+        return
+    rec = run.tap.record
+    trip.loss = list(rec.loss)
+    expected = first.tap.record.data_digests[trip.step : trip.step + len(rec.data_digests)]
+    if rec.data_digests != expected:
+        at = next(
+            (i for i, (a, b) in enumerate(zip(rec.data_digests, expected, strict=False)) if a != b),
+            min(len(rec.data_digests), len(expected)),
+        )
+        trip.error = (
+            f"the script restarted from the step-{trip.step} checkpoint was fed other tokens at "
+            f"step {trip.step + at} than the uninterrupted run: its data order does not resume "
+            f"with the checkpoint (a loader that restarts from the first batch, or shuffles by "
+            f"epoch). A run resumed this way trains on different data"
+        )
 
 
 def _cleanup(run: ScriptRun | None, device: str) -> None:
@@ -454,12 +477,4 @@ def _cleanup(run: ScriptRun | None, device: str) -> None:
         torch.cuda.empty_cache()
 
 
-__all__ = [
-    "REBIND_PREFIXES",
-    "SCRIPT_ENTRY",
-    "ScriptRun",
-    "hidden_size_of",
-    "rebind",
-    "run_script_rank",
-    "script_argv",
-]
+__all__ = ["SCRIPT_ENTRY", "ScriptRun", "hidden_size_of", "run_script_rank"]

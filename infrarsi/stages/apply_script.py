@@ -171,12 +171,25 @@ def script_file_config(
     return _ordered_like(out, script)  # type: ignore[no-any-return]
 
 
+ACCELERATE_OWNED: dict[str, str] = {
+    "steps_per_print": "accelerate's DeepSpeedPlugin sets it to infinity (DeepSpeed's logging "
+    "off) whatever the file says",
+}
+"""Keys of a Trainer script's DeepSpeed config that accelerate overwrites before the engine is
+built, with why: the file's value never reaches the engine, so it is not compared."""
+
+
 def check_ran(written: dict[str, Any], engine: dict[str, Any], *, trainer: bool) -> list[str]:
     """Each way ``written`` differs from the engine config the trial ran (``key: here X, trial Y``):
     every value that is not ``"auto"`` must be the engine's, and a script of its own's file must
-    hold no more and no fewer keys (a Trainer's config gains keys transformers fills)."""
+    hold no more and no fewer keys (a Trainer's config gains keys transformers fills, and loses
+    to accelerate the keys of ``ACCELERATE_OWNED``)."""
     mine, ran = _leaves(written), _leaves(engine)
-    keys = list(mine) if trainer else [*mine, *(k for k in ran if k not in mine)]
+    keys = (
+        [k for k in mine if k not in ACCELERATE_OWNED]
+        if trainer
+        else [*mine, *(k for k in ran if k not in mine)]
+    )
     missing = object()
     out = []
     for k in keys:
@@ -389,6 +402,7 @@ def _readme_section(readme: Path, res: ScriptApplied) -> None:
 
 
 __all__ = [
+    "ACCELERATE_OWNED",
     "TRAINER_ARGS",
     "TRAINER_AUTO_KEYS",
     "ScriptApplied",

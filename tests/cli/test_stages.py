@@ -575,7 +575,7 @@ def test_init_script_writes_the_workload_of_the_launch_line_and_inits_from_it(
     assert (
         wl.script is not None
         and wl.script.args[-1] == "1000"
-        and wl.baseline["micro_batch_size"] == 8
+        and wl.baseline["micro_batch_size"] == 1
     )
     assert (
         yaml.safe_load((tmp_path / "s" / "contract.yaml").read_text())["workload"]["name"]

@@ -1,6 +1,8 @@
 """The tap's loss per step is the same quantity whatever the micro-batch split: a script's own loop
 (each micro-batch's mean, token-weighted) and a Trainer's (losses already divided for the
 accumulation, summed) both give the step's mean; the tap counts tokens and stops after its steps.
+A restarted run passes over its first steps untrained and records the rest, as the uninterrupted
+run recorded them.
 One rank, a real gloo group, a stand-in engine (the DeepSpeed engine's calls only)."""
 
 from __future__ import annotations
@@ -38,13 +40,13 @@ class StandInEngine:
         self.module = torch.nn.Embedding(32, 1)
         self.basic_optimizer = torch.optim.SGD(self.module.parameters(), lr=0.0)
         self.device = torch.device("cpu")
-        self.accumulation, self.micro = accumulation, 0
+        self.accumulation, self.micro_steps = accumulation, 0
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         return self.module(ids)
 
     def is_gradient_accumulation_boundary(self) -> bool:
-        return (self.micro + 1) % self.accumulation == 0
+        return (self.micro_steps + 1) % self.accumulation == 0
 
     def backward(self, loss: torch.Tensor, **_: object) -> None:
         loss.backward()
@@ -53,7 +55,7 @@ class StandInEngine:
         if self.is_gradient_accumulation_boundary():
             self.basic_optimizer.step()
             self.basic_optimizer.zero_grad()
-        self.micro += 1
+        self.micro_steps += 1
 
 
 def _train(accumulation: int, reduction: str, steps: int = 2) -> EngineTap:
@@ -87,3 +89,27 @@ def test_the_step_loss_does_not_depend_on_the_split(one_rank_group, reduction):
     assert split.record.optimizer_steps == 2 and split.record.stop_kind == "done"
     # the same data in the same steps: the same digests, whatever the split
     assert whole.record.data_digests == split.record.data_digests and whole.record.data_digests[0]
+
+
+def test_a_restarted_run_passes_over_its_first_steps_and_records_the_rest(one_rank_group):
+    def run(tap: EngineTap, engine: StandInEngine, steps: int) -> None:
+        tap.attach(engine)
+        with pytest.raises(TrialComplete):
+            for step in range(steps + 1):
+                for i in range(2):  # accumulation 2: two micro-batches of 4 sequences per step
+                    ids = (torch.arange(16).reshape(4, 4) + 7 * step + i) % 32
+                    engine.backward(engine(ids).mean())
+                    engine.step()
+        tap.detach()
+
+    full, saved_after = EngineTap(4, "cpu"), []
+    full.after_step = saved_after.append
+    run(full, StandInEngine(2), 4)
+    engine = StandInEngine(2)
+    resumed = EngineTap(2, "cpu", skip_steps=2)
+    run(resumed, engine, 4)
+    assert saved_after == [1, 2, 3]  # after each step that does not end the run
+    assert resumed.skipped_steps == 2 and resumed.record.optimizer_steps == 2
+    assert resumed.record.data_digests == full.record.data_digests[2:]
+    assert resumed.record.loss == pytest.approx(full.record.loss[2:])
+    assert engine.micro_steps == 8  # the skipped micro-steps counted as DeepSpeed's step would

@@ -117,16 +117,7 @@ def test_script_config_from_args_file_or_dict(tmp_path):
         )
 
 
-def test_launcher_argv_and_config_arg():
-    from infrarsi.execution.script_job import script_argv
-
-    assert script_argv("t.py", ["--x", "1"], "deepspeed", 1) == [
-        "t.py",
-        "--x",
-        "1",
-        "--local_rank=1",
-    ]
-    assert script_argv("t.py", ["--x"], "torchrun", 1) == ["t.py", "--x"]
+def test_config_arg():
     assert config_arg(["--deepspeed", "--deepspeed_config", "ds.json"]) == "ds.json"
     assert config_arg(["--deepspeed", "hf.json"]) == "hf.json"
     assert config_arg(["--deepspeed_config=a.json"]) == "a.json"

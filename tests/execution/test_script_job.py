@@ -6,7 +6,10 @@ real Ray actors, real DeepSpeed (``examples/scripts/ds_train.py``).
 - two configs (ZeRO 1 / micro-batch 1 vs ZeRO 2 / micro-batch 2, fixed tokens per step) really
   change the engine the script got (the script reports its engine) and train the same losses;
 - a script that crashes, exits, or never builds an engine ends ``failed`` with its own
-  traceback, never a hang.
+  traceback, never a hang;
+- the long check's checkpoint round trip: the script saved at step S, launched again, resumed
+  from the checkpoint on the same data, trains the same losses; a script whose data order does
+  not resume (a fresh random seed per launch) is caught, with the step where the data parted.
 """
 
 from __future__ import annotations
@@ -91,6 +94,13 @@ def test_two_configs_change_the_engine_the_script_got(ray_local, tmp_path):
             assert res.status == "ok", (name, res.error[-3000:])
             engines = [json.loads(Path(f"{report}.{r}.json").read_text()) for r in (0, 1)]
             got[name] = (res, engines)
+        trip_row = runner.run(
+            {"zero_stage": 1, "micro_batch_size": 2}, trial_id="trip", steps=6, checkpoint_step=3
+        )
+    trip = trip_row.extra.checkpoint_round_trip or {}
+    assert trip_row.status == "ok" and trip["step"] == 3 and not trip["error"], trip
+    assert max(abs(x - y) for x, y in zip(trip["loss"], trip_row.loss[3:], strict=True)) < 1e-6
+    assert trip["checkpoint_bytes"] > 0
     (r1, e1), (r2, e2) = got["z1_m1"], got["z2_m2"]
     assert all(
         e
@@ -212,21 +222,58 @@ def test_infrarsi_tune_runs_the_example_script_end_to_end(tmp_path):
     )
 
 
-def test_a_trainer_path_that_imported_initialize_earlier_reaches_the_harness(monkeypatch, tmp_path):
-    """accelerate may hold ``deepspeed.initialize`` under its own name from an import made before the
-    run (``from deepspeed import initialize as ds_initialize``): the run rebinds it, and undoes it."""
-    import sys
-    import types
+def test_a_script_whose_data_does_not_resume_fails_the_round_trip(ray_local, tmp_path):
+    wl = _tmp_workload(
+        tmp_path / "job",
+        ["--deepspeed", "--deepspeed_config", "ds.json", "--steps", "100", "--data_seed", "-1"],
+    )
+    with TrialRunner(wl, address=ray_local) as runner:
+        res = runner.run({"micro_batch_size": 2}, trial_id="trip", steps=5, checkpoint_step=2)
+    trip = res.extra.checkpoint_round_trip or {}
+    assert res.status == "ok", res.error[-3000:]  # the uninterrupted run was measured in full
+    assert "was fed other tokens at step 2" in trip["error"], trip
 
-    import deepspeed
 
-    from infrarsi.execution import script_job
+SCRIPT_CHEATS = {
+    # half of every sequence fed: faster, and the tap counts the tokens the model really saw
+    "fewer_tokens": (
+        "        inputs, targets = inputs[mine].to(engine.device), targets[mine].to(engine.device)\n",
+        "        inputs, targets = inputs[mine].to(engine.device), targets[mine].to(engine.device)\n"
+        "        inputs, targets = inputs[:, : args.seq_len // 2], targets[:, : args.seq_len // 2]\n",
+        "tokens",
+    ),
+    # the optimizer never really steps: the tap counts the steps the torch optimizer took
+    "skip_optimizer_steps": (
+        "    engine, _, _, _ = deepspeed.initialize(",
+        "    optimizer.step = lambda closure=None: None\n    engine, _, _, _ = deepspeed.initialize(",
+        "optimizer",
+    ),
+}
 
-    real = deepspeed.initialize
-    fake = types.ModuleType("infrarsi_fake_accelerate.accelerator")
-    fake.ds_initialize = real  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, fake.__name__, fake)
-    monkeypatch.setattr(script_job, "REBIND_PREFIXES", ("infrarsi_fake_accelerate",))
-    with script_job.launched(["x.py"], str(tmp_path), str(tmp_path), {}, object()):  # type: ignore[arg-type]
-        assert fake.ds_initialize is script_job._harness_initialize is deepspeed.initialize
-    assert fake.ds_initialize is real and deepspeed.initialize is real
+
+def test_a_cheating_script_is_an_invariant_violation_that_names_it(ray_local, tmp_path):
+    """The harness measures a script itself: a script changed to feed fewer tokens, or to skip its
+    optimizer's steps, still ends ``ok`` as a run, and the contract's invariants name the cheat."""
+    from infrarsi.stages.init import init_stage
+    from infrarsi.study.contract import Contract
+    from infrarsi.study.invariants import check_invariants
+
+    args = ["--deepspeed", "--deepspeed_config", "ds.json", "--steps", "100"]
+    job = tmp_path / "job"
+    wl = _tmp_workload(job, args)
+    init_stage(job / "wl.yaml", tmp_path / "study", bank="off")
+    contract = Contract.load(tmp_path / "study")
+    honest = (job / "ds_train.py").read_text()
+    rows = {}
+    with TrialRunner(wl, address=ray_local) as runner:
+        rows["honest"] = runner.run({"micro_batch_size": 4}, trial_id="honest")
+        for name, (old, new, _) in SCRIPT_CHEATS.items():
+            assert old in honest
+            (job / "ds_train.py").write_text(honest.replace(old, new))
+            rows[name] = runner.run({"micro_batch_size": 4}, trial_id=name)
+    ref = rows.pop("honest")
+    assert ref.status == "ok" and check_invariants(ref, ref, contract) == (True, [])
+    for name, row in rows.items():
+        assert row.status == "ok", (name, row.error[-2000:])
+        ok, reasons = check_invariants(row, ref, contract)
+        assert not ok and SCRIPT_CHEATS[name][2] in " ".join(reasons).lower(), (name, reasons)

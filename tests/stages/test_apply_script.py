@@ -99,6 +99,7 @@ def hf_engine(c: Contract, win: dict[str, Any]) -> dict[str, Any]:
         trainer_overrides(trial, win, wl.world_size),
     )
     cfg["gradient_clipping"] = 1.0  # TrainingArguments.max_grad_norm
+    cfg["steps_per_print"] = float("inf")  # accelerate's DeepSpeedPlugin, whatever the file says
     return merge_trial_config(
         cfg, trial, list(win), num_params=NUM_PARAMS, hidden_size=HIDDEN, client_optimizer=True
     )
@@ -341,8 +342,9 @@ WASTE = (
 def test_an_agents_patch_to_the_script_is_run_verified_and_applied(tmp_path: Path) -> None:
     """The whole path on a user's script, through the CLI: init from the launch line (code
     patches may touch the script's folder), doctor, an agent's patch proposed (it removes a wait
-    in the script's loop), run, verify, apply. The branch holds the patched script and the
-    winning ds.json; the patch verify measured is the one applied."""
+    in the script's loop), run, verify, the long check (its checkpoint round trip resumes the
+    patched script), apply. The branch holds the patched script and the winning ds.json; the
+    patch verify measured is the one applied."""
     import os
     import subprocess
 
@@ -394,15 +396,10 @@ def test_an_agents_patch_to_the_script_is_run_verified_and_applied(tmp_path: Pat
     best = verified["best"]
     assert best is not None and best["accepted"], verified
     assert [p["sha256"] for p in best["patches"]] == [file_sha256(patch)]
-    cli(
-        "apply",
-        str(study),
-        "--repo",
-        str(repo.working_tree_dir),
-        "--branch",
-        "tuned",
-        "--skip-long-check",
-    )
+    cli("long-check", str(study), "--horizon-factor", "2", "--budget", "120s")
+    long = json.loads((study / "long_check.json").read_text())
+    assert long["status"] == "passed" and long["checkpoint"]["status"] == "passed", long
+    cli("apply", str(study), "--repo", str(repo.working_tree_dir), "--branch", "tuned")
     tuned = repo.git.show("tuned:job/ds_train.py")
     assert "time.sleep(0.15)" not in tuned and "import time" in tuned  # the patch, applied
     assert "time.sleep(0.15)" in script.read_text()  # main untouched

@@ -133,7 +133,7 @@ def test_the_example_line_gives_the_examples_workload(tmp_path):
     }
     assert wl["tokens_per_step"] == 16 * 64 and wl["data"] == {"seq_len": 64}
     assert wl["resources"] == {"workers": 2, "nodes": 1, "device": "cpu"}
-    assert wl["baseline"] == {"zero_stage": 0, "micro_batch_size": 8, "dtype": "fp32"}
+    assert wl["baseline"] == {"zero_stage": 0, "micro_batch_size": 1, "dtype": "fp32"}
     assert sw.path == tmp_path.resolve() / "ds_train.infrarsi.yaml" and sw.kind == "deepspeed"
     assert any("from the script's default" in n for n in sw.notes)
     write_script_workload(sw, DS_LINE)
@@ -171,7 +171,9 @@ def test_a_trainer_script_takes_its_batch_and_precision_from_its_flags(tmp_path)
 def test_values_the_space_cannot_hold_are_noted_not_kept(tmp_path):
     _ds_example(tmp_path)
     cfg = json.loads((tmp_path / "ds.json").read_text())
-    cfg.update(train_batch_size=32, train_micro_batch_size_per_gpu=16)
+    cfg.update(
+        train_batch_size=32, train_micro_batch_size_per_gpu=16, gradient_accumulation_steps=1
+    )
     cfg["zero_optimization"] = {"stage": 1, "reduce_bucket_size": 123}
     (tmp_path / "ds.json").write_text(json.dumps(cfg))
     sw = script_workload(parse_launch_line(DS_LINE), cwd=tmp_path)

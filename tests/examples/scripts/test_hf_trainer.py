@@ -41,7 +41,9 @@ def test_the_launch_line_gives_the_examples_workload(tmp_path):
 def test_the_trainer_script_trains_on_two_cpu_ranks_and_two_configs_train_alike(ray_local):
     """Two CPU ranks (accelerate, which finds no accelerator here, is handed the harness's gloo
     group): the trial's micro-batch reaches the Trainer and DeepSpeed alike, the replicas agree,
-    and another split of the same batch (a warm group's next trial) trains the same losses."""
+    and another split of the same batch (a warm group's next trial) trains the same losses. The
+    long check's checkpoint round trip resumes the Trainer script from its step-3 checkpoint on
+    the same data and the same losses (accelerate steps the engine once per optimizer step)."""
     pytest.importorskip(
         "accelerate", reason="the Trainer reaches DeepSpeed through accelerate (the hf extra)"
     )
@@ -51,6 +53,7 @@ def test_the_trainer_script_trains_on_two_cpu_ranks_and_two_configs_train_alike(
     with TrialRunner(wl, address=ray_local) as runner:
         a = runner.run({"zero_stage": 1, "micro_batch_size": 2}, trial_id="hf-a")
         b = runner.run({"zero_stage": 0, "micro_batch_size": 4}, trial_id="hf-b")
+        c = runner.run({"micro_batch_size": 4}, trial_id="hf-c", steps=6, checkpoint_step=3)
     for res in (a, b):
         assert res.status == "ok", (res.error or "")[-3000:]
         assert res.optimizer_steps == 5 and res.tokens_per_step == 1024
@@ -58,3 +61,6 @@ def test_the_trainer_script_trains_on_two_cpu_ranks_and_two_configs_train_alike(
     assert a.extra.ds_config["train_micro_batch_size_per_gpu"] == 2
     assert b.extra.ds_config["train_micro_batch_size_per_gpu"] == 4 and b.extra.warm is True
     assert max(abs(x - y) for x, y in zip(a.loss, b.loss, strict=True)) < 1e-5
+    trip = c.extra.checkpoint_round_trip or {}
+    assert c.status == "ok" and not trip["error"] and not trip["skipped"], trip
+    assert max(abs(x - y) for x, y in zip(trip["loss"], c.loss[3:], strict=True)) < 1e-6
