@@ -297,8 +297,8 @@ def run_target(
     """One tuning run of the target problem (module docstring): the ratio after each trial."""
     import torch
 
+    from infrarsi.orchestration.optimizer_factory import build_optimizer
     from infrarsi.search import Outcome
-    from infrarsi.stages.optimizer_factory import build_optimizer
     from infrarsi.study.trial_log import TrialLogWriter, read_results
 
     torch.set_num_threads(1)

@@ -3,7 +3,7 @@
 The stages log ``trial.end`` for every trial they run and ``tune`` logs ``tune.stage`` as it moves
 to the next stage; ``StageBars`` listens to those events (``infrarsi.structlog_config.add_listener``)
 and draws a rich bar for each stage that runs trials: the trials done, the last one's status and
-step time, the elapsed time. ``run`` draws its own bar (``infrarsi.stages.progress.RunProgress``,
+step time, the elapsed time. ``run`` draws its own bar (``infrarsi.orchestration.progress.RunProgress``,
 a Ray Tune callback: its trials end in the executor actor, not in this process). Bars go to
 stderr, so that stdout holds only the result (a table, or one JSON object with ``--json``); when
 stderr is not a terminal, each bar is printed once, when its stage ends.

@@ -1,6 +1,7 @@
 """The audit's experience-bank tables: the bank entries used to warm-start the search, and their effect.
 
-Read from ``DIR/bank_warm_start.json`` (a ``WarmStartRecord``: the warm-start choice ``stages.optimizer_factory`` made:
+Read from ``DIR/bank_warm_start.json`` (a ``WarmStartRecord``: the warm-start choice
+``orchestration.optimizer_factory`` made:
 entries used, with their repairs, and entries dropped as invalid here) and from the trials whose
 ``AskInfo`` phase is ``warm_start`` (``extra.ask_info``, with the ``WarmStartOrigin``). A used
 entry is "tried" when a run trial measured its config; its effect is that trial's step time

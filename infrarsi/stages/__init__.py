@@ -1,1 +1,7 @@
-"""The five stages: init, doctor, run, verify, report, apply (one file each), plus `tune`."""
+"""The stages a user runs, one entry point per file.
+
+init, doctor, run, verify, long_check, report, apply, propose, and ``tune`` (all of them in
+order); beside them the helpers only one stage uses (``doctor_analysis``, ``long_check_analysis``,
+``init_script``, ``apply_script``). What the stages share (the executor, the optimizer factory,
+the bank) is in ``infrarsi.orchestration``.
+"""

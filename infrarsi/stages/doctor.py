@@ -77,7 +77,7 @@ def _doctor_stage(
     spread and the honest change, the eval tolerance, and the memory capacity when init left it
     unset and the device's memory is known (``DoctorReport.device_memory_capacity_bytes``, see
     ``infrarsi.study.capacity``)."""
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
     from infrarsi.study.contract import Contract
 
     if repeats < 2:
@@ -181,7 +181,7 @@ def _doctor_stage(
         loss_tolerance=atol,
         memory_capacity=contract.memory_capacity.describe(),
     )
-    from infrarsi.stages.bank_feed import add_to_bank
+    from infrarsi.orchestration.bank_feed import add_to_bank
 
     add_to_bank(paths.root, stage="doctor")  # the experience bank (never fails the stage)
     return report

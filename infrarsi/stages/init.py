@@ -50,8 +50,8 @@ def init_stage(
     batch divides over the ranks, and every patch the ``code_patch`` knob names stays inside the
     editable globs and applies to the workload repository's HEAD (``PatchError`` otherwise).
     """
+    from infrarsi.orchestration.common import copy_space
     from infrarsi.search import SearchSpace
-    from infrarsi.stages.common import copy_space
     from infrarsi.study.contract import DEFAULT_LONG_CHECK_BUDGET_S, Contract
     from infrarsi.study.switches import StudySwitches
 

@@ -74,7 +74,7 @@ from infrarsi.study.paths import StudyPaths
 from infrarsi.study.verify_report import VerifyReport
 
 if TYPE_CHECKING:
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
 
 log = structlog.get_logger(__name__)
 
@@ -184,7 +184,7 @@ def _long_check_stage(
     ``budget_s`` overrides the contract's
     ``budgets.long_check_s``; ``checkpoint=False`` skips the round trip (the verdict says so and
     does not require it). ``executor``: an open ``StudyExecutor`` to use and leave open."""
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
     from infrarsi.study.contract import Contract
 
     t0 = time.perf_counter()
@@ -336,7 +336,7 @@ def _long_check_stage(
                 else 0.0
             ),
         )
-        from infrarsi.stages.trial_request import Horizon
+        from infrarsi.orchestration.trial_request import Horizon
         from infrarsi.study.invariants import Reference
 
         inv = contract.invariants.model_copy(

@@ -90,8 +90,8 @@ def propose(
     spells it), the rule and the fix: an unknown knob or value, a knob outside the editable scope,
     a knob set while its ``when`` condition is false (it would be silently dropped), and a
     candidate already queued or already measured (it would be run twice)."""
+    from infrarsi.orchestration.common import baseline_config, load_space
     from infrarsi.patches import config_patch
-    from infrarsi.stages.common import baseline_config, load_space
     from infrarsi.study.contract import Contract
 
     paths = StudyPaths(Path(study_dir).resolve())
@@ -350,7 +350,7 @@ def _check_and_store_patch(
 
 def study_state(study_dir: str | Path, predict: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """What a proposer needs to know, as one JSON-able dict (see the module docstring)."""
-    from infrarsi.stages.common import baseline_config, scoped_space
+    from infrarsi.orchestration.common import baseline_config, scoped_space
     from infrarsi.study.contract import Contract
     from infrarsi.study.doctor_report import DoctorReport
     from infrarsi.study.lock import holder_of
@@ -436,8 +436,8 @@ def predictions(
 ) -> list[dict[str, Any]]:
     """The optimizer's predictions for ``configs`` (knobs left out: the baseline's), fitted on the
     study's log: step time (s), its sd (log), peak memory (bytes per device), P(fit), P(ok)."""
-    from infrarsi.stages.common import baseline_config
-    from infrarsi.stages.optimizer_factory import build_optimizer
+    from infrarsi.orchestration.common import baseline_config
+    from infrarsi.orchestration.optimizer_factory import build_optimizer
 
     base = baseline_config(contract, paths.root)
     opt = build_optimizer(contract, history, study_dir=paths.root)

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, cast
 import structlog
 
 from infrarsi.errors import StudyError
+from infrarsi.orchestration.executor import StudyExecutor
 from infrarsi.result import TrialExtra
-from infrarsi.stages.executor import StudyExecutor
 from infrarsi.study.candidate import Candidate
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import StudyPaths
@@ -169,9 +169,9 @@ def _run_stage(
     from infrarsi.execution.cluster import alive_nodes, require_slots, trial_resources
     from infrarsi.execution.group import GroupSpec
     from infrarsi.execution.runner import init_ray as ensure_ray
-    from infrarsi.stages.common import device_budget_s, raise_harness_errors
-    from infrarsi.stages.optimizer_factory import build_optimizer, make_searcher
-    from infrarsi.stages.progress import RunProgress, is_lost_actor
+    from infrarsi.orchestration.common import device_budget_s, raise_harness_errors
+    from infrarsi.orchestration.optimizer_factory import build_optimizer, make_searcher
+    from infrarsi.orchestration.progress import RunProgress, is_lost_actor
     from infrarsi.study.contract import Contract
     from infrarsi.study.proposals import ProposalQueue
     from infrarsi.study.trial_log import read_trials
@@ -343,7 +343,7 @@ def _run_stage(
     final = [r for r in rows_from_table(read_trials(paths.root)) if r.stage == "run"]
     best = fastest_clean_row(final)
     base = _baseline_step(paths)
-    from infrarsi.stages.bank_feed import add_to_bank
+    from infrarsi.orchestration.bank_feed import add_to_bank
 
     add_to_bank(paths.root, stage="run")  # the experience bank (never fails the stage)
     return {
@@ -430,7 +430,7 @@ class _HarnessOnly:
     """A Tune ``ResultGrid`` whose ``errors`` leave out trial actors that died (not the harness's)."""
 
     def __init__(self, grid: Any) -> None:
-        from infrarsi.stages.progress import is_lost_actor
+        from infrarsi.orchestration.progress import is_lost_actor
 
         self.errors = [e for e in (getattr(grid, "errors", None) or []) if not is_lost_actor(e)]
 

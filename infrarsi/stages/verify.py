@@ -39,7 +39,7 @@ from infrarsi.study.paths import StudyPaths
 from infrarsi.study.verify_report import VerifiedCandidate, VerifyReport, VerifyRound
 
 if TYPE_CHECKING:
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
 
 log = structlog.get_logger(__name__)
 
@@ -56,8 +56,8 @@ def select_candidates(study_dir: Path, top_k: int) -> list[dict[str, Any]]:
     the median observed step time for patched ones (the models know knobs, not patches). Left
     out: the untouched baseline, and every candidate one of whose run trials broke an invariant
     (a cheat is never re-run because its knobs look fast)."""
-    from infrarsi.stages.common import baseline_config
-    from infrarsi.stages.optimizer_factory import build_optimizer
+    from infrarsi.orchestration.common import baseline_config
+    from infrarsi.orchestration.optimizer_factory import build_optimizer
     from infrarsi.study.contract import Contract
     from infrarsi.study.trial_log import read_trials, rows
 
@@ -182,7 +182,7 @@ def _verify_stage(
     (``Candidate`` records, their dicts, or bare knob configs), e.g. to check one by hand.
     ``executor`` is an already open ``StudyExecutor`` to use (and leave open); by default verify
     opens and closes its own. ``seed`` is kept for callers; the interval is exact, not sampled."""
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
 
     del seed
     paths = StudyPaths(Path(study_dir).resolve())
@@ -247,7 +247,7 @@ def _verify_stage(
         ),
     )
     report.save(paths.root)
-    from infrarsi.stages.bank_feed import add_to_bank
+    from infrarsi.orchestration.bank_feed import add_to_bank
 
     add_to_bank(paths.root, stage="verify")  # the experience bank (never fails the stage)
     return report.to_dict()

@@ -13,7 +13,7 @@ contract; its default at init is ``$INFRARSI_BANK`` or ``~/.cache/infrarsi/bank`
 Each study's file is named by its study key (``study_key``: the contract's hash without the
 calibrations doctor adds, so one study keeps one file across its stages), so ingesting a study
 again replaces its rows: ingest is idempotent. Every stage feeds the bank (doctor, run, verify,
-tune: ``infrarsi.stages.bank_feed.add_to_bank``) and ``infrarsi bank ingest DIR`` adds a study by hand.
+tune: ``infrarsi.orchestration.bank_feed.add_to_bank``) and ``infrarsi bank ingest DIR`` adds a study by hand.
 Writes are atomic where the filesystem allows: a local or pyarrow/fsspec filesystem gets a
 ``*.tmp`` file renamed over the old one (a rename is atomic on a local disk and HDFS; an fsspec
 ``move`` may be a copy and a delete), an object store (S3, GCS) gets the object written directly,
@@ -37,7 +37,7 @@ workload similarity; ``config`` keeps only the space's knobs, ``bank_config`` is
 measured. Simulated (surrogate) rows only seed simulated studies.
 
 Why one module: the bank's format, writes and queries are one Parquet dataset's interface; what the
-stages feed it and take from it is in ``stages.bank_feed`` and ``stages.bank_transfer``.
+stages feed it and take from it is in ``orchestration.bank_feed`` and ``orchestration.bank_transfer``.
 """
 
 from __future__ import annotations
@@ -533,7 +533,7 @@ class Bank:
             bound when ``memory_censored``), ``memory_censored``, ``similarity`` in (0, 1],
             ``source_study``, ``source_key``, ``trial_id``, ``hardware_fingerprint``, ``same_hardware``, and the
             absolute ``step_time_s``, ``peak_memory_bytes``, ``memory_capacity_bytes`` and the
-            source's ``study_dir`` (for ``infrarsi.stages.bank_transfer``).
+            source's ``study_dir`` (for ``infrarsi.orchestration.bank_transfer``).
         """
         if exclude_study is None and isinstance(workload, Contract):
             exclude_study = study_key(workload)

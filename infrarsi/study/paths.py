@@ -173,7 +173,7 @@ class StudyPaths:
 
     @property
     def bank_warm_start(self) -> Path:
-        """The bank configs chosen as warm starts and those dropped (``stages.optimizer_factory``;
+        """The bank configs chosen as warm starts and those dropped (``orchestration.optimizer_factory``;
         the report's audit reads it)."""
         return self.root / "bank_warm_start.json"
 

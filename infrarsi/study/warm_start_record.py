@@ -1,6 +1,6 @@
 """``WarmStartRecord``: the typed record of ``DIR/bank_warm_start.json``, the bank's warm start.
 
-``stages.optimizer_factory.record_warm_start`` writes it when the search starts from the
+``orchestration.optimizer_factory.record_warm_start`` writes it when the search starts from the
 experience bank (the configs of other studies tried first, those dropped as invalid here, and the
 studies used inside the models); the report's bank audit reads it
 (``WarmStartRecord.load_if_present(DIR)``), so its keys are named in this one place. Every field
@@ -73,7 +73,7 @@ class TransferSource(_Record):
 
 
 class TransferSummary(_Record):
-    """The bank's studies used inside the models (``stages.bank_transfer.bank_transfer_prior``)."""
+    """The bank's studies used inside the models (``orchestration.bank_transfer.bank_transfer_prior``)."""
 
     sources: list[TransferSource] = Field(default_factory=list)
     """Each source study, in the bank's order."""

@@ -21,8 +21,8 @@ def test_the_capacity_defaults_to_the_memory_the_trials_devices_report(
     """No --memory-capacity and none in the workload: the doctor records the device's own memory
     (what the ranks report in each trial's hardware record; here a stand-in 24 GiB device) as a
     contract amendment, never a stand-in "unlimited" number. The honest-change trial runs too."""
+    from infrarsi.orchestration.executor import StudyExecutor
     from infrarsi.stages.doctor import doctor_stage
-    from infrarsi.stages.executor import StudyExecutor
     from infrarsi.stages.init import init_stage
 
     raw = yaml.safe_load(FIXTURE.read_text())

@@ -96,7 +96,7 @@ def study(doctored_honest_study: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def executor(study: Path):
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
 
     ex = StudyExecutor(study)
     yield ex

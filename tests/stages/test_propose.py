@@ -118,7 +118,7 @@ def test_a_candidate_already_queued_is_refused_naming_the_proposal(study: Path) 
 def test_a_candidate_already_measured_is_refused_naming_the_trial(study: Path) -> None:
     from synthetic_study import row, write_rows
 
-    from infrarsi.stages.common import baseline_config
+    from infrarsi.orchestration.common import baseline_config
     from infrarsi.study.contract import Contract
 
     base = baseline_config(Contract.load(study), study)

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from infrarsi.errors import ConfigError
+from infrarsi.orchestration.bank_feed import add_to_bank
+from infrarsi.orchestration.executor import StudyExecutor
+from infrarsi.orchestration.optimizer_factory import bank_warm_start_configs, build_optimizer
 from infrarsi.search import Optimizer
-from infrarsi.stages.bank_feed import add_to_bank
-from infrarsi.stages.executor import StudyExecutor
 from infrarsi.stages.init import init_stage
-from infrarsi.stages.optimizer_factory import bank_warm_start_configs, build_optimizer
 from infrarsi.study.bank import Bank
 from infrarsi.study.contract import Contract
 from infrarsi.study.doctor_report import DoctorReport, StepTimeNoise

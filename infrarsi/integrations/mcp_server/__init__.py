@@ -71,7 +71,7 @@ def build_server(study_dir: str | Path) -> Any:
     from infrarsi.cli.app import package_version
     from infrarsi.integrations.mcp_server.schema import config_schema, plain_text
     from infrarsi.integrations.mcp_server.tools import HINTS, StudyTools
-    from infrarsi.stages.common import baseline_config, load_space
+    from infrarsi.orchestration.common import baseline_config, load_space
     from infrarsi.study.contract import Contract
 
     root = Path(study_dir).resolve()

@@ -51,7 +51,7 @@ def test_shipped_patch_is_a_git_diff_of_the_dense_model() -> None:
 def test_patched_trial_runs_the_patched_code_with_the_same_loss(
     tmp_path: Path, ray_local: str
 ) -> None:
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
     from infrarsi.study.trial_log import read_trials
 
     root = make_repo(tmp_path, ["none", "rope_complex", "boom"])
@@ -91,8 +91,8 @@ def test_apply_puts_the_winners_patch_on_the_branch(tmp_path: Path) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from synthetic_study import row, write_rows, write_verified
 
+    from infrarsi.orchestration.common import load_space
     from infrarsi.stages.apply import apply
-    from infrarsi.stages.common import load_space
     from infrarsi.study.candidate import file_sha256
     from infrarsi.study.contract import Contract
 
@@ -124,8 +124,8 @@ def test_a_conflicting_set_reaching_the_executor_is_failed_without_a_trial(tmp_p
     """A set that conflicts (here the space's check at init was bypassed) is refused before any
     rank starts: a ``failed`` row with ``patch_conflict``, no device time, both patches named;
     a set that applies runs on one worktree holding both patches."""
-    from infrarsi.stages.common import copy_space
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.common import copy_space
+    from infrarsi.orchestration.executor import StudyExecutor
     from infrarsi.study.contract import Contract
     from infrarsi.study.trial_log import read_trials
 
@@ -190,8 +190,8 @@ def test_apply_puts_every_patch_of_the_winners_set_on_the_branch(tmp_path: Path)
     sys.path.insert(0, str(ROOT / "tests"))
     from synthetic_study import row, write_rows, write_verified
 
+    from infrarsi.orchestration.common import load_space
     from infrarsi.stages.apply import apply
-    from infrarsi.stages.common import load_space
     from infrarsi.study.candidate import file_sha256
     from infrarsi.study.contract import Contract
 

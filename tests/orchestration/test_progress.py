@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from infrarsi.orchestration.progress import RunProgress, is_lost_actor
 from infrarsi.result import TrialResult
-from infrarsi.stages.progress import RunProgress, is_lost_actor
 
 
 def test_progress_counts_history_and_takes_the_done_count_of_a_new_tune_run() -> None:

@@ -39,7 +39,7 @@ def study(doctored_honest_study: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def executor(study: Path):
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
 
     ex = StudyExecutor(study)
     yield ex
@@ -97,7 +97,7 @@ def test_verify_never_accepts_a_cheat_even_a_faster_one(study: Path, executor, c
 
 
 def test_an_out_of_scope_config_is_refused_before_it_runs(tmp_path: Path) -> None:
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
     from infrarsi.study.contract import Contract
     from infrarsi.study.trial_log import read_trials, rows
 
@@ -110,7 +110,7 @@ def test_an_out_of_scope_config_is_refused_before_it_runs(tmp_path: Path) -> Non
     ).save(d)
     ex = StudyExecutor(d)
     try:
-        from infrarsi.stages.common import baseline_config
+        from infrarsi.orchestration.common import baseline_config
 
         base = baseline_config(ex.contract, d)
         other = next(k for k in ex.space.knobs if k.name != "zero_stage" and len(k.values) > 1)
@@ -138,7 +138,7 @@ def test_a_full_disk_at_the_log_write_is_a_log_error_and_resume_logs_the_trial_i
     import os
 
     from infrarsi.errors import LogError
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
     from infrarsi.stages.init import init_stage
     from infrarsi.study.trial_log import read_trials, rows
 
@@ -191,7 +191,7 @@ def test_a_retried_attempt_key_returns_the_first_rows_and_runs_nothing_twice(
 
     import yaml
 
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
     from infrarsi.stages.init import init_stage
     from infrarsi.study.trial_log import read_trials, rows
 
@@ -232,7 +232,7 @@ def test_an_attempt_that_raised_leaves_its_key_free_for_the_retry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A first call that raised (a harness error) logged nothing: a retry with its key runs."""
-    from infrarsi.stages.executor import StudyExecutor
+    from infrarsi.orchestration.executor import StudyExecutor
     from infrarsi.stages.init import init_stage
     from infrarsi.study.trial_log import read_trials, rows
 

@@ -14,10 +14,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from synthetic_study import BASE, BEST, ROOT, make_study, row, write_rows
 
+from infrarsi.orchestration.bank_feed import add_to_bank
+from infrarsi.orchestration.optimizer_factory import bank_warm_start_configs, build_optimizer
 from infrarsi.result import TrialExtra
 from infrarsi.search import AskInfo, Optimizer, Outcome
-from infrarsi.stages.bank_feed import add_to_bank
-from infrarsi.stages.optimizer_factory import bank_warm_start_configs, build_optimizer
 from infrarsi.study.bank import Bank
 from infrarsi.study.contract import Contract
 from infrarsi.study.switches import StudySwitches
@@ -393,7 +393,7 @@ def test_a_tune_trial_lost_before_it_ran_is_not_told_failed_and_one_that_ran_get
     """Tune ends a trial in error when its actor died beyond the retries: the searcher tells the
     row the executor logged for that Tune trial, or nothing when it never ran (its config goes
     back to the pool instead of being marked failed)."""
-    from infrarsi.stages.optimizer_factory import logged_row, make_searcher
+    from infrarsi.orchestration.optimizer_factory import logged_row, make_searcher
 
     contract, rows = new_study(tmp_path, None)
     d = tmp_path / "new"

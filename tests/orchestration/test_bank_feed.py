@@ -11,7 +11,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "stages" / "surroga
 
 
 def test_doctor_feeds_the_contracts_bank(tmp_path: Path) -> None:
-    from infrarsi.stages.bank_feed import add_to_bank
+    from infrarsi.orchestration.bank_feed import add_to_bank
     from infrarsi.stages.doctor import doctor_stage
     from infrarsi.stages.init import init_stage
 

@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from infrarsi.execution.rank_spec import LossGuard
+from infrarsi.orchestration.common import load_space
+from infrarsi.orchestration.trial_request import Horizon, TrialRequest
 from infrarsi.result import Stage, TrialExtra, TrialResult
-from infrarsi.stages.common import load_space
-from infrarsi.stages.trial_request import Horizon, TrialRequest
 from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.paths import MARKER_STALE_S, InflightMarkers, StudyPaths, TrialIds
 
@@ -120,7 +120,7 @@ class StudyExecutor:
 
     def scope_violation(self, config: dict[str, Any]) -> str | None:
         """Why ``config`` changes a knob the contract does not name as editable (None: in scope)."""
-        from infrarsi.stages.common import baseline_config, scope_violation
+        from infrarsi.orchestration.common import baseline_config, scope_violation
 
         if set(self.contract.editable.knobs) >= set(self.space.names):
             return None

@@ -20,7 +20,7 @@ not allowed here, a broken constraint) is dropped. The choice, repairs and drops
 for the report's audit.
 
 Transfer inside the models: with the bank on and an analytic prior, the bank's trials of similar
-studies also reach the models (``infrarsi.stages.bank_transfer`` reads them into a
+studies also reach the models (``infrarsi.orchestration.bank_transfer`` reads them into a
 ``search.transfer.TransferPrior``: prior coefficients fitted on those studies, and a transferred
 residual mean, each weighted by how well it ranks this study's own trials). What was used is
 recorded under ``transfer`` in ``DIR/bank_warm_start.json``; each ask's weights are in its
@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from infrarsi.orchestration.bank_transfer import bank_transfer_prior
 from infrarsi.result import TrialResult
 from infrarsi.search import AskInfo, Optimizer, Outcome, WarmStartOrigin
-from infrarsi.stages.bank_transfer import bank_transfer_prior
 from infrarsi.workload_prior import prior_for_workload
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ def build_optimizer(
     holding similar trials of other studies, the bank's best configs are its warm-start
     configs, tried first (module docstring)."""
     from infrarsi.errors import SearchSpaceError
-    from infrarsi.stages.common import baseline_config, scoped_space
+    from infrarsi.orchestration.common import baseline_config, scoped_space
 
     d = Path(study_dir)
     space = scoped_space(

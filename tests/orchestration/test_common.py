@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from synthetic_study import BASE, ROOT
 
-from infrarsi.stages.common import baseline_config, scope_violation, scoped_space
+from infrarsi.orchestration.common import baseline_config, scope_violation, scoped_space
 from infrarsi.study.contract import Contract
 
 
