@@ -240,8 +240,8 @@ def build_bank(
 ) -> Path:
     """Run the source problem ``len(source_seeds)`` times and ingest each run as a study into a
     bank under ``folder`` (module docstring); returns the bank's path."""
+    from infrarsi.bank.store import Bank
     from infrarsi.search import Optimizer, Outcome
-    from infrarsi.study.bank import Bank
     from infrarsi.study.trial_log import TrialLogWriter
 
     src_v, _ = TASKS[task]

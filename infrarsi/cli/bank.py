@@ -1,4 +1,4 @@
-"""``infrarsi bank ingest | query | stats``: the experience bank (``infrarsi.study.bank``) on the command line.
+"""``infrarsi bank ingest | query | stats``: the experience bank (``infrarsi.bank.store``) on the command line.
 
 The bank is a local directory or a filesystem URI (``s3://``, ``gs://``, ``hdfs://``, ``file://``,
 or any fsspec protocol with ``fsspec`` installed): ``--bank``, else for ``ingest`` the bank the
@@ -36,7 +36,7 @@ BANK_HELP = env_help(
 def open_bank(bank: str | None, *, study_dir: Path | None = None) -> Any:
     """The ``Bank`` that ``--bank`` names (``ConfigError``, exit 2, for ``off`` or a bad value);
     without it the study's contract's bank (for ingest), else the environment's."""
-    from infrarsi.study.bank import Bank
+    from infrarsi.bank.store import Bank
     from infrarsi.study.switches import BANK_ENV, bank_from_environment, parse_bank
 
     if bank is not None:

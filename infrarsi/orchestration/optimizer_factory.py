@@ -1,6 +1,6 @@
 """Builds the study's optimizer from its log, and the Ray Tune searcher over it.
 
-Warm start from the experience bank (``infrarsi.study.bank``): when the contract's bank switch is on
+Warm start from the experience bank (``infrarsi.bank.store``): when the contract's bank switch is on
 (``switches.bank``: ``--bank`` / ``$INFRARSI_BANK`` at init; ``off`` disables it) and it holds ok trials of a
 similar workload (same model family and search space name) from OTHER studies (another
 cluster, or this one with another model size or node count; never the study's own rows),
@@ -20,7 +20,7 @@ not allowed here, a broken constraint) is dropped. The choice, repairs and drops
 for the report's audit.
 
 Transfer inside the models: with the bank on and an analytic prior, the bank's trials of similar
-studies also reach the models (``infrarsi.orchestration.bank_transfer`` reads them into a
+studies also reach the models (``infrarsi.bank.transfer`` reads them into a
 ``search.transfer.TransferPrior``: prior coefficients fitted on those studies, and a transferred
 residual mean, each weighted by how well it ranks this study's own trials). What was used is
 recorded under ``transfer`` in ``DIR/bank_warm_start.json``; each ask's weights are in its
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from infrarsi.orchestration.bank_transfer import bank_transfer_prior
+from infrarsi.bank.transfer import bank_transfer_prior
 from infrarsi.result import TrialResult
 from infrarsi.search import AskInfo, Optimizer, Outcome, WarmStartOrigin
 from infrarsi.workload_prior import prior_for_workload
@@ -110,7 +110,7 @@ def bank_warm_start_selection(
     has nothing similar."""
     if bank_disabled(contract) or limit <= 0:
         return [], []
-    from infrarsi.study.bank import Bank
+    from infrarsi.bank.store import Bank
 
     try:
         bank = Bank(bank_root if bank_root is not None else contract.switches_in_force().bank)

@@ -1,6 +1,6 @@
 """Transfer from earlier studies inside the models: prior coefficients and a stacked residual, weighted by rank.
 
-The experience bank's rows of similar studies (``infrarsi.study.bank``; the stage layer reads them
+The experience bank's rows of similar studies (``infrarsi.bank.store``; the stage layer reads them
 and hands the core a ``TransferPrior``, no pyarrow here) enter the step-time and memory models in
 two ways, on top of the analytic prior mean (``priors.mean``):
 

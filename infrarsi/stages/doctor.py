@@ -181,7 +181,7 @@ def _doctor_stage(
         loss_tolerance=atol,
         memory_capacity=contract.memory_capacity.describe(),
     )
-    from infrarsi.orchestration.bank_feed import add_to_bank
+    from infrarsi.bank.feed import add_to_bank
 
     add_to_bank(paths.root, stage="doctor")  # the experience bank (never fails the stage)
     return report

@@ -343,7 +343,7 @@ def _run_stage(
     final = [r for r in rows_from_table(read_trials(paths.root)) if r.stage == "run"]
     best = fastest_clean_row(final)
     base = _baseline_step(paths)
-    from infrarsi.orchestration.bank_feed import add_to_bank
+    from infrarsi.bank.feed import add_to_bank
 
     add_to_bank(paths.root, stage="run")  # the experience bank (never fails the stage)
     return {

@@ -3,7 +3,7 @@
 Every stage in order on one study directory (init, doctor, run, verify, report). A stage whose
 output already exists is skipped, so re-running ``tune`` on the same directory resumes where it
 stopped (``run`` resumes from the log). Each stage adds the study to the experience bank as it
-ends, and ``tune`` once more at the end (``infrarsi.orchestration.bank_feed.add_to_bank``): the bank the
+ends, and ``tune`` once more at the end (``infrarsi.bank.feed.add_to_bank``): the bank the
 contract names (``switches.bank``; ``--bank`` or ``$INFRARSI_BANK`` at init, ``off``
 disables it), which warm-starts later studies of similar workloads (other clusters, other sizes).
 Every event goes to the study's ``logs/infrarsi.jsonl`` (``infrarsi.structlog_config.study_log``)."""
@@ -63,8 +63,8 @@ def tune_stage(
     to wait for another writer; None refuses at once with ``StudyLockedError``). When verify
     accepted a candidate, ``long_check`` runs the check past the trial's horizon on it (unless
     ``long_check.json`` already holds that very candidate's), which ``apply`` requires."""
+    from infrarsi.bank.feed import add_to_bank
     from infrarsi.execution.runner import init_ray as ensure_ray
-    from infrarsi.orchestration.bank_feed import add_to_bank
     from infrarsi.stages.doctor import doctor_stage
     from infrarsi.stages.init import check_init_options, init_stage
     from infrarsi.stages.report import write_report

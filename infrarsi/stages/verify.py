@@ -247,7 +247,7 @@ def _verify_stage(
         ),
     )
     report.save(paths.root)
-    from infrarsi.orchestration.bank_feed import add_to_bank
+    from infrarsi.bank.feed import add_to_bank
 
     add_to_bank(paths.root, stage="verify")  # the experience bank (never fails the stage)
     return report.to_dict()

@@ -57,7 +57,7 @@ def parse_switch(text: str, *, what: str) -> bool:
 
 def parse_bank(text: str, *, what: str) -> str | None:
     """The bank a value names: None for an off word; a ``scheme://`` URI as given (``s3://``,
-    ``gs://``, ``hdfs://``, ``file://``, or any fsspec protocol: see ``infrarsi.study.bank``); else
+    ``gs://``, ``hdfs://``, ``file://``, or any fsspec protocol: see ``infrarsi.bank.store``); else
     a local directory (``~`` expanded, made absolute). ``ConfigError`` for an empty value or a URI
     with no scheme or no path."""
     value = text.strip()

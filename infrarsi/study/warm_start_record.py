@@ -73,7 +73,7 @@ class TransferSource(_Record):
 
 
 class TransferSummary(_Record):
-    """The bank's studies used inside the models (``orchestration.bank_transfer.bank_transfer_prior``)."""
+    """The bank's studies used inside the models (``bank.transfer.bank_transfer_prior``)."""
 
     sources: list[TransferSource] = Field(default_factory=list)
     """Each source study, in the bank's order."""

@@ -14,11 +14,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from synthetic_study import BASE, BEST, ROOT, make_study, row, write_rows
 
-from infrarsi.orchestration.bank_feed import add_to_bank
+from infrarsi.bank.feed import add_to_bank
+from infrarsi.bank.store import Bank
 from infrarsi.orchestration.optimizer_factory import bank_warm_start_configs, build_optimizer
 from infrarsi.result import TrialExtra
 from infrarsi.search import AskInfo, Optimizer, Outcome
-from infrarsi.study.bank import Bank
 from infrarsi.study.contract import Contract
 from infrarsi.study.switches import StudySwitches
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from infrarsi.bank.feed import add_to_bank
+from infrarsi.bank.store import Bank
 from infrarsi.errors import ConfigError
-from infrarsi.orchestration.bank_feed import add_to_bank
 from infrarsi.orchestration.executor import StudyExecutor
 from infrarsi.orchestration.optimizer_factory import bank_warm_start_configs, build_optimizer
 from infrarsi.search import Optimizer
 from infrarsi.stages.init import init_stage
-from infrarsi.study.bank import Bank
 from infrarsi.study.contract import Contract
 from infrarsi.study.doctor_report import DoctorReport, StepTimeNoise
 from infrarsi.study.switches import (

@@ -66,7 +66,7 @@ def bank_transfer_prior(
     bank is missing, damaged or holds nothing similar) and what was used, for
     ``bank_warm_start.json``: ``{"sources": [{"study", "key", "similarity", "rows", "dropped",
     "own_prior"}]}``. ``hardware``: this study's (None: unknown yet)."""
-    from infrarsi.study.bank import Bank
+    from infrarsi.bank.store import Bank
 
     root = bank_root
     try:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from synthetic_study import BEST, GIB, make_study
 
-from infrarsi.orchestration.bank_transfer import bank_transfer_prior
+from infrarsi.bank.store import Bank
+from infrarsi.bank.transfer import bank_transfer_prior
 from infrarsi.orchestration.common import baseline_config, scoped_space
 from infrarsi.orchestration.optimizer_factory import revalidate_config
-from infrarsi.study.bank import Bank
 from infrarsi.study.contract import Contract
 from infrarsi.study.switches import StudySwitches
 

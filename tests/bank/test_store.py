@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 from synthetic_study import BEST, make_study
 
-from infrarsi.errors import ConfigError, StudyError
-from infrarsi.study.bank import (
+from infrarsi.bank.signatures import HardwareSignature, ParallelLayout
+from infrarsi.bank.store import (
     LEGACY_SCHEMA,
     SCHEMA,
     Bank,
@@ -18,8 +18,8 @@ from infrarsi.study.bank import (
     scale_prior,
     study_key,
 )
+from infrarsi.errors import ConfigError, StudyError
 from infrarsi.study.contract import Contract
-from infrarsi.study.signatures import HardwareSignature, ParallelLayout
 from infrarsi.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[2]

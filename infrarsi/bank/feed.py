@@ -21,7 +21,7 @@ def add_to_bank(study_dir: str | Path, *, stage: str = "tune") -> dict[str, Any]
     it when it ends (doctor, run, verify, tune: cheap, and idempotent since a study keeps one
     file). Never fails the stage: a bank error is logged as a warning and returned. Returns
     ``{"root", "rows"}``, ``{"disabled": True}`` (the switch is off) or ``{"error"}``."""
-    from infrarsi.study.bank import Bank
+    from infrarsi.bank.store import Bank
     from infrarsi.study.contract import Contract
     from infrarsi.study.lock import hold_study
 

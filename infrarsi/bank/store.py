@@ -13,7 +13,7 @@ contract; its default at init is ``$INFRARSI_BANK`` or ``~/.cache/infrarsi/bank`
 Each study's file is named by its study key (``study_key``: the contract's hash without the
 calibrations doctor adds, so one study keeps one file across its stages), so ingesting a study
 again replaces its rows: ingest is idempotent. Every stage feeds the bank (doctor, run, verify,
-tune: ``infrarsi.orchestration.bank_feed.add_to_bank``) and ``infrarsi bank ingest DIR`` adds a study by hand.
+tune: ``infrarsi.bank.feed.add_to_bank``) and ``infrarsi bank ingest DIR`` adds a study by hand.
 Writes are atomic where the filesystem allows: a local or pyarrow/fsspec filesystem gets a
 ``*.tmp`` file renamed over the old one (a rename is atomic on a local disk and HDFS; an fsspec
 ``move`` may be a copy and a delete), an object store (S3, GCS) gets the object written directly,
@@ -21,7 +21,7 @@ which only appears once complete. Readers skip ``*.tmp`` leftovers and damaged f
 
 Each row holds the trial's config and outcome, the outcome in relative terms (step time over
 that study's baseline step time, peak memory over that study's memory capacity) and three
-signatures (``infrarsi.study.signatures``): hardware (``hw_*``), workload (``wl_*``) and
+signatures (``infrarsi.bank.signatures``): hardware (``hw_*``), workload (``wl_*``) and
 parallel layout (``par_*``). Banks written before the signatures (the same folder layout, fewer
 columns) are read as they are, the missing columns as nulls::
 
@@ -37,7 +37,7 @@ workload similarity; ``config`` keeps only the space's knobs, ``bank_config`` is
 measured. Simulated (surrogate) rows only seed simulated studies.
 
 Why one module: the bank's format, writes and queries are one Parquet dataset's interface; what the
-stages feed it and take from it is in ``orchestration.bank_feed`` and ``orchestration.bank_transfer``.
+stages feed it and take from it is in ``bank.feed`` and ``bank.transfer``.
 """
 
 from __future__ import annotations
@@ -59,16 +59,16 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import yaml
 
-from infrarsi.errors import ConfigError, StudyError
-from infrarsi.result import TrialResult
-from infrarsi.study.contract import Contract
-from infrarsi.study.doctor_report import DoctorReport
-from infrarsi.study.signatures import (
+from infrarsi.bank.signatures import (
     HardwareSignature,
     ParallelLayout,
     WorkloadSignature,
     signature_fields,
 )
+from infrarsi.errors import ConfigError, StudyError
+from infrarsi.result import TrialResult
+from infrarsi.study.contract import Contract
+from infrarsi.study.doctor_report import DoctorReport
 from infrarsi.study.switches import BANK_ENV, bank_from_environment
 from infrarsi.study.trial_log import read_results
 
@@ -124,7 +124,7 @@ LEGACY_SCHEMA = pa.schema(
 
 SCHEMA = pa.schema([*LEGACY_SCHEMA, pa.field("study_dir", pa.string()), *signature_fields()])
 """One bank row per trial: ``LEGACY_SCHEMA``, the study's directory when ingested, and the
-three signatures' columns (``hw_*``, ``wl_*``, ``par_*``; ``infrarsi.study.signatures``)."""
+three signatures' columns (``hw_*``, ``wl_*``, ``par_*``; ``infrarsi.bank.signatures``)."""
 
 OBJECT_STORES = ("s3", "gcs")
 """pyarrow filesystem types whose objects appear only once completely written (no tmp + move)."""
@@ -533,7 +533,7 @@ class Bank:
             bound when ``memory_censored``), ``memory_censored``, ``similarity`` in (0, 1],
             ``source_study``, ``source_key``, ``trial_id``, ``hardware_fingerprint``, ``same_hardware``, and the
             absolute ``step_time_s``, ``peak_memory_bytes``, ``memory_capacity_bytes`` and the
-            source's ``study_dir`` (for ``infrarsi.orchestration.bank_transfer``).
+            source's ``study_dir`` (for ``infrarsi.bank.transfer``).
         """
         if exclude_study is None and isinstance(workload, Contract):
             exclude_study = study_key(workload)

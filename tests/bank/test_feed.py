@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infrarsi.study.bank import Bank
+from infrarsi.bank.store import Bank
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "stages" / "surrogate_small.yaml"
 
 
 def test_doctor_feeds_the_contracts_bank(tmp_path: Path) -> None:
-    from infrarsi.orchestration.bank_feed import add_to_bank
+    from infrarsi.bank.feed import add_to_bank
     from infrarsi.stages.doctor import doctor_stage
     from infrarsi.stages.init import init_stage
 
