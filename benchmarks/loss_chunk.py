@@ -29,6 +29,19 @@ VOCAB = 128256
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def peak_bytes(device: str, *, reset: bool = False) -> int:
+    """The process's peak memory so far, after the device's queued work: ``ru_maxrss`` on CPU,
+    ``torch.cuda.max_memory_allocated`` on a GPU (``reset``: its peak restarted here first)."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        if reset:
+            torch.cuda.reset_peak_memory_stats()
+        return int(torch.cuda.max_memory_allocated())
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+
+
 def one(tokens: int, chunk: int, device: str, threads: int) -> dict[str, float]:
     """Measure one variant in this process (called in a fresh subprocess by ``main``)."""
     import torch
@@ -42,25 +55,14 @@ def one(tokens: int, chunk: int, device: str, threads: int) -> dict[str, float]:
         tokens, VOCAB, generator=g, dtype=torch.bfloat16, device=device
     ).requires_grad_()
     tgt = torch.randint(0, VOCAB, (tokens,), generator=g, device=device)
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.max_memory_allocated()
-    else:
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    base = peak_bytes(device, reset=True)
     t = time.perf_counter()
     loss = (
         chunked_cross_entropy(logits, tgt, chunk) if chunk else F.cross_entropy(logits.float(), tgt)
     )
     loss.backward()
-    if device == "cuda":
-        torch.cuda.synchronize()
+    peak = peak_bytes(device)
     wall_s = time.perf_counter() - t
-    peak = (
-        torch.cuda.max_memory_allocated()
-        if device == "cuda"
-        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    )
     return {
         "loss_chunk_tokens": chunk,
         "loss": float(loss.item()),

@@ -116,6 +116,13 @@ class TrainingJob:
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     """The job's training loss from ``(logits, targets)``, the one back-propagated (default: the
     harness's mean cross-entropy). The loss invariant always uses the harness's own cross-entropy."""
+    fused_loss: Callable[[nn.Module, torch.Tensor, torch.Tensor, int], torch.Tensor] | None = None
+    """``fused_loss(model, inputs [b, s], targets [b, s], chunk_tokens) -> mean cross-entropy``:
+    the harness's loss of ``forward``'s logits, computed without materialising them, for the
+    ``fused_loss_tokens`` knob. The model calls
+    ``infrarsi.execution.knobs.fused_loss.fused_linear_cross_entropy(hidden, weight, targets,
+    chunk_tokens)`` inside its output module's own ``forward`` (where ZeRO-3 has gathered the
+    weight). None: the job cannot take that knob (such a trial fails saying so)."""
     global_batch: Callable[[int, int], TokenBatch] | None = None
     """The job's own data: ``global_batch(step, sequences) -> TokenBatch`` of ``[sequences,
     seq_len]``, a pure function of ``step`` (every rank takes its rows of it, so losses compare

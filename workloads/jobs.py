@@ -34,5 +34,12 @@ def builtin_job(ctx: JobContext) -> TrainingJob:
             top_k=args.top_k if fam.is_moe else 0,
             expert_hidden=args.expert_hidden if fam.is_moe else 0,
         ),
+        fused_loss=_fused_loss,
         expert_parallel=expert_parallel if fam.is_moe else None,  # type: ignore[arg-type]
     )
+
+
+def _fused_loss(model: Any, inputs: Any, targets: Any, chunk_tokens: int) -> Any:
+    """The mean cross-entropy without the logits (the ``fused_loss_tokens`` knob): the model's
+    output module fuses the projection and the loss (``models.dense.model.OutputHead``)."""
+    return model(inputs, targets=targets, loss_chunk=chunk_tokens)

@@ -57,6 +57,7 @@ from infrarsi.execution.data_sources import make_source
 from infrarsi.execution.flops import flops_per_token, peak_flops_per_s
 from infrarsi.execution.job_loader import check_job, import_entry
 from infrarsi.execution.knobs.deepspeed import build_trial
+from infrarsi.execution.knobs.fused_loss import FUSED_LOSS_KNOB
 from infrarsi.execution.knobs.loss_chunk import LOSS_CHUNK_KNOB, chunked_cross_entropy
 from infrarsi.execution.memory import MemoryMonitor, is_oom
 from infrarsi.execution.rank_result import RankResult
@@ -243,6 +244,8 @@ def _run(
     vocab = shape.vocab_size
     job_loss = job.loss
     loss_chunk = int(build.runtime.get(LOSS_CHUNK_KNOB, 0))
+    fused_chunk = int(build.runtime.get(FUSED_LOSS_KNOB, 0))
+    fused = _fused_loss(job, fused_chunk)
     for step in range(total_steps):
         dist.barrier()
         t0 = time.perf_counter()
@@ -261,14 +264,19 @@ def _run(
         clock.reset()
         for i, (inp, tgt) in enumerate(batches):
             clock.mark()
-            logits = job.forward(engine, inp)
-            if loss_chunk:  # the same mean cross-entropy, a chunk of tokens at a time (less memory)
-                loss = chunked_cross_entropy(logits, tgt, loss_chunk)
+            logits: torch.Tensor | None = None
+            if fused:  # the same mean cross-entropy, the logits never whole (the job's fused_loss)
+                loss = fused(engine, inp, tgt, fused_chunk)
             else:
-                loss = F.cross_entropy(logits.float().reshape(-1, vocab), tgt.reshape(-1))
+                logits = job.forward(engine, inp)
+                loss = (  # loss_chunk: the same mean cross-entropy, a chunk of tokens at a time
+                    chunked_cross_entropy(logits, tgt, loss_chunk)
+                    if loss_chunk
+                    else F.cross_entropy(logits.float().reshape(-1, vocab), tgt.reshape(-1))
+                )
             ntok = tgt.numel()
             loss_sum += loss.detach().double() * ntok
-            if job_loss is not None:  # the job's own training loss is back-propagated
+            if job_loss is not None and logits is not None:  # the job's own loss is back-propagated
                 loss = job_loss(logits, tgt)
             reported_sum += (
                 torch.as_tensor(seams.report_loss(loss.detach()), device=dev).double() * ntok
@@ -391,6 +399,26 @@ def _run(
         )  # nothing here may keep the trained engine alive past the restart
         _round_trip(trip, state, rebuild, seams, planned, vocab, loss_chunk, dev)
         res.checkpoint = trip.to_dict()
+
+
+def _fused_loss(job: TrainingJob, chunk: int) -> Any:
+    """The job's ``fused_loss`` when the ``fused_loss_tokens`` knob is on (None when it is off);
+    ``JobError`` when the job cannot take it."""
+    if not chunk:
+        return None
+    if job.fused_loss is None:
+        raise JobError(
+            f"knob {FUSED_LOSS_KNOB!r}={chunk}: this job gives no TrainingJob.fused_loss, so its loss "
+            f"cannot be computed without the logits. Fix: give fused_loss (infrarsi/job.py), or "
+            f"leave the knob at 0"
+        )
+    if job.loss is not None:
+        raise JobError(
+            f"knob {FUSED_LOSS_KNOB!r}={chunk}: this job back-propagates a loss of its own "
+            f"(TrainingJob.loss, from the logits), which the fused loss never builds. Fix: leave the "
+            f"knob at 0"
+        )
+    return job.fused_loss
 
 
 def _plan_round_trip(

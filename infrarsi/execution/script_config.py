@@ -56,6 +56,7 @@ SCRIPT_PINNED: dict[str, str] = {
     "optimizer_impl": "the script builds (or configures) its own optimizer",
     "expert_parallel": "the script builds its own model and experts",
     "loss_chunk_tokens": "the script computes its own loss",
+    "fused_loss_tokens": "the script computes its own loss",
 }
 """Knob -> why it cannot reach a script: such knobs are pinned at the baseline (``init``)."""
 

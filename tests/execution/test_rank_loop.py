@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from infrarsi.errors import JobError
 from infrarsi.execution.rank_loop import _seams
@@ -43,7 +44,10 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
     ``loss_chunk_tokens`` (the harness's loss 64 tokens at a time, 4 chunks per micro-batch): the
     same first loss and, within bf16 rounding of the logit gradient, the same training. That run
     also sets a knob registered outside the package (``test_grad_clip``, a clipping norm no
-    gradient reaches): its value reaches the config the ranks' engine was built from."""
+    gradient reaches): its value reaches the config the ranks' engine was built from. A fourth
+    adds ``fused_loss_tokens`` (the output projection and loss fused 64 tokens at a time inside
+    the output module, its weight gathered by ZeRO-3 there): the same first loss and training,
+    within bf16 rounding."""
     from tests.execution.spawn_harness import make_spec, run_specs
 
     knob = "test_grad_clip"  # registered by the ranks only (importing it here would register it in this process)
@@ -58,19 +62,42 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
             "loss_chunk_tokens": 64,
             knob: 1.0e6,
         },
+        {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16", "fused_loss_tokens": 64},
     ]
     specs = [
         make_spec("workloads/dense_debug.yaml", c, warmup=0, measured=2, trial_id=str(i))
         for i, c in enumerate(cfgs)
     ]
-    z2, z3, chunked = run_specs(specs, knob_modules=("tests.execution.knobs.grad_clip_knob",))
+    z2, z3, chunked, fused = run_specs(
+        specs, knob_modules=("tests.execution.knobs.grad_clip_knob",)
+    )
     assert [r["ds_config"]["gradient_clipping"] for r in z3 + chunked] == [0.0, 0.0, 1.0e6, 1.0e6]
-    assert [r["status"] for r in z2 + z3 + chunked] == ["ok"] * 6, [
-        r["error"][-500:] for r in z2 + z3 + chunked
+    assert [r["status"] for r in z2 + z3 + chunked + fused] == ["ok"] * 8, [
+        r["error"][-500:] for r in z2 + z3 + chunked + fused
     ]
+    assert fused[0]["loss"][0] == pytest.approx(z3[0]["loss"][0], rel=1e-6)
+    assert fused[0]["loss"] == pytest.approx(z3[0]["loss"], rel=1e-4)
     assert z3[0]["loss"] == z2[0]["loss"]
     assert z3[0]["param_checksum"] == z2[0]["param_checksum"]
     assert z3[0]["eval_loss"] == z2[0]["eval_loss"]
     assert chunked[0]["loss"][0] == pytest.approx(z3[0]["loss"][0], rel=1e-6)
     assert chunked[0]["loss"] == pytest.approx(z3[0]["loss"], rel=1e-4)
     assert chunked[0]["loss"][1] != chunked[0]["loss"][0]  # it trained
+
+
+def test_the_fused_loss_knob_needs_a_job_that_gives_one() -> None:
+    from infrarsi.execution.rank_loop import _fused_loss
+    from infrarsi.job import ModelShape, TrainingJob
+
+    shape = ModelShape(n_layers=1, dim=8, vocab_size=16, n_heads=1)
+    plain = TrainingJob(build_model=lambda: torch.nn.Linear(1, 1), shape=shape)
+    assert _fused_loss(plain, 0) is None  # off: whatever the job gives
+    with pytest.raises(JobError, match=r"gives no TrainingJob\.fused_loss"):
+        _fused_loss(plain, 64)
+
+    def fused(*_: object) -> torch.Tensor:
+        return torch.zeros(())
+
+    own = TrainingJob(build_model=plain.build_model, shape=shape, fused_loss=fused, loss=fused)
+    with pytest.raises(JobError, match="a loss of its own"):
+        _fused_loss(own, 64)

@@ -52,15 +52,37 @@ def loss_chunk_tokens(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     logits is held; the same loss to fp32 rounding, which the loss invariant judges as always. A
     count at least a micro-batch's tokens is the plain call. Sets runtime ``loss_chunk_tokens``;
     no DeepSpeed key."""
+    build.runtime[LOSS_CHUNK_KNOB] = token_count(LOSS_CHUNK_KNOB, value)
+
+
+def token_count(knob: str, value: Any) -> int:
+    """``value`` as a token count (0: off); ``KnobError`` naming ``knob`` for anything else."""
     try:
         n = int(value)
     except (TypeError, ValueError):
         n = -1
     if n < 0 or str(n) != str(value).strip():
-        raise KnobError(
-            f"knob {LOSS_CHUNK_KNOB!r}: expected 0 (off) or a positive token count, got {value!r}"
-        )
-    build.runtime[LOSS_CHUNK_KNOB] = n
+        raise KnobError(f"knob {knob!r}: expected 0 (off) or a positive token count, got {value!r}")
+    return n
+
+
+def chunk_loss(
+    x: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, denom: torch.Tensor, grad: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One chunk of a mean cross-entropy: ``x [c, vocab]``, fp32 logits the function may
+    overwrite; returns the chunk's summed loss over ``valid`` rows and, with ``grad``, the
+    gradient of the mean ``(softmax - onehot) * valid / denom`` (fp32, in ``x``'s storage)."""
+    tc = targets.clamp(min=0).unsqueeze(1)
+    target_logit = x.gather(1, tc).squeeze(1)
+    m = x.amax(dim=-1, keepdim=True)
+    e = x.sub_(m).exp_()  # exp(x - max)
+    s = e.sum(dim=-1, keepdim=True)
+    total = ((m + s.log()).squeeze(1) - target_logit).mul(valid).sum()
+    if not grad:
+        return total, None
+    p = e.div_(s)  # softmax
+    p.scatter_add_(1, tc, torch.full_like(tc, -1, dtype=p.dtype))
+    return total, p.mul_((valid.to(p.dtype) / denom).unsqueeze(1))
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
@@ -78,19 +100,12 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         for i in range(0, logits.shape[0], chunk):
             # one fp32 buffer per chunk (never the logits themselves), worked on in place
             x = logits[i : i + chunk].to(torch.float32, copy=True)
-            t, ok = targets[i : i + chunk], valid[i : i + chunk]
-            tc = t.clamp(min=0).unsqueeze(1)
-            target_logit = x.gather(1, tc).squeeze(1)
-            m = x.amax(dim=-1, keepdim=True)
-            e = x.sub_(m).exp_()  # exp(x - max)
-            s = e.sum(dim=-1, keepdim=True)
-            lse = (m + s.log()).squeeze(1)
-            total += ((lse - target_logit) * ok).sum()
-            if grad is not None:
-                p = e.div_(s)  # softmax
-                p.scatter_add_(1, tc, torch.full_like(tc, -1, dtype=p.dtype))
-                p.mul_((ok.to(p.dtype) / denom).unsqueeze(1))
-                grad[i : i + chunk] = p
+            part, g = chunk_loss(
+                x, targets[i : i + chunk], valid[i : i + chunk], denom, grad is not None
+            )
+            total += part
+            if grad is not None and g is not None:
+                grad[i : i + chunk] = g
         if grad is not None:
             ctx.save_for_backward(grad)
         # 0/0 = nan when every target is ignored, as F.cross_entropy
@@ -117,4 +132,11 @@ def chunked_cross_entropy(
     return out
 
 
-__all__ = ["IGNORE_INDEX", "LOSS_CHUNK_KNOB", "chunked_cross_entropy", "loss_chunk_tokens"]
+__all__ = [
+    "IGNORE_INDEX",
+    "LOSS_CHUNK_KNOB",
+    "chunk_loss",
+    "chunked_cross_entropy",
+    "loss_chunk_tokens",
+    "token_count",
+]

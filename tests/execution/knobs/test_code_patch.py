@@ -16,23 +16,15 @@ import pytest
 
 from infrarsi.errors import KnobError
 from infrarsi.execution.knobs.code_patch import code_patch
-from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialBuild
+from infrarsi.execution.knobs.registry import KNOB_HANDLERS, TrialBuild
 from infrarsi.patches import PATCH_KNOB, knob_patch_set
 from infrarsi.stages.init import init_stage
 from tests.patches.workload_repo import FAST, MODEL, ROOT, conflicting_pair, make_repo
 
 
-def test_handler_records_and_checks_the_name() -> None:
+def test_handler_records_and_checks_the_name(knob_ctx) -> None:
     assert KNOB_HANDLERS[PATCH_KNOB] is code_patch
-    ctx = KnobContext(
-        world_size=2,
-        num_params=1,
-        hidden_size=1,
-        global_batch_size=16,
-        seq_len=128,
-        device="cpu",
-        config={},
-    )
+    ctx = knob_ctx
     build = TrialBuild()
     code_patch("rope_complex", build, ctx)
     assert build.runtime == {PATCH_KNOB: "rope_complex"} and not build.ds_config and not build.env

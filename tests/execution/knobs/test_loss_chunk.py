@@ -14,19 +14,7 @@ from infrarsi.execution.knobs.loss_chunk import (
     chunked_cross_entropy,
     loss_chunk_tokens,
 )
-from infrarsi.execution.knobs.registry import KNOB_HANDLERS, KnobContext, TrialBuild
-
-
-def _ctx() -> KnobContext:
-    return KnobContext(
-        world_size=2,
-        num_params=10,
-        hidden_size=8,
-        global_batch_size=8,
-        seq_len=16,
-        device="cpu",
-        config={},
-    )
+from infrarsi.execution.knobs.registry import KNOB_HANDLERS, TrialBuild
 
 
 def _pair(logits: torch.Tensor, targets: torch.Tensor, chunk: int, scale: float = 1.0):
@@ -91,13 +79,13 @@ def test_chunked_loss_without_grad_and_off_is_the_plain_loss() -> None:
     )
 
 
-def test_loss_chunk_knob_records_the_count_and_refuses_bad_values() -> None:
+def test_loss_chunk_knob_records_the_count_and_refuses_bad_values(knob_ctx) -> None:
     assert KNOB_HANDLERS[LOSS_CHUNK_KNOB] is loss_chunk_tokens
     b = TrialBuild(ds_config={})
-    loss_chunk_tokens(4096, b, _ctx())
+    loss_chunk_tokens(4096, b, knob_ctx)
     assert b.runtime[LOSS_CHUNK_KNOB] == 4096 and b.ds_config == {}
-    loss_chunk_tokens(0, b, _ctx())
+    loss_chunk_tokens(0, b, knob_ctx)
     assert b.runtime[LOSS_CHUNK_KNOB] == 0
     for bad in (-1, "many", 1.5, True):
         with pytest.raises(KnobError, match="loss_chunk_tokens"):
-            loss_chunk_tokens(bad, TrialBuild(ds_config={}), _ctx())
+            loss_chunk_tokens(bad, TrialBuild(ds_config={}), knob_ctx)

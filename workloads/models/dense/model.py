@@ -1,9 +1,11 @@
 """Single-device Llama-style transformer (torchtitan style: no parallelism in this file).
 
 Shapes: ``tokens`` is ``[batch, seq]`` (int64); ``Transformer.forward`` returns logits
-``[batch, seq, vocab]``. Activation checkpointing is a build option (``none``, ``selective``:
-the attention sub-layer of every block, ``full``: every block) applied with
-``torch.utils.checkpoint`` (non-reentrant), so it changes memory and time, never the numbers.
+``[batch, seq, vocab]``, or, given ``targets``, their mean cross-entropy computed by the output
+module without the logits (``OutputHead``: the ``fused_loss_tokens`` knob). Activation
+checkpointing is a build option (``none``, ``selective``: the attention sub-layer of every block,
+``full``: every block) applied with ``torch.utils.checkpoint`` (non-reentrant), so it changes
+memory and time, never the numbers.
 
 Every module draws its own weights inside its own ``__init__`` (``NormalLinear``,
 ``NormalEmbedding``), in construction order, never in a pass over the finished model: so the
@@ -23,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+from infrarsi.execution.knobs.fused_loss import fused_linear_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -244,7 +248,7 @@ class Transformer(nn.Module):
         self.tok_embeddings = NormalEmbedding(args.vocab_size, args.dim, args.init_std)
         self.layers = nn.ModuleList(Block(args, make_ffn(args, i)) for i in range(args.n_layers))
         self.norm = RMSNorm(args.dim, args.norm_eps)
-        self.output = NormalLinear(args.dim, args.vocab_size, args.init_std)
+        self.output = OutputHead(args.dim, args.vocab_size, args.init_std)
         cos, sin = rope_tables(args.dim // args.n_heads, args.max_seq_len, args.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -255,8 +259,11 @@ class Transformer(nn.Module):
         for blk in self.layers:
             blk.checkpoint_attention = mode == "selective"  # type: ignore[assignment]
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``tokens [b, s]`` -> logits ``[b, s, vocab]``."""
+    def forward(
+        self, tokens: torch.Tensor, targets: torch.Tensor | None = None, loss_chunk: int = 0
+    ) -> torch.Tensor:
+        """``tokens [b, s]`` -> logits ``[b, s, vocab]``; with ``targets [b, s]``, their mean
+        cross-entropy, ``loss_chunk`` tokens at a time without the logits (``OutputHead``)."""
         h = self.tok_embeddings(tokens)
         cos, sin = self.rope_cos, self.rope_sin
         for blk in self.layers:
@@ -264,4 +271,19 @@ class Transformer(nn.Module):
                 h = checkpoint(blk, h, cos, sin, use_reentrant=False)
             else:
                 h = blk(h, cos, sin)
-        return self.output(self.norm(h))
+        out: torch.Tensor = self.output(self.norm(h), targets, loss_chunk)
+        return out
+
+
+class OutputHead(NormalLinear):
+    """The output projection to the vocabulary: the logits, or, given targets, their mean
+    cross-entropy fused with the projection a chunk of tokens at a time (the logits never whole:
+    ``fused_linear_cross_entropy``). Done in this module's own ``forward``, so ZeRO-3 has gathered
+    the weight; the parameter's name (``output.weight``) is the plain linear's."""
+
+    def forward(
+        self, x: torch.Tensor, targets: torch.Tensor | None = None, loss_chunk: int = 0
+    ) -> torch.Tensor:
+        if targets is None:
+            return super().forward(x)
+        return fused_linear_cross_entropy(x, self.weight, targets, loss_chunk)
