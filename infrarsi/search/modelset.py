@@ -222,6 +222,23 @@ class ModelSet:
         mean, _ = acquisition.predict_time(self.time.pred, self.inputs([o.config for o in ok]))
         return dict(ok[int(torch.argmin(mean))].config)
 
+    def runner_up_p(self, history: History, incumbent: Mapping[str, Any]) -> float:
+        """P(the runner-up is faster than ``incumbent``) under the step-time posterior: the next
+        distinct trusted ok config by posterior mean, the two posteriors taken as independent
+        normals in log seconds (1.0 without a model or a runner-up: nothing is settled)."""
+        key = history.space.key(incumbent)
+        others = {history.space.key(o.config): o.config for o in self.ok(history)}
+        others.pop(key, None)
+        if self.time.model is None or not others:
+            return 1.0
+        configs = [dict(incumbent), *others.values()]
+        mean, sd = acquisition.predict_time(self.time.pred, self.inputs(configs))
+        j = 1 + int(torch.argmin(mean[1:]))
+        spread = float(torch.sqrt(sd[0] ** 2 + sd[j] ** 2))
+        if not math.isfinite(spread) or spread <= 0:
+            return 1.0
+        return float(torch.special.ndtr(torch.tensor((float(mean[0]) - float(mean[j])) / spread)))
+
     def best_choice(self, history: History) -> BestChoice | None:
         """The config to recommend from both the posterior and the measurements, with why
         (``best_choice``), after a ``fit`` (None before any ok trial)."""

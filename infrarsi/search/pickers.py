@@ -312,7 +312,8 @@ class Pickers:
     def replicate(self, history: History, rnd: Round) -> AskInfo | None:
         """A re-measurement of the incumbent (``Phase.REPLICATE``) when ``intensify`` is on and it
         has exactly one trusted measurement; None otherwise, or when it failed or is taken (a
-        failed replicate is never asked again; a pending one is already re-measuring it)."""
+        failed replicate is never asked again; a pending one is already re-measuring it), or when
+        the runner-up is less likely than ``replicate_min_p`` to be faster."""
         inc = self.models.incumbent(history) if self.settings.intensify else None
         if inc is None:
             return None
@@ -322,6 +323,8 @@ class Pickers:
             or key in rnd.failed | rnd.taken
         ):
             return None
+        if self.models.runner_up_p(history, inc) < self.settings.replicate_min_p:
+            return None  # the incumbent is clearly ahead: a replicate would not change the decision
         return self.info(history, inc, Phase.REPLICATE, self.models.scores(history, [inc]), 0)
 
     def bo(

@@ -54,6 +54,10 @@ class OptimizerSettings:
     intensify: bool = True
     """A local step re-measures the incumbent instead while it has only one trusted measurement
     (SMAC-style intensification: a single lucky draw must not decide ``best()``)."""
+    replicate_min_p: float = 0.0
+    """Re-measure the incumbent only while the posterior gives the runner-up (the next distinct
+    ok config by posterior mean) at least this probability of being faster: a replicate that
+    cannot change the decision goes to a local step instead (0: always, as intensification was)."""
 
     # ------------------------------------------------------- ask schedule
     repeat_below_p: float = 0.05
@@ -228,6 +232,7 @@ class OptimizerSettings:
             "pairing_target",
             "outlier_max_fraction",
             "best_confidence",
+            "replicate_min_p",
         ):
             v = getattr(self, name)
             _rule(_number(v) and 0.0 <= v <= 1.0, name, "must be a probability in [0, 1]", v)

@@ -17,6 +17,7 @@ from search_synthetic import (
     tiny_run,
 )
 
+from infrarsi.errors import UserInputError
 from infrarsi.search import Optimizer, OptimizerSettings, Outcome, SearchSpace, WarmStartOrigin
 from infrarsi.search.ask_info import Phase
 from infrarsi.search.pickers import Round
@@ -244,3 +245,36 @@ def test_a_replicate_that_failed_is_never_asked_again() -> None:
         else:
             opt.tell(cfg, Outcome(status="ok", step_time=1.0 + 0.1 * cfg["a"] + 0.05 * cfg["b"]))
     assert replicated
+
+
+def test_a_replicate_that_cannot_change_the_decision_is_not_asked() -> None:
+    """``replicate_min_p``: the incumbent is re-measured only while the runner-up may still be
+    faster; far ahead of every other config it is not (0, the default, always re-measures)."""
+    space = SearchSpace.from_yaml(TINY)
+    told = [
+        space.validate(c)
+        for c in (
+            {"stage": 0, "mbs": 8, "ckpt": True},  # 1.54 s, the fastest by far
+            {"stage": 2, "mbs": 1, "ckpt": True},  # 4.2 s
+            {"stage": 1, "mbs": 1, "ckpt": True},  # 3.7 s
+            {"stage": 2, "mbs": 2, "ckpt": True},  # 3.0 s
+            {"stage": 1, "mbs": 2, "ckpt": True},  # 2.6 s
+        )
+    ]
+    got = {}
+    for p in (0.0, 0.05):
+        opt = Optimizer(
+            space,
+            memory_capacity=TINY_CAP,
+            seed=0,
+            settings=OptimizerSettings(replicate_min_p=p),
+        )
+        for c in told:
+            opt.tell(c, tiny_run(c))
+        assert opt.models.incumbent(opt.history) == told[0]
+        got[p] = opt.pickers.replicate(opt.history, Round(taken=set(), failed=set()))
+        assert opt.models.runner_up_p(opt.history, told[0]) < 0.05
+    assert got[0.0] is not None and got[0.0].phase == Phase.REPLICATE
+    assert got[0.05] is None
+    with pytest.raises(UserInputError, match="replicate_min_p"):
+        OptimizerSettings(replicate_min_p=1.5)
