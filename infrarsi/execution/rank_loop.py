@@ -225,7 +225,7 @@ def _run(
     dev = engine.device
     source = make_source(wl.data, shape.vocab_size, job=job, data_path=spec.data_path)
     total_steps = spec.steps_to_train(wl.steps.warmup, wl.steps.measured)
-    trip = _plan_round_trip(spec.checkpoint_step, total_steps, ep)
+    trip = plan_round_trip(spec.checkpoint_step, total_steps, ep)
     if trip is not None and not trip.skipped:
         state["ckpt_dir"] = ckpt.shared_temp_dir()
     # Every step's rows are generated before the clock starts (a data loader that keeps up):
@@ -421,7 +421,7 @@ def _fused_loss(job: TrainingJob, chunk: int) -> Any:
     return job.fused_loss
 
 
-def _plan_round_trip(
+def plan_round_trip(
     step: int | None, total_steps: int, expert_parallel: bool
 ) -> ckpt.RoundTrip | None:
     """The checkpoint round trip the spec asks for (``step``; None: none), skipped with the

@@ -59,7 +59,7 @@ from infrarsi.execution import end_checks
 from infrarsi.execution.engine_tap import EngineTap, TrialComplete
 from infrarsi.execution.knobs.deepspeed import build_trial
 from infrarsi.execution.memory import MemoryMonitor, is_oom
-from infrarsi.execution.rank_loop import start_rank
+from infrarsi.execution.rank_loop import plan_round_trip, start_rank
 from infrarsi.execution.rank_result import RankResult
 from infrarsi.execution.rank_spec import RankSpec
 from infrarsi.execution.script_config import merge_trial_config, script_ds_config
@@ -393,17 +393,10 @@ def _launch(run: ScriptRun, script: str, argv: list[str], env: dict[str, str], t
 
 
 def _plan_round_trip(spec: RankSpec, total_steps: int) -> tuple[ckpt.RoundTrip | None, str]:
-    """The checkpoint round trip the spec asks for (None: none) and the directory its files go
-    to (collective: every rank calls this)."""
-    if spec.checkpoint_step is None:
-        return None, ""
-    step = int(spec.checkpoint_step)
-    if not 0 < step < total_steps:
-        raise ValueError(
-            f"spec checkpoint_step={step}: must be between 1 and {total_steps - 1} (the steps "
-            f"trained are {total_steps})"
-        )
-    return ckpt.RoundTrip(step=step), ckpt.shared_temp_dir()
+    """The checkpoint round trip the spec asks for (``rank_loop.plan_round_trip``; None: none)
+    and the directory its files go to (collective: every rank calls this)."""
+    trip = plan_round_trip(spec.checkpoint_step, total_steps, expert_parallel=False)
+    return trip, (ckpt.shared_temp_dir() if trip is not None else "")
 
 
 def _round_trip(
