@@ -38,6 +38,8 @@ LOSS_CHUNK_TOKENS = "loss_chunk_tokens"
 """Tokens per chunk of the harness's cross-entropy."""
 FUSED_LOSS_TOKENS = "fused_loss_tokens"
 """Tokens per chunk of the fused output projection and cross-entropy (the logits never whole)."""
+ATTENTION_BACKEND = "attention_backend"
+"""The kernel scaled-dot-product attention runs: auto, flash, efficient, cudnn or math."""
 TP = "tp"
 """Tensor-parallel degree (surrogate only)."""
 PP = "pp"
@@ -61,6 +63,7 @@ BUILTIN_KNOBS = (
     CODE_PATCH,
     LOSS_CHUNK_TOKENS,
     FUSED_LOSS_TOKENS,
+    ATTENTION_BACKEND,
     TP,
     PP,
     FLASH_ATTENTION,
@@ -71,6 +74,7 @@ the surrogate backend are imported."""
 __all__ = [
     "ACTIVATION_CHECKPOINTING",
     "ALLGATHER_BUCKET_SIZE",
+    "ATTENTION_BACKEND",
     "BUILTIN_KNOBS",
     "CODE_PATCH",
     "DTYPE",

@@ -11,8 +11,8 @@
 # GPU_CHECK_TRIALS sets S5's run-trial budget (default 8); GPU_CHECK_VERIFY=0 skips S5's verify
 # stage and gives its time to the run stage.
 # S6 (only when named in GPU_CHECK_STEPS) runs the S3 config with each new patch (compile_block,
-# loss_chunk_tokens=1024, fused_loss_tokens=2048: the GPU spaces' values; and the fused loss at
-# micro-batch 16) to see whether it pays on the GPU.
+# loss_chunk_tokens=1024, fused_loss_tokens=2048: the GPU spaces' values; the fused loss at
+# micro-batch 16; attention_backend=cudnn) to see whether it pays on the GPU.
 # GPU_CHECK_STEPS picks the steps (default "S1 S2 S3 S4 S5"; e.g. "S1 S3 S5" when the baseline
 # and OOM trials were confirmed before and the budget is short).
 # Lent machine: mkdir -p /tmp/site && tar -xJf .gpu/site312.tar.xz -C /tmp/site &&
@@ -105,6 +105,8 @@ if [ "$CUDA" = 1 ]; then
   want S6 && trial "S6c fused_loss_tokens=2048 at the S3 config" patch_fused_loss.json 90 "${FAST[@]}" --set fused_loss_tokens=2048
   want S6 && trial "S6d fused_loss_tokens=2048 at micro-batch 16 (the memory it frees, spent)" patch_fused_mbs16.json 100 \
     --set zero_stage=0 --set micro_batch_size=16 --set activation_checkpointing=none --set optimizer_impl=adamw_fused --set fused_loss_tokens=2048
+  want S6 && trial "S6e attention_backend=cudnn at the S3 config (cuDNN's SDPA kernel, not PyTorch's pick)" patch_attn_cudnn.json 90 \
+    "${FAST[@]}" --set attention_backend=cudnn
   want S4 && trial "S4 OOM trial (mbs 16, no checkpointing, --memory-capacity 40GiB; expect oom, censored)" oom.json 75 \
     --set zero_stage=0 --set micro_batch_size=16 --set activation_checkpointing=none --memory-capacity 40GiB
   # S5 runs the stages one by one: the run stage gets what is left after the doctor, minus what

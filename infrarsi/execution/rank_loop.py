@@ -56,6 +56,7 @@ from infrarsi.execution.counters import HarnessCounters
 from infrarsi.execution.data_sources import make_source
 from infrarsi.execution.flops import flops_per_token, peak_flops_per_s
 from infrarsi.execution.job_loader import check_job, import_entry
+from infrarsi.execution.knobs import attention
 from infrarsi.execution.knobs.deepspeed import build_trial
 from infrarsi.execution.knobs.fused_loss import FUSED_LOSS_KNOB
 from infrarsi.execution.knobs.loss_chunk import LOSS_CHUNK_KNOB, chunked_cross_entropy
@@ -65,6 +66,7 @@ from infrarsi.execution.rank_spec import RankSpec
 from infrarsi.execution.seams import HONEST, Seams
 from infrarsi.execution.telemetry import TelemetrySampler
 from infrarsi.job import JobContext, TrainingJob
+from infrarsi.knob_names import ATTENTION_BACKEND
 from infrarsi.workload import Workload
 
 PHASES = ("data", "forward", "backward", "optimizer", "communication")
@@ -94,7 +96,9 @@ def run_rank(raw_spec: dict[str, Any]) -> dict[str, Any]:
         res.cuda_version, res.driver_version = str(torch.version.cuda or ""), _driver_version()
     state: dict[str, Any] = {}
     try:
-        _run(spec, wl, res, monitor, telemetry, state, t_start)
+        with contextlib.ExitStack() as scope:  # what the trial sets for itself, undone at its end
+            state["scope"] = scope
+            _run(spec, wl, res, monitor, telemetry, state, t_start)
     except BaseException as exc:
         monitor.stop()
         if isinstance(exc, KeyboardInterrupt | SystemExit):
@@ -175,6 +179,8 @@ def _run(
         )
 
     os.environ.update(build.env)
+    # the SDPA kernel for the whole trial, checkpoint recomputation in backward included
+    state["scope"].enter_context(attention.backend_context(build.runtime[ATTENTION_BACKEND]))
     os.environ.setdefault("LOCAL_RANK", "0" if device == "cuda" else str(rank))
     torch.set_num_threads(build.runtime["threads_per_worker"])
     if device == "cpu":  # free here (measured); on GPU it would change the kernels being timed

@@ -57,6 +57,7 @@ SCRIPT_PINNED: dict[str, str] = {
     "expert_parallel": "the script builds its own model and experts",
     "loss_chunk_tokens": "the script computes its own loss",
     "fused_loss_tokens": "the script computes its own loss",
+    "attention_backend": "the script runs its attention in its own process, outside the harness's context",
 }
 """Knob -> why it cannot reach a script: such knobs are pinned at the baseline (``init``)."""
 

@@ -46,8 +46,9 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
     also sets a knob registered outside the package (``test_grad_clip``, a clipping norm no
     gradient reaches): its value reaches the config the ranks' engine was built from. A fourth
     adds ``fused_loss_tokens`` (the output projection and loss fused 64 tokens at a time inside
-    the output module, its weight gathered by ZeRO-3 there): the same first loss and training,
-    within bf16 rounding."""
+    the output module, its weight gathered by ZeRO-3 there) and pins attention to the math kernel
+    (``attention_backend``; the others run CPU flash attention): the same first loss and
+    training, within bf16 rounding."""
     from tests.execution.spawn_harness import make_spec, run_specs
 
     knob = "test_grad_clip"  # registered by the ranks only (importing it here would register it in this process)
@@ -62,7 +63,13 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
             "loss_chunk_tokens": 64,
             knob: 1.0e6,
         },
-        {"zero_stage": 3, "micro_batch_size": 2, "dtype": "bf16", "fused_loss_tokens": 64},
+        {
+            "zero_stage": 3,
+            "micro_batch_size": 2,
+            "dtype": "bf16",
+            "fused_loss_tokens": 64,
+            "attention_backend": "math",
+        },
     ]
     specs = [
         make_spec("workloads/dense_debug.yaml", c, warmup=0, measured=2, trial_id=str(i))
@@ -75,7 +82,8 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
     assert [r["status"] for r in z2 + z3 + chunked + fused] == ["ok"] * 8, [
         r["error"][-500:] for r in z2 + z3 + chunked + fused
     ]
-    assert fused[0]["loss"][0] == pytest.approx(z3[0]["loss"][0], rel=1e-6)
+    # the math kernel's bf16 rounding differs from flash's: measured 1.3e-6 relative at step 0
+    assert fused[0]["loss"][0] == pytest.approx(z3[0]["loss"][0], rel=1e-5)
     assert fused[0]["loss"] == pytest.approx(z3[0]["loss"], rel=1e-4)
     assert z3[0]["loss"] == z2[0]["loss"]
     assert z3[0]["param_checksum"] == z2[0]["param_checksum"]

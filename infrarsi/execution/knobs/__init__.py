@@ -5,13 +5,14 @@ memory tag, ``after=`` order, process environment and documentation line), ``Kno
 ``TrialBuild`` and the checks (``check_handlers``, ``check_space``); ``deepspeed`` registers the
 built-in DeepSpeed and runtime knobs, ``code_patch`` the ``code_patch`` knob, ``loss_chunk`` the
 ``loss_chunk_tokens`` knob (the harness's chunked cross-entropy), ``fused_loss`` the
-``fused_loss_tokens`` knob (the output projection and loss fused); ``docs`` writes docs/KNOBS.md
+``fused_loss_tokens`` knob (the output projection and loss fused), ``attention`` the
+``attention_backend`` knob (the SDPA kernel); ``docs`` writes docs/KNOBS.md
 from the registry. Importing ``infrarsi.execution.knobs`` (or any of its modules) fills the registry.
 """
 
 from __future__ import annotations
 
-from infrarsi.execution.knobs import code_patch, deepspeed, fused_loss, loss_chunk
+from infrarsi.execution.knobs import attention, code_patch, deepspeed, fused_loss, loss_chunk
 from infrarsi.execution.knobs.registry import (
     KNOB_HANDLERS,
     KNOBS,
@@ -41,6 +42,7 @@ __all__ = [
     "KnobSpec",
     "KnobValues",
     "TrialBuild",
+    "attention",
     "boolean",
     "check_handlers",
     "check_space",
