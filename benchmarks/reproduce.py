@@ -49,6 +49,8 @@ from benchmarks.machine import cpu_model, git_state  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 """Where ``reproduce.md`` and ``reproduce.jsonl`` are written by default."""
+CHECK_SAMPLE = 512
+"""Random valid configs ``check_workload`` builds when a space is too large to list."""
 DEFAULT_TRIALS = 14
 """Run trials of a full reproduction (the demo's budget)."""
 FULL = {"doctor_repeats": 3, "top_k": 3, "pairs": 3, "rounds": 2}
@@ -136,9 +138,11 @@ def check_workload(path: str | Path) -> dict[str, Any]:
     it loads; its search space loads and every knob has a handler; its entry point imports and
     its model builds on the meta device (``job_loader.preflight``); the baseline is a valid config
     of the space; the global batch divides over the ranks; every valid config of the space builds
-    a DeepSpeed config (micro-batch sizes divide the per-rank batch), and where the space allows
-    ``expert_parallel`` the experts divide over the ranks. Raises on the first problem; returns a
+    a DeepSpeed config (micro-batch sizes divide the per-rank batch; a space too large to list:
+    the baseline, its one-knob moves and ``CHECK_SAMPLE`` seeded random configs), and where the
+    space allows ``expert_parallel`` the experts divide over the ranks. Raises on the first problem; returns a
     summary (name, world size, nodes, global batch, parameters, valid configs)."""
+    import numpy as np
     import torch
 
     from infrarsi.errors import WorkloadError
@@ -160,10 +164,15 @@ def check_workload(path: str | Path) -> dict[str, Any]:
             f"{path}: {wl.global_batch_size} sequences per step do not divide over "
             f"{wl.world_size} ranks"
         )
-    configs = space.enumerate() or [space.validate(dict(wl.baseline))]  # None: too many to list
+    configs = space.enumerate()
+    if configs is None:  # too many to list: the baseline, its one-knob moves and a seeded sample
+        baseline = space.validate(dict(wl.baseline))
+        sample = space.sample(np.random.default_rng(0), CHECK_SAMPLE)
+        configs = [baseline, *space.neighbours(baseline), *sample]
     for cfg in configs:
         build_trial(wl, cfg, wl.world_size, num_params, job.shape.dim)
-    if any(c.get("expert_parallel") for c in configs) and job.shape.num_experts % wl.world_size:
+    allows_ep = "expert_parallel" in space.names and True in space.knob("expert_parallel").values
+    if allows_ep and job.shape.num_experts % wl.world_size:
         raise WorkloadError(
             f"{path}: the space allows expert_parallel (ep_size = world size = {wl.world_size}) "
             f"but the model has {job.shape.num_experts} experts per layer"

@@ -40,6 +40,8 @@ FUSED_LOSS_TOKENS = "fused_loss_tokens"
 """Tokens per chunk of the fused output projection and cross-entropy (the logits never whole)."""
 ATTENTION_BACKEND = "attention_backend"
 """The kernel scaled-dot-product attention runs: auto, flash, efficient, cudnn or math."""
+FLOAT8_LINEAR = "float8_linear"
+"""The large linear layers' matmuls in float8 (another arithmetic: allowed by name only)."""
 TP = "tp"
 """Tensor-parallel degree (surrogate only)."""
 PP = "pp"
@@ -64,6 +66,7 @@ BUILTIN_KNOBS = (
     LOSS_CHUNK_TOKENS,
     FUSED_LOSS_TOKENS,
     ATTENTION_BACKEND,
+    FLOAT8_LINEAR,
     TP,
     PP,
     FLASH_ATTENTION,
@@ -80,6 +83,7 @@ __all__ = [
     "DTYPE",
     "EXPERT_PARALLEL",
     "FLASH_ATTENTION",
+    "FLOAT8_LINEAR",
     "FUSED_LOSS_TOKENS",
     "LOSS_CHUNK_TOKENS",
     "MICRO_BATCH_SIZE",

@@ -2,8 +2,8 @@
 # One prepared GPU check of infrarsi on the dense_1gpu workload (dense 1b, one GPU), for a single
 # call on a lent H100/H200 (fits BUDGET_S, default 480 s). Steps: plain-PyTorch reference; trial of
 # the baseline; trial of a fast config; one OOM trial that must land censored under 40GiB; a short
-# tune (doctor x2 + honest change, 8 run trials, verify 1 round, the device's own memory as the
-# capacity); a summary (baseline/best/reference MFU,
+# tune (doctor x2 + honest change, 8 run trials, verify 2 pairs: a look, too few to accept; the
+# device's own memory as the capacity); a summary (baseline/best/reference MFU,
 # per-trial setup_time_s and end_checks_time_s, loss spread vs the baseline).
 # S0 checks that the search space's code patches apply (no GPU needed, always run).
 # Every step has its own timeout and is skipped when too little budget is left. Without CUDA
@@ -13,9 +13,16 @@
 # S6 (only when named in GPU_CHECK_STEPS) runs the S3 config with each new patch (compile_block,
 # loss_chunk_tokens=1024, fused_loss_tokens=2048: the GPU spaces' values; the fused loss at
 # micro-batch 16; attention_backend=cudnn) to see whether it pays on the GPU.
+# S7 (only when named) is issue 27's study: workloads/dense_1gpu_fast.yaml, whose baseline is the
+# plain loop's own config, short doctor, GPU_CHECK_TRIALS_FAST (12) run trials over knobs and
+# patches, verify with 6 pairs, report; the verified winner against S1's plain loop.
+# GPU_CHECK_ALLOW=float8_linear lets S7 search float8 matmuls too (another arithmetic: the
+# doctor then calibrates the tolerances with it; needs torchao from .gpu/extra312.tar.xz).
 # GPU_CHECK_STEPS picks the steps (default "S1 S2 S3 S4 S5"; e.g. "S1 S3 S5" when the baseline
-# and OOM trials were confirmed before and the budget is short).
+# and OOM trials were confirmed before and the budget is short). Next device window:
+# GPU_CHECK_STEPS="S1 S7" BUDGET_S=560, then "S3 S6" if time is left.
 # Lent machine: mkdir -p /tmp/site && tar -xJf .gpu/site312.tar.xz -C /tmp/site &&
+#   tar -xJf .gpu/extra312.tar.xz -C /tmp/site &&
 #   export PYTHONPATH=/tmp/site:$PWD RAY_AUTH_MODE=disabled && bash scripts/gpu_check.sh
 set -u
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled} INFRARSI_BANK=${INFRARSI_BANK:-off}
@@ -112,32 +119,20 @@ if [ "$CUDA" = 1 ]; then
   # S5 runs the stages one by one: the run stage gets what is left after the doctor, minus what
   # verify will need (2 pairs: about 4 baseline trials, from the doctor's own baseline wall time).
   want S5 && step "S5 tune (doctor x2 + honest change, up to $GPU_CHECK_TRIALS run trials, verify 1 round)" $(( $(left) - 30 )) 150 \
-    "$PY" - "$WL" "$RUN/study" $(( $(left) - 50 )) <<'PY'
-import json, os, sys, time
-from infrarsi.execution.runner import init_ray
-from infrarsi.stages.doctor import doctor_stage
-from infrarsi.stages.init import init_stage
-from infrarsi.stages.report import write_report
-from infrarsi.stages.run import run_stage
-from infrarsi.stages.verify import verify_stage
-wl, study, end = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
-init_ray(None)
-trials = int(os.environ.get("GPU_CHECK_TRIALS", "8"))
-init_stage(wl, study, request="GPU check: make the 1B job faster, same learning", trials=trials, bank="off")
-doc = doctor_stage(study, repeats=2)  # no capacity given: the doctor records the device's own
-verify = os.environ.get("GPU_CHECK_VERIFY", "1") != "0"  # 0: the run stage gets verify's time too
-verify_s = 4 * float(doc.baseline_trial_wall_s or 60.0) + 20.0 if verify else 0.0
-budget = max(30.0, end - time.monotonic() - verify_s)
-print(f"S5: run stage budget {budget:.0f} s (verify reserve {verify_s:.0f} s)", flush=True)
-print("run:", json.dumps(run_stage(study, trials=trials, time_budget_s=budget, progress=False), default=str)[:1500], flush=True)
-if verify:
-    verify_stage(study, top_k=1, pairs=2, rounds=1)
-write_report(study)
-if verify:
-    print("verify:", open(study + "/verify.json").read()[:2000])
-PY
+    "$PY" -m benchmarks.gpu_study "$WL" "$RUN/study" --deadline-s $(( $(left) - 50 )) --trials "$GPU_CHECK_TRIALS" \
+    --pairs 2 $([ "${GPU_CHECK_VERIFY:-1}" = 0 ] && echo --no-verify) --ref "$RUN/ref.json"
+  # S7: the study issue 27 asks for: the baseline is the plain loop's own config (ZeRO-1,
+  # micro-batch 8, no checkpointing, fused AdamW), 12 run trials over knobs and the patch library,
+  # verify of the top candidate with 6 pairs (the fewest whose interval can accept), the report;
+  # the verified winner against the plain loop S1 measured in this call (benchmarks/gpu_study.py
+  # writes study_fast/gpu_study.json).
+  want S7 && step "S7 study from the plain loop's config (short doctor, ${GPU_CHECK_TRIALS_FAST:-12} run trials, verify 6 pairs)" \
+    $(( $(left) - 25 )) 240 \
+    "$PY" -m benchmarks.gpu_study workloads/dense_1gpu_fast.yaml "$RUN/study_fast" --deadline-s $(( $(left) - 45 )) \
+    --trials "${GPU_CHECK_TRIALS_FAST:-12}" --doctor-repeats 2 --top-k 1 --pairs 6 --ref "$RUN/ref.json" \
+    ${GPU_CHECK_ALLOW:+--allow "$GPU_CHECK_ALLOW"}
 else
-  for s in "S2 baseline trial" "S3 fast trial" "S6 patch trials" "S4 OOM trial" "S5 tune"; do skip "$s"; done
+  for s in "S2 baseline trial" "S3 fast trial" "S6 patch trials" "S4 OOM trial" "S5 tune" "S7 study from the plain loop's config"; do skip "$s"; done
 fi
 
 say "summary"
@@ -147,7 +142,7 @@ run = sys.argv[1]
 rows = []
 try:
     from infrarsi.study.trial_log import read_trials
-    for d in (run, run + "/study"):
+    for d in (run, run + "/study", run + "/study_fast"):
         if os.path.isdir(d + "/trials"):
             try:  # a run directory or a study directory: rows under DIR/trials/
                 rows += read_trials(d).to_pylist()

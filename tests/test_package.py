@@ -217,6 +217,7 @@ DIST_MODULES = {
     "optuna": "optuna",
     "psutil": "psutil",
     "fsspec": "fsspec",
+    "torchao": "torchao",
 }
 """Distribution name (as pyproject spells it, lower case) -> the module it installs."""
 FIRST_PARTY = {"infrarsi", "workloads"}

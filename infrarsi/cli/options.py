@@ -88,6 +88,14 @@ SHARED_OPTIONS: dict[str, tuple[Any, tuple[str, ...], dict[str, Any]]] = {
         ("--knob",),
         {"help": "Knob a candidate may change (repeatable; default: every knob of the space)."},
     ),
+    "allow": (
+        [],
+        ("--allow",),
+        {
+            "help": "Knob of another arithmetic the study may search (repeatable, e.g. "
+            "float8_linear; default: none, such knobs stay at the baseline)."
+        },
+    ),
     "trials": (
         None,
         ("--trials",),

@@ -211,6 +211,8 @@ def _run(
         ep_mod.parallelize_moe(model)
         ep_params = ep_mod.expert_parameters(model)
         state["ep_mod"] = ep_mod
+    for transform in build.model_transforms:  # float8 linear layers...: before the optimizer
+        transform(model, shape)
     counters = HarnessCounters().attach(model)
     monitor.attach(model)
     monitor.check("model_build")
@@ -386,6 +388,8 @@ def _run(
             torch.manual_seed(seed)
             with rank_setup.build_context(device, build.ds_config, partitioned=True):
                 fresh = fresh_job.build_model()
+            for transform in build.model_transforms:
+                transform(fresh, fresh_job.shape)
             fresh_opt = rank_setup.make_optimizer(
                 build.runtime["optimizer_impl"], list(fresh.parameters()), wl.optimizer
             )

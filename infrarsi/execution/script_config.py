@@ -58,6 +58,7 @@ SCRIPT_PINNED: dict[str, str] = {
     "loss_chunk_tokens": "the script computes its own loss",
     "fused_loss_tokens": "the script computes its own loss",
     "attention_backend": "the script runs its attention in its own process, outside the harness's context",
+    "float8_linear": "the script builds its own model; the harness cannot swap its linear layers",
 }
 """Knob -> why it cannot reach a script: such knobs are pinned at the baseline (``init``)."""
 

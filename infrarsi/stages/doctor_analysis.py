@@ -118,10 +118,11 @@ def honest_change_configs(
     """(knob, config) of the doctor's honest changes: configs that train the same job (same
     sequences, tokens and optimizer steps) by another route, as honest candidates do. The
     baseline with another micro-batch split (the nearest smaller ``micro_batch_size`` that
-    divides ``per_rank_batch``, else the nearest larger), and with another ZeRO stage of the same
+    divides ``per_rank_batch``, else the nearest larger), with another ZeRO stage of the same
     arithmetic (the farthest stage the space allows, the lower one on a tie; never
-    across ZeRO-0 and ZeRO >= 1 in 16-bit, see ``_same_numerics``). A change the space has no
-    valid value for is left out."""
+    across ZeRO-0 and ZeRO >= 1 in 16-bit, see ``_same_numerics``), and with each knob of
+    another arithmetic on (``_arithmetic_changes``; the doctor runs only those the contract
+    allows). A change the space has no valid value for is left out."""
     out = []
     split = _split_change(baseline, space, per_rank_batch)
     if split is not None:
@@ -129,6 +130,31 @@ def honest_change_configs(
     zero = _zero_change(baseline, space)
     if zero is not None:
         out.append(("zero_stage", zero))
+    out.extend(_arithmetic_changes([baseline, *([zero] if zero else [])], space))
+    return out
+
+
+def _arithmetic_changes(
+    bases: Sequence[Mapping[str, Any]], space: SearchSpace
+) -> list[tuple[str, dict[str, Any]]]:
+    """Each knob of another arithmetic (``float8_linear``...) at its first other value, on the
+    first of ``bases`` (the baseline, then its ZeRO change) where that is valid: when the contract
+    allows such a knob (the doctor drops the changes it does not, with ``scope_violation``), its
+    effect on the loss is part of what the tolerance must cover."""
+    from infrarsi.execution.knobs import different_arithmetic_knobs
+
+    out = []
+    for name in different_arithmetic_knobs(space.names):
+        found = None
+        for base in bases:
+            for v in space.knob(name).values:
+                cfg = space.resolve({**base, name: v})
+                if v != base.get(name) and space.is_valid(cfg):
+                    found = cfg
+                    break
+            if found is not None:
+                out.append((name, found))
+                break
     return out
 
 

@@ -21,6 +21,7 @@ def init_stage(
     request: str = "",
     editable_globs: list[str] | None = None,
     editable_knobs: list[str] | None = None,
+    allow: list[str] | None = None,
     space: str | Path | None = None,
     memory_capacity_bytes: int | None = None,
     trials: int | None = None,
@@ -34,6 +35,10 @@ def init_stage(
     long_check_budget_s: float | None = None,
 ) -> Any:
     """Write ``DIR/contract.yaml`` (frozen, hashed) and a copy of the search space.
+
+    ``allow`` names the knobs of another arithmetic (``KnobSpec.arithmetic``: float8 matmuls)
+    the study may search; the others stay at the baseline, and naming one in ``editable_knobs``
+    without allowing it is a ``ConfigError``. The contract's editable knobs record the choice.
 
     ``long_check_budget_s``: seconds the long check may take (``budgets.long_check_s``; default
     ``DEFAULT_LONG_CHECK_BUDGET_S``).
@@ -78,6 +83,7 @@ def init_stage(
             f"--knob {unknown[0]!r}: rule: must be a knob of the search space {space_path}. "
             f"Fix: pick from {sp.names}."
         )
+    editable_knobs = allowed_knobs(list(sp.names), editable_knobs, allow or [], space_path)
     if wl.backend == "deepspeed":
         check_space(sp, source=str(space_path))
         if wl.script is not None:
@@ -131,6 +137,34 @@ def script_glob(wl: Workload) -> str:
     (``**`` for a script at the root), so a code patch may touch the script and its modules."""
     folder = Path(wl.script_layout()[0]).parent.as_posix()
     return "**" if folder in ("", ".") else f"{folder}/**"
+
+
+def allowed_knobs(
+    knobs: list[str], editable: list[str] | None, allow: list[str], space_path: str | Path
+) -> list[str] | None:
+    """The editable knobs once the knobs of another arithmetic are settled: ``editable`` (None:
+    every knob) less each ``arithmetic="different"`` knob not in ``allow``; None when that
+    leaves ``editable`` as it was. ``ConfigError`` for an ``allow`` entry that is not such a knob
+    of the space, or a knob in ``editable`` that needs allowing."""
+    from infrarsi.execution.knobs import different_arithmetic_knobs
+
+    different = different_arithmetic_knobs(knobs)
+    for name in allow:
+        if name not in different:
+            raise ConfigError(
+                f"--allow {name!r}: rule: must name a knob of {space_path} that changes the "
+                f"arithmetic; this space has {different or 'none'}. Fix: drop --allow {name}."
+            )
+    blocked = [k for k in different if k not in allow]
+    named = [k for k in editable or [] if k in blocked]
+    if named:
+        raise ConfigError(
+            f"--knob {named[0]!r}: rule: a knob that changes the arithmetic is searched only "
+            f"when the contract allows it. Fix: add --allow {named[0]}."
+        )
+    if not blocked:
+        return editable
+    return [k for k in (editable if editable is not None else knobs) if k not in blocked]
 
 
 def script_editable_knobs(

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from infrarsi.execution.knobs import check_handlers
 from infrarsi.search import SearchSpace
 from infrarsi.workload import Workload
@@ -15,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 
-def test_the_checked_workload_and_its_space_load() -> None:
-    wl = Workload.from_yaml(ROOT / "workloads" / "dense_1gpu.yaml")
+@pytest.mark.parametrize("name", ["dense_1gpu", "dense_1gpu_fast"])
+def test_the_checked_workloads_and_their_space_load(name: str) -> None:
+    wl = Workload.from_yaml(ROOT / "workloads" / f"{name}.yaml")
     assert (wl.resources.device, wl.resources.workers, wl.tokens_per_step, wl.data.seq_len) == (
         "cuda",
         1,
@@ -26,6 +29,7 @@ def test_the_checked_workload_and_its_space_load() -> None:
     space = SearchSpace.from_yaml(wl.search_space_path())
     check_handlers([k.name for k in space.knobs], source=str(wl.search_space_path()))
     assert set(wl.baseline) <= {k.name for k in space.knobs}
+    space.validate(dict(wl.baseline), where=name)
 
 
 def test_without_cuda_every_cuda_step_is_skipped(tmp_path: Path) -> None:
@@ -46,6 +50,7 @@ def test_without_cuda_every_cuda_step_is_skipped(tmp_path: Path) -> None:
         "S3 fast trial",
         "S4 OOM trial",
         "S5 tune",
+        "S7 study from the plain loop's config",
     ):
         assert f"{s}: SKIPPED (no CUDA)" in out.stdout, out.stdout
     assert "SUMMARY" in out.stdout and "no trials ran" in out.stdout
@@ -69,5 +74,5 @@ def test_gpu_check_steps_picks_the_steps(tmp_path: Path) -> None:
         ["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    for s in ("S1", "S2", "S3", "S4", "S5"):
+    for s in ("S1", "S2", "S3", "S4", "S5", "S6", "S7"):
         assert f"{s}: SKIPPED (not in GPU_CHECK_STEPS)" in out.stdout, out.stdout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from infrarsi.result import TrialResult
@@ -13,6 +15,8 @@ from infrarsi.stages.doctor_analysis import (
     honest_change_configs,
 )
 from infrarsi.study.doctor_report import DoctorReport
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _row(
@@ -251,3 +255,17 @@ def test_data_that_depend_on_the_batch_split_switch_the_data_invariant_off() -> 
     assert out.reference_data_digests == []
     # rows of an older harness carry no digests: no check, no reference
     assert analyse_baseline([_row(i, 2.0, [8.0, 7.5]) for i in range(2)]).data_order is None
+
+
+def test_an_allowed_change_of_arithmetic_is_an_honest_change_where_it_is_valid() -> None:
+    """float8 cannot run on the baseline's ZeRO-3 (the space's constraint): the doctor measures
+    it on the baseline's ZeRO change instead, so the tolerance covers what float8 moves."""
+    space = SearchSpace.from_yaml(ROOT / "search_spaces" / "gpu_dense_1gpu.yaml")
+    base = {**space.default_config(), "zero_stage": 3, "micro_batch_size": 1, "dtype": "bf16"}
+    changes = dict(honest_change_configs(base, space, 16))
+    assert changes["float8_linear"] == {**changes["zero_stage"], "float8_linear": True}
+    z1 = {**base, "zero_stage": 1}
+    assert dict(honest_change_configs(z1, space, 16))["float8_linear"] == {
+        **z1,
+        "float8_linear": True,
+    }

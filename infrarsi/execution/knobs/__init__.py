@@ -12,7 +12,14 @@ from the registry. Importing ``infrarsi.execution.knobs`` (or any of its modules
 
 from __future__ import annotations
 
-from infrarsi.execution.knobs import attention, code_patch, deepspeed, fused_loss, loss_chunk
+from infrarsi.execution.knobs import (
+    attention,
+    code_patch,
+    deepspeed,
+    float8,
+    fused_loss,
+    loss_chunk,
+)
 from infrarsi.execution.knobs.registry import (
     KNOB_HANDLERS,
     KNOBS,
@@ -25,6 +32,7 @@ from infrarsi.execution.knobs.registry import (
     check_handlers,
     check_space,
     checked_by,
+    different_arithmetic_knobs,
     either,
     handler_order,
     integer,
@@ -49,7 +57,9 @@ __all__ = [
     "checked_by",
     "code_patch",
     "deepspeed",
+    "different_arithmetic_knobs",
     "either",
+    "float8",
     "fused_loss",
     "handler_order",
     "integer",

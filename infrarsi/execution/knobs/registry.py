@@ -55,6 +55,11 @@ class KnobContext:
     """The whole knob config, for handlers whose effect depends on other knobs."""
 
 
+ModelTransform = Callable[[Any, Any], object]
+"""A change to the built model in place, ``(model: torch.nn.Module, shape: ModelShape)``; what it
+returns is ignored."""
+
+
 @dataclass
 class TrialBuild:
     """Everything a trial is built from; knob handlers fill it in."""
@@ -67,12 +72,21 @@ class TrialBuild:
     """Harness options (``threads_per_worker``, ``optimizer_impl``, ``dtype``...)."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables set in each rank before the engine is built."""
+    model_transforms: list[ModelTransform] = field(default_factory=list)
+    """Functions ``(model, shape) -> None`` applied in order to the built model (``shape``: the
+    job's ``ModelShape``), before the optimizer and the engine are built, and again to the model
+    a checkpoint round trip rebuilds (float8 linear layers, say)."""
 
 
 KnobHandler = Callable[[Any, TrialBuild, KnobContext], None]
 """A handler: ``(value, build, ctx) -> None``, applying ``value`` to ``build``."""
 ProcessEnv = Callable[[Any], dict[str, str]]
 """The environment a knob's value needs at process start: a pure function of the value alone."""
+KnobArithmetic = Literal["same", "different"]
+"""Whether a knob's non-default values train with the baseline's arithmetic (``same``: ZeRO
+stages, micro-batch splits, kernels that compute the same sums to the dtype's rounding) or with
+another one (``different``: float8 matmuls), which a study may search only when its contract
+allows the knob by name (``infrarsi init --allow KNOB``)."""
 KnobMemory = Literal["saver", "hungry", "neutral"]
 """A knob's memory tag, as in a search space's ``memory:`` (see ``KnobSpec.memory``)."""
 MEMORY_TAGS: tuple[KnobMemory, ...] = ("saver", "hungry", "neutral")
@@ -182,6 +196,9 @@ class KnobSpec:
     """For a knob read at process start (``OMP_NUM_THREADS``...), the environment a value needs."""
     doc: str = ""
     """One paragraph for docs/KNOBS.md: what the knob does and the keys it sets."""
+    arithmetic: KnobArithmetic = "same"
+    """``different`` for a knob whose values change the arithmetic (``KnobArithmetic``): a
+    study's editable knobs leave it out unless its contract allows it."""
 
     @property
     def has_default(self) -> bool:
@@ -235,6 +252,7 @@ def register_knob(
     after: Iterable[str] = (),
     process_env: ProcessEnv | None = None,
     doc: str | None = None,
+    arithmetic: KnobArithmetic = "same",
 ) -> Callable[[KnobHandler], KnobHandler]:
     """Declare knob ``name`` with ``fn`` as its handler (the fields are ``KnobSpec``'s; ``doc``
     defaults to the handler's docstring). A duplicate name, a default ``values`` rejects, an
@@ -270,6 +288,7 @@ def register_knob(
             after=after,
             process_env=process_env,
             doc=doc if doc is not None else _doc_of(fn),
+            arithmetic=arithmetic,
         )
         KNOBS[name] = spec
         try:
@@ -319,6 +338,11 @@ def handler_order() -> list[str]:
             f"fix: drop one of these after= entries."
         )
     return order
+
+
+def different_arithmetic_knobs(names: Iterable[str]) -> list[str]:
+    """The knobs of ``names`` registered with ``arithmetic="different"``, in ``names`` order."""
+    return [n for n in names if n in KNOBS and KNOBS[n].arithmetic == "different"]
 
 
 def knob_defaults() -> dict[str, Any]:
