@@ -141,7 +141,7 @@ def check_workload(path: str | Path) -> dict[str, Any]:
     a DeepSpeed config (micro-batch sizes divide the per-rank batch; a space too large to list:
     the baseline, its one-knob moves and ``CHECK_SAMPLE`` seeded random configs), and where the
     space allows ``expert_parallel`` the experts divide over the ranks. Raises on the first problem; returns a
-    summary (name, world size, nodes, global batch, parameters, valid configs)."""
+    summary (name, world size, nodes, global batch, parameters, configs checked)."""
     import numpy as np
     import torch
 
@@ -166,9 +166,9 @@ def check_workload(path: str | Path) -> dict[str, Any]:
         )
     configs = space.enumerate()
     if configs is None:  # too many to list: the baseline, its one-knob moves and a seeded sample
-        baseline = space.validate(dict(wl.baseline))
+        base = space.validate(dict(wl.baseline))
         sample = space.sample(np.random.default_rng(0), CHECK_SAMPLE)
-        configs = [baseline, *space.neighbours(baseline), *sample]
+        configs = list({space.key(c): c for c in [base, *space.neighbours(base), *sample]}.values())
     for cfg in configs:
         build_trial(wl, cfg, wl.world_size, num_params, job.shape.dim)
     allows_ep = "expert_parallel" in space.names and True in space.knob("expert_parallel").values

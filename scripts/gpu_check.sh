@@ -20,7 +20,7 @@
 # doctor then calibrates the tolerances with it; needs torchao from .gpu/extra312.tar.xz).
 # GPU_CHECK_STEPS picks the steps (default "S1 S2 S3 S4 S5"; e.g. "S1 S3 S5" when the baseline
 # and OOM trials were confirmed before and the budget is short). Next device window:
-# GPU_CHECK_STEPS="S1 S7" BUDGET_S=560, then "S3 S6" if time is left.
+# GPU_CHECK_STEPS="S1 S7" BUDGET_S=580, then "S3 S6" if time is left.
 # Lent machine: mkdir -p /tmp/site && tar -xJf .gpu/site312.tar.xz -C /tmp/site &&
 #   tar -xJf .gpu/extra312.tar.xz -C /tmp/site &&
 #   export PYTHONPATH=/tmp/site:$PWD RAY_AUTH_MODE=disabled && bash scripts/gpu_check.sh

@@ -86,7 +86,10 @@ SHARED_OPTIONS: dict[str, tuple[Any, tuple[str, ...], dict[str, Any]]] = {
     "knob": (
         [],
         ("--knob",),
-        {"help": "Knob a candidate may change (repeatable; default: every knob of the space)."},
+        {
+            "help": "Knob a candidate may change (repeatable; default: every knob of the space "
+            "but those of another arithmetic, which need --allow)."
+        },
     ),
     "allow": (
         [],

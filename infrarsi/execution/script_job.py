@@ -164,6 +164,12 @@ class ScriptRun:
         hidden = hidden_size_of(model)
         world = self.res.world_size
         build = build_trial(self.wl, self.config, world, num_params, hidden)
+        if build.model_transforms:  # init pins such knobs; a hand-made config must not slip past
+            raise WorkloadError(
+                f"script: the config {dict(self.config)} changes the model the script built "
+                f"(a knob such as float8_linear), which a script run cannot do. Fix: leave those "
+                f"knobs at their defaults for a script workload (init pins them)."
+            )
         merged = merge_trial_config(
             script_cfg,
             build.ds_config,

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -283,7 +284,7 @@ class StudyExecutor:
                 patches=patch_list,
                 timeout_s=timeout_s,
                 code_dir=code_dir,
-                loss_guard=self.loss_guard() if steps is None else None,
+                loss_guard=self.loss_guard(config) if steps is None else None,
                 placement_group=req.placement_group,
                 steps=steps,
                 checkpoint_step=horizon.checkpoint_step if horizon is not None else None,
@@ -368,15 +369,16 @@ class StudyExecutor:
             ended_at=now,
         )
 
-    def loss_guard(self) -> LossGuard | None:
+    def loss_guard(self, config: Mapping[str, Any] | None = None) -> LossGuard | None:
         """The early-stop rule handed to the ranks once the doctor has a baseline loss trace: the
-        contract's own per-step loss tolerance, so a trial is stopped only when the loss invariant
+        contract's own per-step loss tolerance for ``config`` (wider for a knob of another
+        arithmetic the doctor calibrated), so a trial is stopped only when the loss invariant
         has already failed (it could never be accepted); None while checks are off, before the
         doctor, or when the contract's ``switches.loss_guard`` is off."""
         ref = self.reference.reference_loss if self.reference is not None else []
         if not self.check or not ref or not self.switches.loss_guard:
             return None
-        atol, rtol = self.contract.invariants.loss_tolerance()
+        atol, rtol = self.contract.invariants.loss_tolerance(config)
         return LossGuard(reference=[float(x) for x in ref], atol=float(atol), rtol=float(rtol))
 
     def default_timeout_s(self) -> float | None:

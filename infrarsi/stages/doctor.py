@@ -77,6 +77,7 @@ def _doctor_stage(
     spread and the honest change, the eval tolerance, and the memory capacity when init left it
     unset and the device's memory is known (``DoctorReport.device_memory_capacity_bytes``, see
     ``infrarsi.study.capacity``)."""
+    from infrarsi.execution.knobs import different_arithmetic_knobs
     from infrarsi.orchestration.executor import StudyExecutor
     from infrarsi.study.contract import Contract
 
@@ -141,9 +142,21 @@ def _doctor_stage(
         report.eval_tolerance if report.eval_tolerance is not None else tolerance_floor
     )
     eval_atol = None if inv.eval_calibrated else eval_tol
+    allowed = [
+        k for k in different_arithmetic_knobs(contract.editable.knobs) if k in ex.space.names
+    ]
+    for k in allowed:
+        if k not in report.arithmetic_tolerances:
+            log.warning(
+                "doctor.arithmetic_uncalibrated",
+                knob=k,
+                why="no ok trial with it on (see doctor.json honest_changes): its candidates are "
+                "judged with the study's own tolerances",
+            )
     contract = contract.with_calibration(
         loss_atol=loss_atol,
         eval_atol=eval_atol,
+        arithmetic_tolerances=report.arithmetic_tolerances,
         by="doctor",
         reason=(
             f"{repeats} baseline trials: max run-to-run loss difference "
@@ -151,7 +164,7 @@ def _doctor_stage(
             + _honest_change_text(report)
             + f"tolerance = max(floor {tolerance_floor:g}, {LOSS_TOLERANCE_FACTOR:g} x run-to-run, "
             f"{HONEST_CHANGE_FACTOR:g} x largest honest change), for the training loss and the "
-            f"eval loss alike"
+            f"eval loss alike" + _arithmetic_text(report)
         ),
     )
     if contract.memory_capacity_bytes is None and report.device_memory_capacity_bytes:
@@ -203,12 +216,31 @@ def data_order_error(study: Path, workload_path: str | None, order: DataOrder) -
     )
 
 
+def _arithmetic_text(report: DoctorReport) -> str:
+    """The calibration reason's part on knobs of another arithmetic (empty when none)."""
+    if not report.arithmetic_tolerances:
+        return ""
+    parts = [
+        f"{k}: loss {t.loss_atol:.3g}, eval {t.eval_atol:.3g}"
+        for k, t in report.arithmetic_tolerances.items()
+    ]
+    return (
+        "; candidates with a knob of another arithmetic on get their own tolerances "
+        f"(max(the above, {HONEST_CHANGE_FACTOR:g} x that knob's change), its change left out of "
+        "the above): " + ", ".join(parts)
+    )
+
+
 def _honest_change_text(report: DoctorReport) -> str:
     if not report.honest_changes:
         return "no honest-change trial (no other micro-batch split or ZeRO stage in scope); "
+    base = report.baseline_config or {}
     parts = []
     for c in report.honest_changes:
-        what = f"{c.changed} {c.config.get(c.changed)}"
+        rides = [k for k, v in c.config.items() if k != c.changed and base.get(k, v) != v]
+        what = f"{c.changed} {c.config.get(c.changed)}" + (
+            f" (with {', '.join(f'{k} {c.config[k]}' for k in rides)})" if rides else ""
+        )
         if c.loss_max_abs_diff is None:
             parts.append(f"{what}: ended {c.status}, not used")
         else:

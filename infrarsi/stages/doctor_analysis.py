@@ -9,6 +9,7 @@ from typing import Any
 from infrarsi.result import TrialResult
 from infrarsi.search.space import SearchSpace
 from infrarsi.stats import noise_margin
+from infrarsi.study.arithmetic_tolerance import ArithmeticTolerance
 from infrarsi.study.doctor_report import (
     DataOrder,
     DoctorReport,
@@ -191,8 +192,11 @@ def analyse_baseline(
     honest_changes: Sequence[tuple[str, TrialResult]] = (),
 ) -> DoctorReport:
     """Summarise R baseline trials (and the honest-change trials, ``(knob changed, row)``, see
-    ``honest_change_configs``). Only ``ok`` rows count; the caller decides what to do when
+    ``honest_change_configs``; those of a knob of another arithmetic calibrate only that knob's
+    ``arithmetic_tolerances``). Only ``ok`` rows count; the caller decides what to do when
     fewer than two are ok (the analysis still returns what it can, with ``ok_trials``)."""
+    from infrarsi.execution.knobs import different_arithmetic_knobs
+
     ok = [r for r in rows if r.status == "ok" and r.step_time_s]
     out: dict[str, Any] = {
         "trials": len(rows),
@@ -254,7 +258,9 @@ def analyse_baseline(
         )
         for k, r in honest_changes
     ]
-    diffs = [c.loss_max_abs_diff for c in changes if c.loss_max_abs_diff is not None]
+    other = set(different_arithmetic_knobs([c.changed for c in changes]))
+    same = [c for c in changes if c.changed not in other]  # only these widen the shared gate
+    diffs = [c.loss_max_abs_diff for c in same if c.loss_max_abs_diff is not None]
     honest = max(diffs) if diffs else None
     out["honest_changes"] = changes
     out["loss_honest_change_max_abs_diff"] = honest
@@ -266,12 +272,22 @@ def analyse_baseline(
     out["reference_eval_loss"] = ref_eval
     eval_spread = (max(evals) - min(evals)) if len(evals) > 1 else 0.0
     out["eval_run_to_run_abs_diff"] = eval_spread
-    eval_diffs = [c.eval_loss_abs_diff for c in changes if c.eval_loss_abs_diff is not None]
+    eval_diffs = [c.eval_loss_abs_diff for c in same if c.eval_loss_abs_diff is not None]
     out["eval_tolerance"] = max(
         tolerance_floor,
         LOSS_TOLERANCE_FACTOR * eval_spread,
         HONEST_CHANGE_FACTOR * max(eval_diffs, default=0.0),
     )
+    out["arithmetic_tolerances"] = {
+        c.changed: ArithmeticTolerance(
+            loss_atol=max(out["loss_tolerance"], HONEST_CHANGE_FACTOR * c.loss_max_abs_diff),
+            eval_atol=max(
+                out["eval_tolerance"], HONEST_CHANGE_FACTOR * (c.eval_loss_abs_diff or 0.0)
+            ),
+        )
+        for c in changes
+        if c.changed in other and c.loss_max_abs_diff is not None
+    }
     order = data_order(ok, [r for _, r in honest_changes])
     out["data_order"] = order
     if order is not None and order.repeatable and order.same_under_honest_changes is not False:

@@ -142,9 +142,9 @@ def script_glob(wl: Workload) -> str:
 def allowed_knobs(
     knobs: list[str], editable: list[str] | None, allow: list[str], space_path: str | Path
 ) -> list[str] | None:
-    """The editable knobs once the knobs of another arithmetic are settled: ``editable`` (None:
-    every knob) less each ``arithmetic="different"`` knob not in ``allow``; None when that
-    leaves ``editable`` as it was. ``ConfigError`` for an ``allow`` entry that is not such a knob
+    """The editable knobs once the knobs of another arithmetic are settled: ``editable`` with the
+    ``allow`` knobs added, or (``editable`` None) every knob but the ``arithmetic="different"``
+    ones not in ``allow`` (None when that is every knob). ``ConfigError`` for an ``allow`` entry that is not such a knob
     of the space, or a knob in ``editable`` that needs allowing."""
     from infrarsi.execution.knobs import different_arithmetic_knobs
 
@@ -162,9 +162,9 @@ def allowed_knobs(
             f"--knob {named[0]!r}: rule: a knob that changes the arithmetic is searched only "
             f"when the contract allows it. Fix: add --allow {named[0]}."
         )
-    if not blocked:
-        return editable
-    return [k for k in (editable if editable is not None else knobs) if k not in blocked]
+    if editable is not None:  # an allowed knob is editable even when --knob leaves it out
+        return [*editable, *(k for k in allow if k not in editable)]
+    return [k for k in knobs if k not in blocked] if blocked else None
 
 
 def script_editable_knobs(

@@ -213,9 +213,9 @@ def _long_check_stage(
         trial_steps=trial_steps,
         horizon_factor=float(horizon_factor),
         budget=budget,
-        contract_atol=contract.invariants.loss_tolerance()[0],
-        rtol=contract.invariants.loss_tolerance()[1],
-        eval_atol=contract.invariants.eval_tolerance()[0],
+        contract_atol=contract.invariants.loss_tolerance(config)[0],
+        rtol=contract.invariants.loss_tolerance(config)[1],
+        eval_atol=contract.invariants.eval_tolerance(config)[0],
     )
     if contract.workload_model().backend == "surrogate":
         return base.skipped(

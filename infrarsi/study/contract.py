@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infrarsi.errors import ContractError
+from infrarsi.study.arithmetic_tolerance import ArithmeticTolerance
 from infrarsi.study.capacity import (
     MemoryCapacity,
     resolve_memory_capacity,
@@ -69,6 +71,7 @@ _CALIBRATABLE = {
     "invariants.eval_atol",
     "invariants.eval_rtol",
     "invariants.eval_calibrated",
+    "invariants.arithmetic_tolerances",
     "memory_capacity_bytes",
     "amendments",
 }
@@ -112,14 +115,24 @@ class Invariants(_Strict):
     """Max relative spread of the parameter checksums across data-parallel replicas."""
     timing_rules: str = TIMING_RULES
     """How step time is measured (the rule text every figure obeys)."""
+    arithmetic_tolerances: dict[str, ArithmeticTolerance] = Field(default_factory=dict)
+    """Knob of another arithmetic the contract allows -> the tolerances of configs that turn it
+    on (truthy value), as the doctor calibrated them; empty unless such a knob is allowed."""
 
-    def loss_tolerance(self) -> tuple[float, float]:
-        """(atol, rtol) in force: the calibrated values, or ``DEFAULT_LOSS_ATOL`` before that."""
-        return (DEFAULT_LOSS_ATOL if self.loss_atol is None else self.loss_atol, self.loss_rtol)
+    def loss_tolerance(self, config: Mapping[str, Any] | None = None) -> tuple[float, float]:
+        """(atol, rtol) in force: the calibrated values, or ``DEFAULT_LOSS_ATOL`` before that;
+        for a ``config`` that turns on a knob of ``arithmetic_tolerances``, that knob's wider
+        atol where it is wider."""
+        atol = DEFAULT_LOSS_ATOL if self.loss_atol is None else self.loss_atol
+        own = [t.loss_atol for k, t in self.arithmetic_tolerances.items() if (config or {}).get(k)]
+        return (max([atol, *own]), self.loss_rtol)
 
-    def eval_tolerance(self) -> tuple[float, float]:
-        """(atol, rtol) of the eval check: calibrated, or ``DEFAULT_EVAL_ATOL`` before that."""
-        return (DEFAULT_EVAL_ATOL if self.eval_atol is None else self.eval_atol, self.eval_rtol)
+    def eval_tolerance(self, config: Mapping[str, Any] | None = None) -> tuple[float, float]:
+        """(atol, rtol) of the eval check: calibrated, or ``DEFAULT_EVAL_ATOL`` before that;
+        widened for ``config`` as ``loss_tolerance`` is."""
+        atol = DEFAULT_EVAL_ATOL if self.eval_atol is None else self.eval_atol
+        own = [t.eval_atol for k, t in self.arithmetic_tolerances.items() if (config or {}).get(k)]
+        return (max([atol, *own]), self.eval_rtol)
 
 
 DEFAULT_LONG_CHECK_BUDGET_S = 90.0
@@ -311,13 +324,15 @@ class Contract(_Strict):
 
     def content(self) -> dict[str, Any]:
         """Every field but ``contract_hash``, as canonical JSON-able data (an absent ``switches``
-        section or ``budgets.long_check_s`` stays absent, so contracts written before them keep
-        their hash)."""
+        section, ``budgets.long_check_s`` or empty ``invariants.arithmetic_tolerances`` stays
+        absent, so contracts written before them keep their hash)."""
         exclude: dict[str, Any] = {"contract_hash": True, "section_hashes": True}
         if self.switches is None:
             exclude["switches"] = True
         if self.budgets.long_check_s is None:
             exclude["budgets"] = {"long_check_s": True}
+        if not self.invariants.arithmetic_tolerances:
+            exclude["invariants"] = {"arithmetic_tolerances": True}
         return self.model_dump(mode="json", exclude=exclude)
 
     def compute_hash(self) -> str:
@@ -402,6 +417,7 @@ class Contract(_Strict):
         eval_atol: float | None = None,
         eval_rtol: float | None = None,
         memory_capacity_bytes: int | None = None,
+        arithmetic_tolerances: Mapping[str, ArithmeticTolerance] | None = None,
         by: str = "doctor",
         reason: str = "",
     ) -> Contract:
@@ -432,6 +448,14 @@ class Contract(_Strict):
             setf("loss_calibrated", True)
         if eval_atol is not None or eval_rtol is not None:
             setf("eval_calibrated", True)
+        if arithmetic_tolerances:
+            merged = {**inv.arithmetic_tolerances, **arithmetic_tolerances}
+            if merged != inv.arithmetic_tolerances:
+                changes["invariants.arithmetic_tolerances"] = [
+                    {k: t.model_dump() for k, t in inv.arithmetic_tolerances.items()},
+                    {k: t.model_dump() for k, t in merged.items()},
+                ]
+                inv.arithmetic_tolerances = merged
         cap = self.memory_capacity_bytes
         if memory_capacity_bytes is not None and memory_capacity_bytes != cap:
             if cap is not None:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infrarsi.errors import StudyError
 from infrarsi.result import Status
+from infrarsi.study.arithmetic_tolerance import ArithmeticTolerance
 from infrarsi.study.json_record import read_json_record
 from infrarsi.study.paths import StudyPaths, write_json_atomic
 
@@ -74,7 +75,8 @@ class HonestChange(_Record):
     same optimizer steps) by another route, and what it did to the loss."""
 
     changed: str
-    """The knob changed from the baseline (``micro_batch_size`` or ``zero_stage``)."""
+    """The knob changed from the baseline (``micro_batch_size``, ``zero_stage``, or a knob of
+    another arithmetic such as ``float8_linear``, which may ride on the ZeRO change's config)."""
     config: dict[str, Any]
     """The trial's config (the baseline with ``changed`` set otherwise)."""
     status: Status
@@ -141,7 +143,8 @@ class DoctorReport(_Record):
     """Largest per-step spread of the training loss across the baseline trials, loss units."""
     honest_changes: list[HonestChange] = Field(default_factory=list)
     """The honest-change trials (the baseline with another micro-batch split; with another ZeRO
-    stage) and what each did to the loss (empty: none in scope)."""
+    stage; with an allowed knob of another arithmetic on) and what each did to the loss (empty:
+    none in scope)."""
     loss_honest_change_max_abs_diff: float | None = Field(None, ge=0)
     """Largest per-step |loss - reference loss| over the honest changes that ended ``ok``, loss
     units (None: none did)."""
@@ -165,6 +168,10 @@ class DoctorReport(_Record):
     eval_tolerance: float | None = Field(None, ge=0)
     """The measured eval-loss tolerance: max(floor, 10 x run-to-run spread, 3 x the largest
     honest-change eval difference), loss units."""
+    arithmetic_tolerances: dict[str, ArithmeticTolerance] = Field(default_factory=dict)
+    """Knob of another arithmetic -> the tolerances of candidates that turn it on: the study's
+    own, widened to 3 x that knob's honest-change differences (its trials count only here, never
+    in ``loss_tolerance``/``eval_tolerance``); empty when no such knob was measured ``ok``."""
     tokens_per_step: int | None = Field(None, ge=0)
     """Tokens per optimizer step the harness counted in the baseline."""
     optimizer_steps: int | None = Field(None, ge=0)

@@ -233,7 +233,7 @@ def check_invariants(
     # --- eval loss vs baseline (reference model code on a held-out batch)
     ref_eval = ref.eval_loss if ref is not None and not stopped else None
     if ref_eval is not None and math.isfinite(ref_eval):
-        atol, rtol = inv.eval_tolerance()
+        atol, rtol = inv.eval_tolerance(result.config)
         tol = atol + rtol * abs(ref_eval)
         if result.eval_loss is None:
             reasons.append("eval_loss: missing, but the baseline has one (eval check not run)")
@@ -291,7 +291,7 @@ def _loss_reasons(result: TrialResult, ref: Reference | None, contract: Contract
     """The per-step loss comparison with the baseline (empty when within tolerance)."""
     if ref is None or not ref.loss:
         return []
-    atol, rtol = contract.invariants.loss_tolerance()
+    atol, rtol = contract.invariants.loss_tolerance(result.config)
     if not result.loss:
         return ["loss: no per-step loss recorded, cannot compare with the baseline"]
     worst: tuple[float, int, float, float, float] | None = None

@@ -37,3 +37,9 @@ def test_no_accepted_winner_and_no_reference_leave_the_comparison_empty(tmp_path
 def test_the_deadline_is_required() -> None:
     with pytest.raises(SystemExit):
         main(["w.yaml", "study"])
+
+
+def test_an_existing_study_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    study = make_study(tmp_path)
+    with pytest.raises(SystemExit, match=r"already holds a study.*infrarsi tune"):
+        main(["workloads/dense_debug.yaml", str(study), "--deadline-s", "60"])

@@ -49,7 +49,7 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
     the output module, its weight gathered by ZeRO-3 there) and pins attention to the math kernel
     (``attention_backend``; the others run CPU flash attention): the same first loss and
     training, within bf16 rounding. A fifth runs ``float8_linear`` under ZeRO-2 (torchao's
-    float8 matmuls, emulated on the CPU, through DeepSpeed's bf16 engine): another arithmetic,
+    float8 matmuls, on the CPU's float8 kernel, through DeepSpeed's bf16 engine): another arithmetic,
     so a first loss close to ZeRO-2's but not equal, and the end checks still run."""
     from tests.execution.spawn_harness import make_spec, run_specs
 

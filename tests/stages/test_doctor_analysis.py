@@ -269,3 +269,23 @@ def test_an_allowed_change_of_arithmetic_is_an_honest_change_where_it_is_valid()
         **z1,
         "float8_linear": True,
     }
+
+
+def test_a_change_of_arithmetic_calibrates_only_its_own_tolerances() -> None:
+    """float8's larger loss difference widens the tolerances of float8 candidates only; the
+    study's own come from the same-arithmetic changes alone."""
+    rows = [_row(0, 2.0, [8.0, 7.5]), _row(1, 2.1, [8.0, 7.5])]
+    zero = _row(2, 1.0, [8.0, 7.5 + 1e-3])
+    f8 = _row(3, 0.9, [8.0, 7.5 + 2e-2])
+    out = analyse_baseline(rows, honest_changes=[("zero_stage", zero), ("float8_linear", f8)])
+    assert out.loss_tolerance == pytest.approx(
+        max(LOSS_TOLERANCE_FLOOR, HONEST_CHANGE_FACTOR * 1e-3)
+    )
+    assert out.loss_honest_change_max_abs_diff == pytest.approx(1e-3)
+    (tol,) = out.arithmetic_tolerances.values()
+    assert set(out.arithmetic_tolerances) == {"float8_linear"}
+    assert tol.loss_atol == pytest.approx(HONEST_CHANGE_FACTOR * 2e-2)
+    assert tol.eval_atol == pytest.approx(HONEST_CHANGE_FACTOR * 2e-2)  # eval = last loss here
+    failed = _row(4, 0.9, [8.0, 7.5], status="failed")
+    alone = analyse_baseline(rows, honest_changes=[("float8_linear", failed)])
+    assert alone.arithmetic_tolerances == {}  # no ok trial with it on: nothing calibrated

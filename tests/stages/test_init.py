@@ -20,6 +20,10 @@ def test_a_knob_of_another_arithmetic_is_left_out_unless_allowed() -> None:
     assert allowed_knobs(KNOBS, ["zero_stage"], [], "s.yaml") == ["zero_stage"]
     assert allowed_knobs(KNOBS, None, ["float8_linear"], "s.yaml") is None  # every knob
     assert allowed_knobs(["zero_stage"], None, [], "s.yaml") is None  # nothing to leave out
+    assert allowed_knobs(KNOBS, ["zero_stage"], ["float8_linear"], "s.yaml") == [
+        "zero_stage",
+        "float8_linear",
+    ]  # --allow makes it editable beside the --knob list
     with pytest.raises(ConfigError, match=r"--knob 'float8_linear'.*Fix: add --allow float8_l"):
         allowed_knobs(KNOBS, ["float8_linear"], [], "s.yaml")
     with pytest.raises(ConfigError, match=r"--allow 'zero_stage'.*s\.yaml.*\['float8_linear'\]"):

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from infrarsi.errors import ContractError, SearchSpaceError
+from infrarsi.study.arithmetic_tolerance import ArithmeticTolerance
 from infrarsi.study.contract import CONTRACT_FILE, SPACE_COPY, Contract
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,6 +124,20 @@ def test_calibration_is_the_only_allowed_change(tmp_path: Path, wl_copy: Path) -
         again.model_copy(update={"request": "other"}).save(study)
     with pytest.raises(ContractError, match=">= 0"):
         again.with_calibration(loss_atol=-1.0)
+    # A knob of another arithmetic gets its own tolerances, recorded as an amendment.
+    assert "arithmetic_tolerances" not in again.content()["invariants"]  # old hashes hold
+    f8 = ArithmeticTolerance(loss_atol=1e-2, eval_atol=3e-2)
+    own = again.with_calibration(arithmetic_tolerances={"float8_linear": f8}).save(study)
+    back = Contract.load(study)
+    assert back.invariants.arithmetic_tolerances == {"float8_linear": f8}
+    assert back.amendments[-1].changes["invariants.arithmetic_tolerances"] == [
+        {},
+        {"float8_linear": {"loss_atol": 1e-2, "eval_atol": 3e-2}},
+    ]
+    assert back.contract_hash == own.contract_hash
+    assert back.invariants.loss_tolerance({"float8_linear": True}) == (1e-2, 0.0)
+    assert back.invariants.loss_tolerance({"float8_linear": False}) == (2e-4, 0.0)
+    assert back.invariants.eval_tolerance({"float8_linear": True})[0] == 3e-2
 
 
 def test_init_twice_into_one_study_is_refused(tmp_path: Path, wl_copy: Path) -> None:

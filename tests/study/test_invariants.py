@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from infrarsi.result import TrialExtra, TrialResult
+from infrarsi.study.arithmetic_tolerance import ArithmeticTolerance
 from infrarsi.study.contract import Contract
 from infrarsi.study.invariants import Reference, check_invariants
 
@@ -164,6 +165,24 @@ def test_tolerance_is_respected(contract: Contract) -> None:
     # Within atol=1e-4: ok. Just above it: violation.
     assert check_invariants(honest(loss=[x + 9e-5 for x in BASE_LOSS]), BASELINE, contract)[0]
     assert not check_invariants(honest(loss=[x + 2e-4 for x in BASE_LOSS]), BASELINE, contract)[0]
+
+
+def test_a_knob_of_another_arithmetic_widens_only_its_own_candidates(contract: Contract) -> None:
+    """The doctor's float8 tolerances apply to configs with float8 on; the same loss and eval
+    differences in any other candidate (a code patch, say) are still violations."""
+    f8 = contract.with_calibration(
+        arithmetic_tolerances={"float8_linear": ArithmeticTolerance(loss_atol=1e-2, eval_atol=2e-2)}
+    )
+    moved = {"loss": [x + 5e-3 for x in BASE_LOSS], "eval_loss": 7.9 + 1.5e-2}
+    on = honest(config={"zero_stage": 1, "float8_linear": True}, **moved)
+    off = honest(config={"zero_stage": 1, "float8_linear": False}, **moved)
+    assert check_invariants(on, BASELINE, f8) == (True, [])
+    ok, reasons = check_invariants(off, BASELINE, f8)
+    assert not ok and {r.split(":")[0] for r in reasons} >= {"loss", "eval_loss"}, reasons
+    assert not check_invariants(on, BASELINE, contract)[0]  # not calibrated: the study's own
+    assert not check_invariants(
+        honest(config={"float8_linear": True}, loss=[x + 2e-2 for x in BASE_LOSS]), BASELINE, f8
+    )[0]  # beyond its own tolerance too
 
 
 def test_missing_counts_are_violations(contract: Contract) -> None:

@@ -9,15 +9,24 @@ the optimizer and everything outside those matmuls keep the trial's dtype. torch
 
 It is **another arithmetic**, not the same sums to the dtype's rounding: the knob is registered
 ``arithmetic="different"``, so a study searches it only when its contract allows it by name
-(``infrarsi init --allow float8_linear``), and then the doctor runs the baseline with it as one
-of its honest changes, so the loss and eval tolerances it calibrates cover what float8 moves.
+(``infrarsi init --allow float8_linear``). The doctor then runs the baseline with it on and
+calibrates the loss and eval tolerances of float8 candidates from that trial
+(``Invariants.arithmetic_tolerances``): every other candidate keeps the study's own tolerances.
 
-Which layers: every ``nn.Linear`` whose dimensions are multiples of 16 (``torch._scaled_mm``'s
-rule), except the output projection (hidden size in, vocabulary out: left in the trial's dtype,
-as torchtitan does). Refused at build for ZeRO-3 (DeepSpeed partitions the
-weights the float8 casts read; untested, so not offered) and without torchao (``pip install
-'infrarsi[gpu]'``). On CUDA it needs compute capability 8.9 or newer; on the CPU torchao
-emulates the float8 matmuls (slow, for tests: ``tests/execution/knobs/test_float8.py``).
+Which layers: every plain ``nn.Linear`` (a subclass with a ``forward`` of its own keeps it) whose
+dimensions are multiples of 16 (``torch._scaled_mm``'s rule), except the output projection
+(hidden size in, vocabulary out) and an MoE router (``num_experts`` out), which stay in the
+trial's dtype, as torchtitan leaves them; the token dimension is padded to 16 where it is not
+(``pad_inner_dim``). The built-in MoE family's experts are batched matmuls, not ``nn.Linear``:
+there only attention runs in float8. torchao's casts are separate kernels unless the blocks are
+compiled (``compile_block``), which is where its published gains were measured.
+
+Refused at build for ZeRO-3 (DeepSpeed partitions the weights the float8 casts read; untested,
+so not offered) and without torchao (``pip install 'infrarsi[gpu]'``). On CUDA it needs compute
+capability 8.9 or newer; on the CPU ``torch._scaled_mm`` has a float8 kernel of its own (slow,
+for tests: ``tests/execution/knobs/test_float8.py``). Converting patches torchao's Inductor
+min/max codegen for the process (numerically the same): later compiled trials of that warm
+worker run under it.
 
 In a search space::
 
@@ -65,8 +74,9 @@ def float8_linear(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
 
 def convert(model: Any, shape: Any) -> list[str]:
     """Swap ``model``'s eligible ``nn.Linear`` layers for torchao's ``Float8Linear`` in place and
-    return their names. Eligible: both dimensions multiples of ``ALIGNMENT``, and not the output
-    projection (``shape.dim`` in, ``shape.vocab_size`` out).
+    return their names. Eligible: a plain ``nn.Linear`` (its ``forward`` not overridden), both
+    dimensions multiples of ``ALIGNMENT``, and neither the output projection (``shape.dim`` in,
+    ``shape.vocab_size`` out) nor an MoE router (``shape.num_experts`` out).
     ``KnobError`` on a CUDA device older than ``MIN_CUDA_CAPABILITY`` or when nothing is
     eligible (the knob would change nothing)."""
     import torch
@@ -80,27 +90,35 @@ def convert(model: Any, shape: Any) -> list[str]:
                 f"knob {FLOAT8_LINEAR!r}=true: this GPU has compute capability "
                 f"{cap[0]}.{cap[1]}, and float8 matmuls need "
                 f"{MIN_CUDA_CAPABILITY[0]}.{MIN_CUDA_CAPABILITY[1]} or newer (H100, H200, L40S). "
-                f"Fix: drop the knob from the search space on this cluster."
+                f"Fix: init the study without --allow {FLOAT8_LINEAR} on this cluster."
             )
     chosen: list[str] = []
+
+    head = (int(shape.dim), int(shape.vocab_size))
+    router = (int(shape.dim), int(getattr(shape, "num_experts", 0) or 0))
 
     def eligible(mod: torch.nn.Module, fqn: str) -> bool:
         ok = (
             isinstance(mod, torch.nn.Linear)
+            and type(mod).forward is torch.nn.Linear.forward
             and mod.in_features % ALIGNMENT == 0
             and mod.out_features % ALIGNMENT == 0
-            and (mod.in_features, mod.out_features) != (int(shape.dim), int(shape.vocab_size))
+            and (mod.in_features, mod.out_features) not in (head, router)
         )
         if ok:
             chosen.append(fqn)
         return ok
 
-    convert_to_float8_training(model, module_filter_fn=eligible)
+    from torchao.float8 import Float8LinearConfig
+
+    convert_to_float8_training(
+        model, module_filter_fn=eligible, config=Float8LinearConfig(pad_inner_dim=True)
+    )
     if not chosen:
         raise KnobError(
             f"knob {FLOAT8_LINEAR!r}=true: the model has no nn.Linear layer with both dimensions "
-            f"multiples of {ALIGNMENT} other than its output projection, so float8 would change "
-            f"nothing. Fix: drop the knob from this workload's search space."
+            f"multiples of {ALIGNMENT} other than its output projection and router, so float8 "
+            f"would change nothing. Fix: init the study without --allow {FLOAT8_LINEAR}."
         )
     return chosen
 
@@ -112,6 +130,6 @@ def _converter() -> Any:
     except ImportError as e:
         raise KnobError(
             f"knob {FLOAT8_LINEAR!r}=true needs torchao ({e}). Fix: pip install 'infrarsi[gpu]' "
-            f"(or torchao), or drop the knob from the search space."
+            f"(or torchao) on every node, or init the study without --allow {FLOAT8_LINEAR}."
         ) from e
     return convert_to_float8_training

@@ -1,6 +1,6 @@
 """The ``float8_linear`` knob: its handler's refusals, which layers it converts, and that float8
 trains the built-in dense model to within float8's tolerance of the plain model (torchao
-emulates the float8 matmuls on the CPU)."""
+runs the float8 matmuls on the CPU with torch._scaled_mm's own kernel)."""
 
 from __future__ import annotations
 
@@ -78,9 +78,24 @@ def test_float8_trains_within_its_tolerance_of_the_plain_model(dtype: torch.dtyp
         assert F.cosine_similarity(g0[n], g8[n], dim=0).item() > 0.98, n
 
 
+class _OwnForward(torch.nn.Linear):
+    """A linear layer whose ``forward`` does something else (as the dense family's output head)."""
+
+    def forward(self, x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+        return super().forward(x) * scale
+
+
 def test_a_model_with_nothing_to_convert_is_refused() -> None:
-    """Only the output projection and layers ``torch._scaled_mm`` cannot take (682 wide: not a
-    multiple of 16, as the dense family's default feed-forward)."""
-    small = torch.nn.Sequential(torch.nn.Linear(64, 682), torch.nn.Linear(682, 128))
+    """Only the output projection, an MoE router, a layer with a ``forward`` of its own and
+    layers ``torch._scaled_mm`` cannot take (682 wide: not a multiple of 16, as the dense
+    family's default feed-forward)."""
+    small = torch.nn.Sequential(
+        torch.nn.Linear(64, 682),
+        torch.nn.Linear(682, 64),
+        torch.nn.Linear(64, 16),  # the router of 16 experts
+        _OwnForward(64, 64),
+        torch.nn.Linear(64, 128),  # the output projection
+    )
+    shape = ModelShape(n_layers=1, dim=64, vocab_size=128, num_experts=16)
     with pytest.raises(KnobError, match="float8 would change nothing"):
-        convert(small, ModelShape(n_layers=1, dim=64, vocab_size=128))
+        convert(small, shape)
