@@ -59,6 +59,27 @@ def test_moe_routes_top_k_and_matches_a_naive_reference():
     assert torch.allclose(out.reshape(-1, 256), ref, atol=1e-5)
 
 
+def test_expert_parallel_keeps_the_experts_device_and_dtype(tmp_path):
+    """The rank-local experts are hidden from DeepSpeed (which moves and casts the rest), so they
+    are made where and as the full experts are: a bf16 model keeps bf16 experts (1 gloo rank)."""
+    import torch.distributed as dist
+
+    from workloads.models.moe.expert_parallel import expert_parameters, parallelize_moe
+
+    m = build_model("moe", "debug", {"n_layers": 1}).to(torch.bfloat16)
+    full = m.layers[0].feed_forward.experts.w1.detach().clone()
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        parallelize_moe(m)
+    finally:
+        dist.destroy_process_group()
+    params = expert_parameters(m)
+    assert params and {(p.dtype, p.device.type) for p in params} == {(torch.bfloat16, "cpu")}
+    assert torch.equal(params[0], full)  # the same weights, all experts on the one rank
+
+
 def test_registry_lists_valid_names():
     with pytest.raises(KeyError, match="valid"):
         model_args("dense", "70b")

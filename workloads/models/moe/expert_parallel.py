@@ -95,7 +95,11 @@ def parallelize_moe(model: nn.Module, group=None) -> nn.Module:
             )
         epr = full.num_experts // ep_size
         lo, hi = ep_rank * epr, (ep_rank + 1) * epr
-        local = GroupedExperts(epr, full.w1.shape[2], full.w1.shape[1])
+        # on the full experts' device and dtype: these weights are hidden from DeepSpeed, which
+        # would otherwise have moved and cast them with the rest of the model
+        local = GroupedExperts(epr, full.w1.shape[2], full.w1.shape[1]).to(
+            device=full.w1.device, dtype=full.w1.dtype
+        )
         with torch.no_grad():
             for name in ("w1", "w2", "w3"):
                 getattr(local, name).copy_(getattr(full, name)[lo:hi])
