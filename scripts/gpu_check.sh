@@ -183,8 +183,17 @@ for r in rows:
         if d is not None and r.get("status") == "ok":
             spread = d if spread is None else max(spread, d)
     g = lambda x: "n/a" if x is None else f"{x:.3g}"
+    tele = r.get("telemetry") or {}
+    if isinstance(tele, str):
+        tele = json.loads(tele)
+    gib = lambda x: "n/a" if x is None else f"{x / 2**30:.1f}GiB"
+    nvml = (tele.get("memory_used_bytes") or {}).get("max")
+    # issue 27 item 4: the ZeRO-3 leftover recycle (leftover after the trial), NVML reading the
+    # rank's own GPU (its memory used beside torch's device-used peak), the polling's cost (S3 vs S1)
     print(f"  {r.get('stage')} {r.get('status')} step_time_s={g(r.get('step_time_s'))} mfu={fmt(r.get('mfu'))} "
           f"setup_time_s={g(r.get('setup_time_s'))} end_checks_time_s={g(extra.get('end_checks_time_s'))} "
+          f"peak={gib(r.get('peak_memory_bytes'))} device_used_peak={gib(extra.get('device_used_peak_bytes'))} "
+          f"nvml_used_max={gib(nvml)} leftover={gib(extra.get('leftover_device_bytes'))} "
           f"censored={r.get('memory_censored')} loss_diff_vs_base={g(d)} config={r.get('config')}")
 print("  loss spread (max |loss - baseline loss| per step, ok configs vs the baseline):", "n/a" if spread is None else f"{spread:.3g}")
 REF_CFG = {"zero_stage": 0, "micro_batch_size": 8, "activation_checkpointing": "none", "optimizer_impl": "adamw_fused"}
