@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -117,44 +115,3 @@ def test_the_report_draws_the_peak_memory_the_optimizer_predicted(tmp_path: Path
     out = write_report(study)
     assert "predicted_vs_measured" in {p.stem for p in out.figures}
     assert "predicted vs measured: nothing to draw" not in out.markdown.read_text()
-
-
-def test_sigkill_mid_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
-    study = tmp_path / "study"
-    assert _cli("init", str(FIXTURE), "--study", str(study)).returncode == 0
-    r = _cli("doctor", str(study), "--repeats", "2")
-    assert r.returncode == 0, r.stderr
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "infrarsi", "run", str(study), "--trials", "8"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.time() + 300
-    n_run = 0
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            n_run = len([x for x in rows(read_trials(study)) if x.stage == "run"])
-        except Exception:
-            n_run = 0
-        if n_run >= 3:
-            break
-        time.sleep(0.2)
-    assert proc.poll() is None, "run finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    before = [x for x in rows(read_trials(study)) if x.stage == "run"]
-    assert len(before) >= 3
-    r = _cli("run", str(study), "--trials", "8", "--resume")
-    assert r.returncode == 0, r.stderr
-    after = rows(read_trials(study))
-    run_rows = [x for x in after if x.stage == "run"]
-    counted = [x for x in run_rows if not x.extra.interrupted]
-    assert len(counted) == 8
-    ids = [x.trial_id for x in after]
-    assert len(ids) == len(set(ids)), "a trial_id was logged twice"
-    # Every row logged before the kill is still there, unchanged.
-    assert {x.trial_id for x in before} <= set(ids)
-    assert not list((study / "inflight").glob("*.json"))

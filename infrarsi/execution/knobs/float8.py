@@ -81,7 +81,7 @@ def convert(model: Any, shape: Any) -> list[str]:
     eligible (the knob would change nothing)."""
     import torch
 
-    convert_to_float8_training = _converter()
+    convert_to_float8_training, config_class = _converter()
     device = next((p.device for p in model.parameters() if p.device.type != "meta"), None)
     if device is not None and device.type == "cuda":
         cap = torch.cuda.get_device_capability(device)
@@ -109,10 +109,8 @@ def convert(model: Any, shape: Any) -> list[str]:
             chosen.append(fqn)
         return ok
 
-    from torchao.float8 import Float8LinearConfig
-
     convert_to_float8_training(
-        model, module_filter_fn=eligible, config=Float8LinearConfig(pad_inner_dim=True)
+        model, module_filter_fn=eligible, config=config_class(pad_inner_dim=True)
     )
     if not chosen:
         raise KnobError(
@@ -123,13 +121,14 @@ def convert(model: Any, shape: Any) -> list[str]:
     return chosen
 
 
-def _converter() -> Any:
-    """torchao's ``convert_to_float8_training``; ``KnobError`` naming the fix without torchao."""
+def _converter() -> tuple[Any, Any]:
+    """torchao's ``convert_to_float8_training`` and ``Float8LinearConfig``; ``KnobError`` naming
+    the fix without torchao."""
     try:
-        from torchao.float8 import convert_to_float8_training
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as e:
         raise KnobError(
             f"knob {FLOAT8_LINEAR!r}=true needs torchao ({e}). Fix: pip install 'infrarsi[gpu]' "
             f"(or torchao) on every node, or init the study without --allow {FLOAT8_LINEAR}."
         ) from e
-    return convert_to_float8_training
+    return convert_to_float8_training, Float8LinearConfig
