@@ -64,9 +64,12 @@ def test_expert_parallel_keeps_the_experts_device_and_dtype(tmp_path):
     are made where and as the full experts are: a bf16 model keeps bf16 experts (1 gloo rank)."""
     import torch.distributed as dist
 
+    # both from the modules imported now: entry-point loading in other tests drops and re-imports
+    # ``workloads.*``, and parallelize_moe finds MoE layers by their class
+    from workloads.models import build_model as build_now
     from workloads.models.moe.expert_parallel import expert_parameters, parallelize_moe
 
-    m = build_model("moe", "debug", {"n_layers": 1}).to(torch.bfloat16)
+    m = build_now("moe", "debug", {"n_layers": 1}).to(torch.bfloat16)
     full = m.layers[0].feed_forward.experts.w1.detach().clone()
     dist.init_process_group(
         "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
