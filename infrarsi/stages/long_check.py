@@ -208,13 +208,14 @@ def _long_check_stage(
         )
     doctor = DoctorReport.load(paths.root)
     trial_steps = int(contract.invariants.optimizer_steps)
+    loss_atol, loss_rtol = contract.invariants.loss_tolerance(config)
     base = _Result(
         config=dict(config),
         trial_steps=trial_steps,
         horizon_factor=float(horizon_factor),
         budget=budget,
-        contract_atol=contract.invariants.loss_tolerance(config)[0],
-        rtol=contract.invariants.loss_tolerance(config)[1],
+        contract_atol=loss_atol,
+        rtol=loss_rtol,
         eval_atol=contract.invariants.eval_tolerance(config)[0],
     )
     if contract.workload_model().backend == "surrogate":

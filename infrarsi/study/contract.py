@@ -124,15 +124,19 @@ class Invariants(_Strict):
         for a ``config`` that turns on a knob of ``arithmetic_tolerances``, that knob's wider
         atol where it is wider."""
         atol = DEFAULT_LOSS_ATOL if self.loss_atol is None else self.loss_atol
-        own = [t.loss_atol for k, t in self.arithmetic_tolerances.items() if (config or {}).get(k)]
+        own = [t.loss_atol for t in self._arithmetic_on(config)]
         return (max([atol, *own]), self.loss_rtol)
 
     def eval_tolerance(self, config: Mapping[str, Any] | None = None) -> tuple[float, float]:
         """(atol, rtol) of the eval check: calibrated, or ``DEFAULT_EVAL_ATOL`` before that;
         widened for ``config`` as ``loss_tolerance`` is."""
         atol = DEFAULT_EVAL_ATOL if self.eval_atol is None else self.eval_atol
-        own = [t.eval_atol for k, t in self.arithmetic_tolerances.items() if (config or {}).get(k)]
+        own = [t.eval_atol for t in self._arithmetic_on(config)]
         return (max([atol, *own]), self.eval_rtol)
+
+    def _arithmetic_on(self, config: Mapping[str, Any] | None) -> list[ArithmeticTolerance]:
+        """The ``arithmetic_tolerances`` of the knobs ``config`` turns on (truthy value)."""
+        return [t for k, t in self.arithmetic_tolerances.items() if (config or {}).get(k)]
 
 
 DEFAULT_LONG_CHECK_BUDGET_S = 90.0
