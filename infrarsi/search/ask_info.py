@@ -34,6 +34,9 @@ class Phase(str, enum.Enum):
     """The acquisition's best."""
     BO_LOCAL = "bo-local"
     """The acquisition's best near the incumbent (a local turn)."""
+    EXPLORE = "explore"
+    """The acquisition's best near the incumbent among configs holding a knob value never measured
+    near it (an exploring local turn, ``OptimizerSettings.explore_every``)."""
     BO_PRIOR = "bo-prior"
     """The analytic prior's pick while trials are pending before the step-time model exists."""
     REPLICATE = "replicate"

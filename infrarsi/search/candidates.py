@@ -117,6 +117,32 @@ class CandidatePool:
                 ring = [nb for c in ring for nb in self.space.neighbours(c)]
                 yield from ring
 
+    def untried_near(
+        self,
+        configs: Sequence[Mapping[str, Any]],
+        incumbent: Mapping[str, Any] | None,
+        tried: Sequence[Mapping[str, Any]],
+    ) -> np.ndarray:
+        """``(n,)`` bool: within ``local_radius`` knob changes of ``incumbent`` and holding a knob
+        value that none of the ``tried`` configs within that radius holds (all False without an
+        incumbent). These are the incumbent's neighbours whose value's effect the study has never
+        measured where the incumbent is: only the prior speaks for them there."""
+        near = self.near(configs, incumbent)
+        if incumbent is None or not near.any():
+            return near
+        names = self.space.names
+        seen = {
+            (n, _value_key(c[n]))
+            for c, close in zip(tried, self.near(tried, incumbent), strict=True)
+            if close
+            for n in names
+        }
+        seen.update((n, _value_key(incumbent[n])) for n in names)
+        novel = np.array(
+            [any((n, _value_key(c[n])) not in seen for n in names) for c in configs], dtype=bool
+        )
+        return near & novel
+
     def near(
         self, configs: Sequence[Mapping[str, Any]], incumbent: Mapping[str, Any] | None
     ) -> np.ndarray:
@@ -134,3 +160,8 @@ class CandidatePool:
             ],
             dtype=bool,
         )
+
+
+def _value_key(value: Any) -> tuple[str, str]:
+    """A knob value as a hashable key that tells ``1``, ``1.0`` and ``True`` apart (as ``near`` does)."""
+    return type(value).__name__, repr(value)

@@ -337,20 +337,27 @@ class Pickers:
         phase: Phase,
     ) -> list[AskInfo]:
         """``q`` picks of the constrained acquisition (``Phase.BO``), near the incumbent on a local
-        turn (``Phase.BO_LOCAL``, when it has neighbours among ``configs``); a pick unlikely to fit
-        is asked as its memory-saving repair (``Phase.REPAIR``, ``pairing``)."""
+        turn (``Phase.BO_LOCAL``, when it has neighbours among ``configs``), among those holding a
+        value never tried near it on an exploring turn (``Phase.EXPLORE``, else local); a pick
+        unlikely to fit is asked as its memory-saving repair (``Phase.REPAIR``, ``pairing``)."""
         models, s = self.models, self.settings
         scores = models.scores(history, configs, X)
         ranked, n_top = scores.log_score, s.batch_choices
+        allowed = None  # a local or exploring turn's mask over ``configs``
+        if phase == Phase.EXPLORE:
+            tried = [o.config for o in history.observations] + [
+                history.config_of(t) for t in sorted(rnd.taken)
+            ]
+            allowed = self.pool.untried_near(configs, models.incumbent(history), tried)
+            if not allowed.any():
+                phase, allowed = Phase.BO_LOCAL, None
         if phase == Phase.BO_LOCAL:
-            near = self.pool.near(configs, models.incumbent(history))
-            if near.any():
-                ranked, n_top = (
-                    np.where(near, scores.log_score, -np.inf),
-                    min(n_top, int(near.sum())),
-                )
-            else:
-                phase = Phase.BO
+            allowed = self.pool.near(configs, models.incumbent(history))
+            if not allowed.any():
+                phase, allowed = Phase.BO, None
+        if allowed is not None:
+            ranked = np.where(allowed, scores.log_score, -np.inf)
+            n_top = min(n_top, int(allowed.sum()))
         ok_keys = models.excluded(history)[1]
         if q == 1 and not rnd.taken:
             picks = [int(np.argmax(ranked))]

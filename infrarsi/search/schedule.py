@@ -8,13 +8,17 @@ as a ``Turn`` and ``next_phase`` names the phase whose picker (``pickers``) make
 3. a space-filling design until ``design_size`` distinct configs are told or pending and a
    step-time model exists; with an analytic prior and trials pending, the prior's own pick
    (``bo-prior``) once in the first wave, and for every design turn after the design is complete;
-4. then, on a local turn (every ``local_every``-th ask) of a single ask, a replicate of an
+4. then, on an exploring local turn (every ``explore_every``-th local turn), the acquisition's
+   best near the incumbent among configs holding a knob value never measured near it
+   (``explore``), as the ask's last pick;
+5. else, on a local turn (every ``local_every``-th ask) of a single ask, a replicate of an
    incumbent measured once (``intensify``) once the design is two configs past its size, else the
    acquisition's best near the incumbent (``bo-local``);
-5. otherwise the constrained acquisition's best (``bo``; a batch: qLogNEI).
+6. otherwise the constrained acquisition's best (``bo``; a batch: qLogNEI).
 
 A picker may end in another phase than the one named: a replicate with no unconfirmed incumbent
-falls back to ``bo-local``, a local turn with no neighbour to ``bo``, and a pick unlikely to fit is
+falls back to ``bo-local``, as does an exploring turn with no untried value near the incumbent, a
+local turn with no neighbour to ``bo``, and a pick unlikely to fit is
 asked as its memory-saving repair (``repair``). The function is pure: same turn, same phase.
 """
 
@@ -57,6 +61,8 @@ class Turn:
     """This pick is the last one the ask still needs (a local turn narrows it to the incumbent's neighbours)."""
     local_turn: bool
     """This ask is a local turn (every ``local_every``-th ask)."""
+    explore_turn: bool = False
+    """This ask is an exploring local turn (every ``explore_every``-th local turn)."""
 
     @classmethod
     def of(
@@ -76,7 +82,8 @@ class Turn:
         """The turn before a pick of an ask: ``taken`` are the keys pending (this ask's earlier
         picks included), ``warm_turn`` whether this is the warm starts' part of the ask,
         ``remaining`` the picks the ask still needs and ``model_picks`` those made by the models."""
-        every = settings.local_every
+        every, explore = settings.local_every, settings.explore_every
+        local_turn = bool(every) and history.n_asks % every == every - 1
         return cls(
             baseline_due=baseline_due,
             warm_starts_due=warm_turn and bool(history.warm_queue),
@@ -88,7 +95,10 @@ class Turn:
             prior_picked=any(i.phase == Phase.BO_PRIOR for i in history.ask_infos.values()),
             single=remaining == 1 and model_picks == 0,
             last_of_batch=remaining - model_picks == 1,
-            local_turn=bool(every) and history.n_asks % every == every - 1,
+            local_turn=local_turn,
+            explore_turn=local_turn
+            and bool(explore)
+            and (history.n_asks // every) % explore == explore - 1,
         )
 
 
@@ -105,6 +115,8 @@ def next_phase(turn: Turn) -> Phase:
         if turn.has_prior and turn.pending and (design_done or not turn.prior_picked):
             return Phase.BO_PRIOR
         return Phase.DESIGN
+    if turn.last_of_batch and turn.explore_turn:
+        return Phase.EXPLORE
     if turn.single and turn.local_turn and turn.distinct_seen >= turn.design_size + 2:
         return Phase.REPLICATE
     if turn.last_of_batch and turn.local_turn:

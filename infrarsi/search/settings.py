@@ -51,6 +51,11 @@ class OptimizerSettings:
     """Torch threads while fitting and scoring (None: torch's own setting)."""
     local_every: int = 2
     """Every ``local_every``-th model-based ask is a local step around the incumbent (0: never)."""
+    explore_every: int = 0
+    """Every ``explore_every``-th local step tries a knob value never measured near the incumbent
+    (``Phase.EXPLORE``, 0: never): the acquisition's best among the incumbent's neighbours that
+    hold such a value. A prior that ranks a value last otherwise keeps it untried where the
+    incumbent is, however wrong the prior is there."""
     intensify: bool = True
     """A local step re-measures the incumbent instead while it has only one trusted measurement
     (SMAC-style intensification: a single lucky draw must not decide ``best()``)."""
@@ -213,6 +218,7 @@ class OptimizerSettings:
         )
         for name in (
             "local_every",
+            "explore_every",
             "repeat_check_max",
             "local_radius",
             "enumeration_limit",

@@ -47,3 +47,22 @@ def test_a_small_space_is_scored_whole_and_near_counts_knob_changes() -> None:
     near = pool.near(configs, first)
     assert near.tolist() == [sum(c[n] != first[n] for n in space.names) <= 1 for c in configs]
     assert not pool.near(configs, None).any() and isinstance(near, np.ndarray)
+
+
+def test_untried_near_keeps_the_neighbours_holding_a_value_new_near_the_incumbent() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(
+        space, memory_capacity=TINY_CAP, seed=0, settings=OptimizerSettings(local_radius=1)
+    )
+    pool = opt.pool
+    assert pool.enumerated_values is not None
+    every = [space.as_config(v) for v in pool.enumerated_values]
+    inc = every[0]
+    near = [c for c in every if sum(c[n] != inc[n] for n in space.names) == 1]
+    tried = [inc, near[0]]
+    far = next(c for c in every if sum(c[n] != inc[n] for n in space.names) == len(space.names))
+    untried = pool.untried_near(every, inc, [*tried, far])  # a far config counts for nothing
+    # every neighbour but near[0] holds a value new near the incumbent; far's values do not count
+    assert untried.tolist() == [c in near and c != near[0] for c in every]
+    assert untried.any() and not pool.untried_near(every, None, tried).any()
+    assert not pool.untried_near(every, inc, every).any()  # everything tried: nothing new

@@ -85,6 +85,13 @@ PAST_DESIGN = Turn(
             Phase.BO,
         ),  # a batch's other picks
         ({"single": False, "last_of_batch": False}, Phase.BO),
+        ({"local_turn": True, "explore_turn": True}, Phase.EXPLORE),  # before the replicate
+        ({"local_turn": True, "explore_turn": True, "single": False}, Phase.EXPLORE),
+        (
+            {"local_turn": True, "explore_turn": True, "single": False, "last_of_batch": False},
+            Phase.BO,
+        ),
+        ({"local_turn": True, "explore_turn": True, "distinct_seen": 3}, Phase.DESIGN),
     ],
 )
 def test_next_phase_follows_the_schedule(changes: dict[str, object], phase: Phase) -> None:
@@ -99,6 +106,7 @@ def test_phases_keep_their_strings() -> None:
         "design",
         "bo",
         "bo-local",
+        "explore",
         "bo-prior",
         "replicate",
         "repair",
@@ -159,6 +167,33 @@ def test_local_steps_stay_near_the_incumbent() -> None:
             assert sum(c[k] != best[k] for k in space.names) <= 2
         opt.tell(c, tiny_run(c))
     assert "bo-local" in phases
+
+
+def test_exploring_turns_try_a_value_never_measured_near_the_incumbent() -> None:
+    """Every ``explore_every``-th local turn asks a neighbour of the incumbent that holds a knob
+    value no config within ``local_radius`` of it was measured with, when one is left."""
+    space = SearchSpace.from_yaml(TINY)
+    settings = OptimizerSettings(n_init=3, local_every=2, explore_every=2, local_radius=1)
+    opt = Optimizer(space, memory_capacity=TINY_CAP, seed=5, settings=settings)
+    explored = 0
+    for _ in range(14):
+        c = opt.ask()
+        info = opt.last_ask_info
+        assert (info.phase == "explore") <= (opt.n_asks % 4 == 0)  # every 2nd local turn
+        if info.phase == "explore":
+            explored += 1
+            inc = opt.models.incumbent(opt.history)
+            assert inc is not None and sum(c[k] != inc[k] for k in space.names) <= 1
+            near = [
+                o.config
+                for o in opt.observations
+                if sum(o.config[k] != inc[k] for k in space.names) <= 1
+            ]
+            (knob,) = [k for k in space.names if c[k] != inc[k]]
+            assert all(o[knob] != c[knob] for o in near)  # the value is new where the incumbent is
+        opt.tell(c, tiny_run(c))
+    assert explored >= 1
+    assert Optimizer.from_state(opt.state_dict()).settings.explore_every == 2
 
 
 @pytest.mark.parametrize("intensify", [True, False])
