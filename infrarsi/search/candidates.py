@@ -143,6 +143,28 @@ class CandidatePool:
         )
         return near & novel
 
+    def far(
+        self, configs: Sequence[Mapping[str, Any]], tried: Sequence[Mapping[str, Any]]
+    ) -> np.ndarray:
+        """``(n,)`` bool: more than ``local_radius`` knob changes from every ``tried`` config (all
+        True when nothing was tried): a region the study has not measured."""
+        if not tried:
+            return np.ones(len(configs), dtype=bool)
+        names = self.space.names
+        codes: dict[tuple[str, tuple[str, str]], int] = {}
+
+        def encode(cs: Sequence[Mapping[str, Any]]) -> np.ndarray:
+            return np.array(
+                [[codes.setdefault((n, _value_key(c[n])), len(codes)) for n in names] for c in cs],
+                dtype=np.int64,
+            ).reshape(len(cs), len(names))
+
+        T, C = encode(tried), encode(configs)
+        nearest = np.full(len(configs), len(names), dtype=np.int64)
+        for row in T:  # one tried config at a time: memory stays (n, knobs)
+            nearest = np.minimum(nearest, (row != C).sum(axis=1))
+        return nearest > self.settings.local_radius
+
     def near(
         self, configs: Sequence[Mapping[str, Any]], incumbent: Mapping[str, Any] | None
     ) -> np.ndarray:

@@ -3,10 +3,13 @@
 ``Pickers`` holds what every picker uses (the space, the settings, the models, the candidate pool
 and the random generator) and each method makes the picks of one phase, returning their
 ``AskInfo``: ``baseline``, ``warm_start``, ``design``, ``prior`` (``bo-prior``), ``replicate`` and
-``bo`` (``bo`` or ``bo-local``, with memory-saver pairing: ``repair``); ``fill`` makes an ask's
-model-based picks, each by the phase the schedule names. A ``Round`` carries the
-state of one ask across its picks: the keys already taken (pending, or picked by this ask), the
-failed keys, and whether the warm starts' fit was made.
+``bo`` (``bo``, ``bo-local`` or ``explore``, with memory-saver pairing: ``repair``); ``fill`` makes
+an ask's model-based picks, each by the phase the schedule names. A ``Round`` carries the state of
+one ask across its picks: the keys already taken (pending, or picked by this ask), the failed keys,
+and whether the warm starts' fit was made.
+
+Why one module: the pickers share one state (``Pickers``) and one candidate pool per ask, and a
+picker hands off to another (a replicate to a local step, a pick to its repair) within one ``fill``.
 """
 
 from __future__ import annotations
@@ -336,19 +339,25 @@ class Pickers:
         q: int,
         phase: Phase,
     ) -> list[AskInfo]:
-        """``q`` picks of the constrained acquisition (``Phase.BO``), near the incumbent on a local
-        turn (``Phase.BO_LOCAL``, when it has neighbours among ``configs``), among those holding a
-        value never tried near it on an exploring turn (``Phase.EXPLORE``, else local); a pick
-        unlikely to fit is asked as its memory-saving repair (``Phase.REPAIR``, ``pairing``)."""
+        """``q`` picks of the constrained acquisition (``Phase.BO``): near the incumbent on a local
+        turn (``Phase.BO_LOCAL``, when it has neighbours among ``configs``); on an exploring turn
+        (``Phase.EXPLORE``, else local) among its neighbours holding a value never tried near it,
+        or among configs far from every config tried (``explore_rule``). A pick unlikely to fit
+        is asked as its memory-saving repair (``Phase.REPAIR``, ``pairing``)."""
         models, s = self.models, self.settings
         scores = models.scores(history, configs, X)
         ranked, n_top = scores.log_score, s.batch_choices
         allowed = None  # a local or exploring turn's mask over ``configs``
-        if phase == Phase.EXPLORE:
+        batch_last = phase == Phase.EXPLORE and s.explore_rule == "batch"
+        if phase == Phase.EXPLORE and not batch_last:
             tried = [o.config for o in history.observations] + [
                 history.config_of(t) for t in sorted(rnd.taken)
             ]
-            allowed = self.pool.untried_near(configs, models.incumbent(history), tried)
+            allowed = (
+                self.pool.far(configs, tried)
+                if s.explore_rule == "far"
+                else self.pool.untried_near(configs, models.incumbent(history), tried)
+            )
             if not allowed.any():
                 phase, allowed = Phase.BO_LOCAL, None
         if phase == Phase.BO_LOCAL:
@@ -359,7 +368,9 @@ class Pickers:
             ranked = np.where(allowed, scores.log_score, -np.inf)
             n_top = min(n_top, int(allowed.sum()))
         ok_keys = models.excluded(history)[1]
-        if q == 1 and not rnd.taken:
+        if batch_last:  # the last of a greedy batch: the pick the others' fantasies push away
+            picks = self.batch_picks(history, rnd, X, ranked, n_top, s.explore_batch)[-1:]
+        elif q == 1 and not rnd.taken:
             picks = [int(np.argmax(ranked))]
             if s.pairing and phase == Phase.BO and not self.pool.scores_every_config:
                 paired = self.pair_before_pick(
@@ -368,21 +379,7 @@ class Pickers:
                 if paired is not None:
                     return [paired]
         else:
-            top = np.argsort(-ranked, kind="stable")[:n_top]
-            X_base = models.inputs([o.config for o in models.ok(history)])
-            # sorted: a set's order of strings changes with PYTHONHASHSEED, and X_pending's row order moves the picks
-            pend = [history.config_of(t) for t in sorted(rnd.taken)]
-            X_pend = models.inputs(pend) if pend else None
-            sub = acquisition.select_batch(
-                models.time.model,
-                models.memory.model,
-                X[torch.as_tensor(top)],
-                q,
-                X_base,
-                X_pend,
-                seed=self.seed * 7919 + history.n_asks,
-            )
-            picks = [int(top[j]) for j in sub]
+            picks = self.batch_picks(history, rnd, X, ranked, n_top, q)
         out: list[AskInfo] = []
         used = set(rnd.taken)
         for i in picks:
@@ -416,6 +413,34 @@ class Pickers:
             used.add(self.space.key(info.config))
             out.append(info)
         return out
+
+    def batch_picks(
+        self,
+        history: History,
+        rnd: Round,
+        X: torch.Tensor,
+        ranked: np.ndarray,
+        n_top: int,
+        q: int,
+    ) -> list[int]:
+        """Rows of ``q`` greedy batch picks (qLogNEI, the pending configs fantasised) among the
+        ``n_top`` best by ``ranked``, in pick order."""
+        models = self.models
+        top = np.argsort(-ranked, kind="stable")[:n_top]
+        X_base = models.inputs([o.config for o in models.ok(history)])
+        # sorted: a set's order of strings changes with PYTHONHASHSEED, and X_pending's row order moves the picks
+        pend = [history.config_of(t) for t in sorted(rnd.taken)]
+        X_pend = models.inputs(pend) if pend else None
+        sub = acquisition.select_batch(
+            models.time.model,
+            models.memory.model,
+            X[torch.as_tensor(top)],
+            q,
+            X_base,
+            X_pend,
+            seed=self.seed * 7919 + history.n_asks,
+        )
+        return [int(top[j]) for j in sub]
 
     def pair_before_pick(
         self,

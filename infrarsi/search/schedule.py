@@ -9,15 +9,15 @@ as a ``Turn`` and ``next_phase`` names the phase whose picker (``pickers``) make
    step-time model exists; with an analytic prior and trials pending, the prior's own pick
    (``bo-prior``) once in the first wave, and for every design turn after the design is complete;
 4. then, on an exploring local turn (every ``explore_every``-th local turn), the acquisition's
-   best near the incumbent among configs holding a knob value never measured near it
-   (``explore``), as the ask's last pick;
+   best among the incumbent's neighbours holding a knob value never measured near it, or among
+   configs far from every config tried (``explore_rule``; ``explore``), as the ask's last pick;
 5. else, on a local turn (every ``local_every``-th ask) of a single ask, a replicate of an
    incumbent measured once (``intensify``) once the design is two configs past its size, else the
    acquisition's best near the incumbent (``bo-local``);
 6. otherwise the constrained acquisition's best (``bo``; a batch: qLogNEI).
 
 A picker may end in another phase than the one named: a replicate with no unconfirmed incumbent
-falls back to ``bo-local``, as does an exploring turn with no untried value near the incumbent, a
+falls back to ``bo-local``, as does an exploring turn with nothing untried where it looks, a
 local turn with no neighbour to ``bo``, and a pick unlikely to fit is
 asked as its memory-saving repair (``repair``). The function is pure: same turn, same phase.
 """

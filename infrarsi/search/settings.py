@@ -22,6 +22,8 @@ from infrarsi.search.space import ENUMERATION_LIMIT
 
 DESIGN_RULES = ("coverage", "maximin")
 """Initial-design rules (``OptimizerSettings.design_rule``)."""
+EXPLORE_RULES = ("near", "far", "batch")
+"""Where an exploring turn looks (``OptimizerSettings.explore_rule``)."""
 TIME_KERNELS = ("rbf", "matern")
 """Smooth step-time kernels (``OptimizerSettings.time_kernel``)."""
 
@@ -52,10 +54,17 @@ class OptimizerSettings:
     local_every: int = 2
     """Every ``local_every``-th model-based ask is a local step around the incumbent (0: never)."""
     explore_every: int = 0
-    """Every ``explore_every``-th local step tries a knob value never measured near the incumbent
-    (``Phase.EXPLORE``, 0: never): the acquisition's best among the incumbent's neighbours that
-    hold such a value. A prior that ranks a value last otherwise keeps it untried where the
-    incumbent is, however wrong the prior is there."""
+    """Every ``explore_every``-th local step is an exploring turn (``Phase.EXPLORE``, 0: never),
+    where ``explore_rule`` says. A prior that ranks a value or a region last otherwise keeps it
+    untried, however wrong the prior is there."""
+    explore_rule: str = "near"
+    """``near``: the acquisition's best among the incumbent's neighbours (``local_radius``) that
+    hold a knob value never measured near it; ``far``: the acquisition's best among configs more
+    than ``local_radius`` knob changes from every config tried (a region never measured);
+    ``batch``: the last pick of a greedy batch of ``explore_batch`` (qLogNEI with the batch's
+    earlier picks fantasised as pending: the diversity a cluster's slots give, in one pick)."""
+    explore_batch: int = 4
+    """The batch size of ``explore_rule="batch"`` (its last pick is asked)."""
     intensify: bool = True
     """A local step re-measures the incumbent instead while it has only one trusted measurement
     (SMAC-style intensification: a single lucky draw must not decide ``best()``)."""
@@ -289,6 +298,18 @@ class OptimizerSettings:
             "design_rule",
             f"must be one of {list(DESIGN_RULES)}",
             self.design_rule,
+        )
+        _rule(
+            _count(self.explore_batch) and self.explore_batch >= 1,
+            "explore_batch",
+            "must be an integer >= 1",
+            self.explore_batch,
+        )
+        _rule(
+            self.explore_rule in EXPLORE_RULES,
+            "explore_rule",
+            f"must be one of {list(EXPLORE_RULES)}",
+            self.explore_rule,
         )
         _rule(
             self.time_kernel in TIME_KERNELS,

@@ -66,3 +66,21 @@ def test_untried_near_keeps_the_neighbours_holding_a_value_new_near_the_incumben
     assert untried.tolist() == [c in near and c != near[0] for c in every]
     assert untried.any() and not pool.untried_near(every, None, tried).any()
     assert not pool.untried_near(every, inc, every).any()  # everything tried: nothing new
+
+
+def test_far_keeps_the_configs_more_than_the_radius_from_every_tried_one() -> None:
+    space = SearchSpace.from_yaml(TINY)
+    opt = Optimizer(
+        space, memory_capacity=TINY_CAP, seed=0, settings=OptimizerSettings(local_radius=1)
+    )
+    assert opt.pool.enumerated_values is not None
+    every = [space.as_config(v) for v in opt.pool.enumerated_values]
+    tried = every[:2]
+
+    def changes(a: dict, b: dict) -> int:
+        return sum(a[n] != b[n] for n in space.names)
+
+    far = opt.pool.far(every, tried)
+    assert far.tolist() == [min(changes(c, t) for t in tried) > 1 for c in every]
+    assert far.any() and not far[:2].any()
+    assert opt.pool.far(every, []).all()  # nothing tried: every region is new

@@ -169,31 +169,42 @@ def test_local_steps_stay_near_the_incumbent() -> None:
     assert "bo-local" in phases
 
 
-def test_exploring_turns_try_a_value_never_measured_near_the_incumbent() -> None:
-    """Every ``explore_every``-th local turn asks a neighbour of the incumbent that holds a knob
-    value no config within ``local_radius`` of it was measured with, when one is left."""
+@pytest.mark.parametrize("rule", ["near", "far", "batch"])
+def test_exploring_turns_try_a_value_or_a_region_never_measured(rule: str) -> None:
+    """Every ``explore_every``-th local turn asks, with ``explore_rule="near"``, a neighbour of the
+    incumbent holding a knob value no config within ``local_radius`` of it was measured with,
+    with ``"far"`` a config more than ``local_radius`` changes from every config tried, and with
+    ``"batch"`` a config never tried."""
     space = SearchSpace.from_yaml(TINY)
-    settings = OptimizerSettings(n_init=3, local_every=2, explore_every=2, local_radius=1)
+    settings = OptimizerSettings(
+        n_init=3, local_every=2, explore_every=2, explore_rule=rule, local_radius=1
+    )
     opt = Optimizer(space, memory_capacity=TINY_CAP, seed=5, settings=settings)
+
+    def changes(a: dict, b: dict) -> int:
+        return sum(a[k] != b[k] for k in space.names)
+
     explored = 0
-    for _ in range(14):
+    for _ in range(9):  # exploring turns at the 4th and 8th asks
         c = opt.ask()
         info = opt.last_ask_info
         assert (info.phase == "explore") <= (opt.n_asks % 4 == 0)  # every 2nd local turn
         if info.phase == "explore":
             explored += 1
-            inc = opt.models.incumbent(opt.history)
-            assert inc is not None and sum(c[k] != inc[k] for k in space.names) <= 1
-            near = [
-                o.config
-                for o in opt.observations
-                if sum(o.config[k] != inc[k] for k in space.names) <= 1
-            ]
-            (knob,) = [k for k in space.names if c[k] != inc[k]]
-            assert all(o[knob] != c[knob] for o in near)  # the value is new where the incumbent is
+            tried = [o.config for o in opt.observations]
+            if rule == "far":
+                assert min(changes(c, t) for t in tried) > 1
+            elif rule == "batch":
+                assert min(changes(c, t) for t in tried) >= 1
+            else:
+                inc = opt.models.incumbent(opt.history)
+                assert inc is not None and changes(c, inc) <= 1
+                (knob,) = [k for k in space.names if c[k] != inc[k]]
+                # the value is new where the incumbent is
+                assert all(t[knob] != c[knob] for t in tried if changes(t, inc) <= 1)
         opt.tell(c, tiny_run(c))
     assert explored >= 1
-    assert Optimizer.from_state(opt.state_dict()).settings.explore_every == 2
+    assert Optimizer.from_state(opt.state_dict()).settings.explore_rule == rule
 
 
 @pytest.mark.parametrize("intensify", [True, False])

@@ -39,6 +39,8 @@ def test_round_trip_through_json_and_defaults() -> None:
         local_radius=3,
         time_gp_iters=(10, 5, 1),
         design_rule="maximin",
+        explore_every=2,
+        explore_rule="far",
         failure_weight={**DEFAULT_SETTINGS.failure_weight, "nan": 5.0},
     )
     raw = json.loads(json.dumps(variant.to_dict()))
@@ -57,6 +59,9 @@ def test_round_trip_through_json_and_defaults() -> None:
         ("time_gp_iters", (1, 2)),
         ("design_rule", "random"),
         ("time_kernel", "linear"),
+        ("explore_rule", "everywhere"),
+        ("explore_every", -2),
+        ("explore_batch", 0),
         ("censoring", "yes"),
         ("failure_weight", {"failed": 1.0}),
         ("num_threads", 0),
