@@ -35,9 +35,9 @@ class Phase(str, enum.Enum):
     BO_LOCAL = "bo-local"
     """The acquisition's best near the incumbent (a local turn)."""
     EXPLORE = "explore"
-    """The acquisition's best among configs holding a knob value never measured near the
-    incumbent, or far from every config tried (an exploring local turn,
-    ``OptimizerSettings.explore_every`` and ``explore_rule``)."""
+    """An exploring local turn's pick (``OptimizerSettings.explore_every``): by ``explore_rule``,
+    the acquisition's best among configs holding a knob value never measured near the incumbent,
+    or far from every config tried, or the last pick of a greedy batch."""
     BO_PRIOR = "bo-prior"
     """The analytic prior's pick while trials are pending before the step-time model exists."""
     REPLICATE = "replicate"

@@ -342,7 +342,8 @@ class Pickers:
         """``q`` picks of the constrained acquisition (``Phase.BO``): near the incumbent on a local
         turn (``Phase.BO_LOCAL``, when it has neighbours among ``configs``); on an exploring turn
         (``Phase.EXPLORE``, else local) among its neighbours holding a value never tried near it,
-        or among configs far from every config tried (``explore_rule``). A pick unlikely to fit
+        among configs far from every config tried, or a greedy batch's last pick
+        (``explore_rule``). A pick unlikely to fit
         is asked as its memory-saving repair (``Phase.REPAIR``, ``pairing``)."""
         models, s = self.models, self.settings
         scores = models.scores(history, configs, X)

@@ -9,8 +9,9 @@ as a ``Turn`` and ``next_phase`` names the phase whose picker (``pickers``) make
    step-time model exists; with an analytic prior and trials pending, the prior's own pick
    (``bo-prior``) once in the first wave, and for every design turn after the design is complete;
 4. then, on an exploring local turn (every ``explore_every``-th local turn), the acquisition's
-   best among the incumbent's neighbours holding a knob value never measured near it, or among
-   configs far from every config tried (``explore_rule``; ``explore``), as the ask's last pick;
+   best among the incumbent's neighbours holding a knob value never measured near it, among
+   configs far from every config tried, or the last pick of a greedy batch (``explore_rule``;
+   ``explore``), as the ask's last pick;
 5. else, on a local turn (every ``local_every``-th ask) of a single ask, a replicate of an
    incumbent measured once (``intensify``) once the design is two configs past its size, else the
    acquisition's best near the incumbent (``bo-local``);
