@@ -48,10 +48,12 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
     adds ``fused_loss_tokens`` (the output projection and loss fused 64 tokens at a time inside
     the output module, its weight gathered by ZeRO-3 there) and pins attention to the math kernel
     (``attention_backend``; the others run CPU flash attention): the same first loss and
-    training, within bf16 rounding. A fifth runs ``float8_linear`` under ZeRO-2 (torchao's
-    float8 matmuls, on the CPU's float8 kernel, through DeepSpeed's bf16 engine): another arithmetic,
-    so a first loss close to ZeRO-2's but not equal, and the end checks still run."""
-    from tests.execution.spawn_harness import make_spec, run_specs
+    training, within bf16 rounding. A last pair runs ``float8_linear`` under ZeRO-2 (torchao's
+    float8 matmuls, on the CPU's float8 kernel, through DeepSpeed's bf16 engine) beside plain
+    ZeRO-2 on a 64-wide model (the CPU's float8 kernel took 190 s on the debug model's two
+    steps, against 1.3 s here): another arithmetic, so a first loss close to ZeRO-2's but not
+    equal, and the end checks still run."""
+    from tests.execution.spawn_harness import REPO, make_spec, run_specs
 
     knob = "test_grad_clip"  # registered by the ranks only (importing it here would register it in this process)
 
@@ -72,22 +74,27 @@ def test_zero3_built_under_zero_init_trains_exactly_like_zero2_in_bf16() -> None
             "fused_loss_tokens": 64,
             "attention_backend": "math",
         },
-        {"zero_stage": 2, "micro_batch_size": 2, "dtype": "bf16", "float8_linear": True},
     ]
     specs = [
         make_spec("workloads/dense_debug.yaml", c, warmup=0, measured=2, trial_id=str(i))
         for i, c in enumerate(cfgs)
     ]
-    z2, z3, chunked, fused, f8 = run_specs(
+    small = Workload.from_yaml(REPO / "workloads/dense_debug.yaml").to_yaml_dict()
+    small["model"]["overrides"] = {"dim": 64, "n_layers": 2, "ffn_hidden": 192, "vocab_size": 512}
+    small.update(data={**small["data"], "seq_len": 32}, tokens_per_step=256)
+    specs += [
+        make_spec(small, {**cfgs[0], "float8_linear": on}, warmup=0, measured=2, trial_id=f"f8{on}")
+        for on in (False, True)
+    ]
+    z2, z3, chunked, fused, small_z2, f8 = run_specs(
         specs, knob_modules=("tests.execution.knobs.grad_clip_knob",)
     )
     assert [r["ds_config"]["gradient_clipping"] for r in z3 + chunked] == [0.0, 0.0, 1.0e6, 1.0e6]
-    assert [r["status"] for r in z2 + z3 + chunked + fused + f8] == ["ok"] * 10, [
-        r["error"][-500:] for r in z2 + z3 + chunked + fused + f8
-    ]
-    assert f8[0]["loss"][0] != z2[0]["loss"][0]  # float8 ran: another arithmetic
-    assert f8[0]["loss"] == pytest.approx(z2[0]["loss"], rel=1e-2)
-    assert f8[0]["eval_loss"] == pytest.approx(z2[0]["eval_loss"], rel=1e-2)
+    every = z2 + z3 + chunked + fused + small_z2 + f8
+    assert [r["status"] for r in every] == ["ok"] * 12, [r["error"][-500:] for r in every]
+    assert f8[0]["loss"][0] != small_z2[0]["loss"][0]  # float8 ran: another arithmetic
+    assert f8[0]["loss"] == pytest.approx(small_z2[0]["loss"], rel=1e-2)
+    assert f8[0]["eval_loss"] == pytest.approx(small_z2[0]["eval_loss"], rel=1e-2)
     # the math kernel's bf16 rounding differs from flash's: measured 1.3e-6 relative at step 0
     assert fused[0]["loss"][0] == pytest.approx(z3[0]["loss"][0], rel=1e-5)
     assert fused[0]["loss"] == pytest.approx(z3[0]["loss"], rel=1e-4)
