@@ -292,9 +292,16 @@ def build_bank(
 
 
 def run_target(
-    task: str, arm: str, seed: int, budget: int, folder: Path, bank: Path | None
+    task: str,
+    arm: str,
+    seed: int,
+    budget: int,
+    folder: Path,
+    bank: Path | None,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One tuning run of the target problem (module docstring): the ratio after each trial."""
+    """One tuning run of the target problem (module docstring): the ratio after each trial.
+    ``settings``: ``OptimizerSettings`` fields that replace those ``build_optimizer`` gave."""
     import torch
 
     from infrarsi.orchestration.optimizer_factory import build_optimizer
@@ -312,24 +319,26 @@ def run_target(
     with TrialLogWriter(study) as w:
         w.write(_result(problem, tgt_v, "doctor-0", "doctor", base, d0, time.time()))
     opt = build_optimizer(contract, read_results(study), study_dir=study, seed=seed, bank_root=bank)
-    if arm == "queue_only":
+    overrides = {**(settings or {}), **({"transfer": False} if arm == "queue_only" else {})}
+    if overrides:  # the same optimizer with other settings (queue_only: no transfer in the models)
         from dataclasses import replace
 
         from infrarsi.search import Optimizer
 
-        plain = Optimizer(
+        rebuilt = Optimizer(
             opt.space,
             memory_capacity=opt.memory_capacity,
             seed=seed,
             baseline=opt.baseline,
             prior=opt.prior,
-            settings=replace(opt.settings, transfer=False),
+            settings=replace(opt.settings, **overrides),
             initial_configs=[c for c, _ in opt.initial_queue],
             initial_origins=[o for _, o in opt.initial_queue],
+            transfer=None if opt.transfer is None else opt.transfer.record,
         )
         for o in opt.observations:
-            plain.tell(o.config, o.outcome)
-        opt = plain
+            rebuilt.tell(o.config, o.outcome)
+        opt = rebuilt
     ratios: list[float | None] = []
     phases: list[str] = []
     weights: list[Any] = []
@@ -352,7 +361,9 @@ def run_target(
                 status=d.status, step_time=d.step_time_s, peak_memory=d.peak_memory_bytes or None
             ),
         )
-        phases.append(getattr(info, "phase", "?"))
+        origin = getattr(info, "warm_start_origin", None)
+        phase = str(getattr(info, "phase", "?"))
+        phases.append(f"{phase}:{origin.rule}" if origin is not None else phase)
         tw = getattr(info, "transfer_weights", None)
         weights.append(None if tw is None else list(tw))
         score()
@@ -510,7 +521,13 @@ def _ci_note(row: dict[str, Any], meets: Any) -> str:
 
 
 def _arm_runs(
-    task: str, arm: str, seeds: int, budget: int, source_seeds: Sequence[int], source_trials: int
+    task: str,
+    arm: str,
+    seeds: int,
+    budget: int,
+    source_seeds: Sequence[int],
+    source_trials: int,
+    settings: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Every seed of one arm of one task, with its own bank (the banks are deterministic: each arm
     that builds one builds the same), so arms can run in parallel processes."""
@@ -521,7 +538,7 @@ def _arm_runs(
             if arm == "cold"
             else build_bank(task, folder, source_seeds, source_trials, scrambled=arm == "unrelated")
         )
-        return [run_target(task, arm, s, budget, folder, bank) for s in range(seeds)]
+        return [run_target(task, arm, s, budget, folder, bank, settings) for s in range(seeds)]
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -556,6 +573,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default=None,
         help="results file stem in --out (default: transfer, or transfer_quick)",
     )
+    ap.add_argument(
+        "--settings",
+        type=json.loads,
+        default=None,
+        help='OptimizerSettings overrides for every arm, as JSON (e.g. \'{"warm_start_rule": "mapped"}\')',
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="results directory")
     args = ap.parse_args(argv)
     if args.quick:
@@ -566,7 +589,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     source_seeds = [1000 + k for k in range(n_src)]
     started = time.time()
     runs: list[dict[str, Any]] = []
-    jobs = [(t, a, seeds, budget, source_seeds, src_trials) for t in tasks for a in args.arms]
+    jobs = [
+        (t, a, seeds, budget, source_seeds, src_trials, args.settings)
+        for t in tasks
+        for a in args.arms
+    ]
     if args.workers <= 1:
         for job in jobs:
             runs += _arm_runs(*job)
@@ -585,6 +612,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "seeds": seeds,
         "source_studies": n_src,
         "source_trials": src_trials,
+        "settings": args.settings,
         "wall_s": time.time() - started,
         "how": (
             f"Surrogate backend (simulated trials: lognormal noise CV 4%, stragglers, crashes). Each bank holds "

@@ -57,6 +57,7 @@ def bank_blocks(data: StudyData) -> list[Block]:
         origin = info.get("warm_start_origin") if info.get("phase") == Phase.WARM_START else None
         if (
             isinstance(origin, dict)
+            and origin.get("rule") != "mapped"  # not a bank entry: listed with the transfer
             and _key(r.config) not in known
             and _key(info.get("repair_of")) not in known
         ):
@@ -66,6 +67,7 @@ def bank_blocks(data: StudyData) -> list[Block]:
     if not used and not dropped and not transfer:
         return damaged
     base_s = data.doctor.baseline_step_time_s if data.doctor else None
+    mapped = [r for r in runs if _mapped(r)]
     rows = []
     for u in used:
         tried = [r for r in runs if _key(r.config) == _key(u.config)]
@@ -99,6 +101,8 @@ def bank_blocks(data: StudyData) -> list[Block]:
                 )
             )
             outcome = f"{how}: {', '.join(r.trial_id for r in tried or repaired)} ({first.status}); {effect}"
+        elif mapped:
+            outcome = "not tried (its turn asked a mapped warm start, or the budget was spent)"
         else:
             outcome = "not tried (budget spent before it, or queued after this run)"
         source = f"{u.source_study}{' (this hardware)' if u.same_hardware else ''}"
@@ -137,6 +141,8 @@ def bank_blocks(data: StudyData) -> list[Block]:
             )
         )
     blocks += _transfer_blocks(transfer, runs)
+    if mapped:
+        blocks.append(_mapped_para(mapped, base_s))
     if dropped:
         blocks.append(
             Table(
@@ -156,6 +162,37 @@ def bank_blocks(data: StudyData) -> list[Block]:
             )
         )
     return blocks
+
+
+def _mapped(row: Any) -> bool:
+    """A run trial asked as a mapped warm start (``WarmStartOrigin.rule``)."""
+    info = _ask_info(row)
+    origin = info.get("warm_start_origin")
+    return (
+        info.get("phase") == Phase.WARM_START
+        and isinstance(origin, dict)
+        and origin.get("rule") == "mapped"
+    )
+
+
+def _mapped_para(rows: list[Any], base_s: float | None) -> Para:
+    """The mapped warm starts: configs no bank study measured, asked as this study's best under
+    the transferred prior (``OptimizerSettings.warm_start_rule``), with what each measured."""
+    each = []
+    for r in rows:
+        got = (
+            f"{base_s / r.step_time_s:.2f}x vs baseline"
+            if r.status == "ok" and r.step_time_s and base_s
+            else f"{r.step_time_s:.4g} s"
+            if r.status == "ok" and r.step_time_s
+            else r.status
+        )
+        each.append(f"{r.trial_id} ({got})")
+    return Para(
+        f"Mapped warm starts: {len(rows)} trials asked this study's best config under the "
+        f"transferred prior (the bank studies' fitted coefficients on this study's own formulas, "
+        f"plus their residual), in the turns of bank entries: {', '.join(each)}."
+    )
 
 
 def _transfer_blocks(transfer: TransferSummary | None, runs: list[Any]) -> list[Block]:

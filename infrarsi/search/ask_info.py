@@ -12,7 +12,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from infrarsi.errors import UserInputError
 
@@ -80,6 +80,11 @@ class WarmStartOrigin:
     repairs: tuple[str, ...] = ()
     """How the bank's config was made valid in this study's space (``dropped unknown knob x=1``,
     ``filled y='a' from the baseline``); empty when it was valid as measured."""
+    rule: Literal["copy", "mapped"] = "copy"
+    """``copy``: the bank's config itself (the fields above say where it was measured).
+    ``mapped``: not a bank config but this study's best under the bank transfer's prior
+    (``OptimizerSettings.warm_start_rule``); ``source_study`` and ``similarity`` then name the
+    study whose queued config this turn replaced, and nothing else is set (no trial measured it)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (``from_dict`` inverts it)."""
@@ -101,6 +106,7 @@ class WarmStartOrigin:
             similarity=_float(raw.get("similarity")),
             hardware_fingerprint=text("hardware_fingerprint"),
             repairs=tuple(str(m) for m in raw.get("repairs") or ()),
+            rule="mapped" if raw.get("rule") == "mapped" else "copy",
         )
 
 

@@ -230,21 +230,20 @@ class Pickers:
         return self.info(history, self.baseline_config, Phase.BASELINE)
 
     def warm_start(self, history: History, rnd: Round) -> AskInfo | None:
-        """The next queued warm-start config (``Phase.WARM_START``), or None when it is skipped.
+        """The next queued warm-start config (``Phase.WARM_START``), or None when it is skipped;
+        on a mapped turn (``mapped_turn``) the mapped config instead.
 
         A config already told or taken is skipped. With memory knowledge (the analytic prior, or a
         memory model), a config this study's model expects not to fit (P(fit) < ``pairing_trigger``:
         measured on a larger card or for a smaller model) is asked as its best memory-saving repair
         instead (``repair_of`` the bank's config), or skipped when none is expected to fit.
         """
+        if self.mapped_turn(history, rnd):  # it takes the turn of the bank's last queued config
+            return self.mapped_warm_start(history, rnd, history.warm_queue.pop()[1])
         cfg, origin = history.warm_queue.pop(0)
         if self.space.key(cfg) in history.seen_keys() | rnd.taken:
             return None
-        if not rnd.warm_fitted and (self.models.has_prior or history.observations):
-            self.models.fit(
-                history
-            )  # once per ask: the memory model (or the prior) judges every queued config
-            rnd.warm_fitted = True
+        self._fit_for_warm_starts(history, rnd)
         if not self.models.has_prior and self.models.memory.model is None:
             return self.info(history, cfg, Phase.WARM_START, warm_start_origin=origin)
         scores = self.models.scores(history, [cfg])
@@ -275,6 +274,48 @@ class Pickers:
             paired="warm_start",
             warm_start_origin=origin,
         )
+
+    def _fit_for_warm_starts(self, history: History, rnd: Round) -> None:
+        """Fit the models once per ask: the memory model (or the prior) judges every queued config."""
+        if not rnd.warm_fitted and (self.models.has_prior or history.observations):
+            self.models.fit(history)
+            rnd.warm_fitted = True
+
+    def mapped_turn(self, history: History, rnd: Round) -> bool:
+        """Whether this warm-start turn asks the mapped config (``warm_start_rule``): a bank
+        transfer holds weight under an analytic prior, and the rule is ``mapped``, or
+        ``alternate`` with an even number of warm starts asked so far."""
+        rule = self.settings.warm_start_rule
+        transfer = self.models.features.transfer
+        if rule == "copy" or not self.models.has_prior or transfer is None:
+            return False
+        self._fit_for_warm_starts(history, rnd)  # the fit re-chooses the transfer's weights
+        if not transfer.active:
+            return False
+        if rule == "mapped":
+            return True
+        asked = [*history.ask_infos.values(), *rnd.infos]
+        return sum(i.phase == Phase.WARM_START for i in asked) % 2 == 0
+
+    def mapped_warm_start(
+        self, history: History, rnd: Round, origin: WarmStartOrigin | None
+    ) -> AskInfo | None:
+        """This study's best untried config under the bank transfer's prior (``Phase.WARM_START``,
+        origin ``rule="mapped"``): constrained log-EI of the prior column, which holds the
+        sources' coefficients on this study's formulas plus their residual (``prior``'s scoring).
+        None when every config is taken."""
+        self._fit_for_warm_starts(history, rnd)
+        configs, X = self.candidates(history, history.seen_keys() | rnd.taken | rnd.failed)
+        if not configs:
+            return None
+        scores = self.models.prior_scores(history, configs, X, self.baseline_config)
+        i = int(np.argmax(scores.log_score))
+        mapped = WarmStartOrigin(
+            source_study=None if origin is None else origin.source_study,
+            similarity=None if origin is None else origin.similarity,
+            rule="mapped",
+        )
+        return self.info(history, configs[i], Phase.WARM_START, scores, i, warm_start_origin=mapped)
 
     def design(
         self, history: History, rnd: Round, configs: list[dict[str, Any]], X: torch.Tensor

@@ -14,7 +14,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from infrarsi.errors import UserInputError
 from infrarsi.search.outcome import FAILURE_STATUSES
@@ -24,6 +24,8 @@ DESIGN_RULES = ("coverage", "maximin")
 """Initial-design rules (``OptimizerSettings.design_rule``)."""
 EXPLORE_RULES = ("near", "far", "batch")
 """Where an exploring turn looks (``OptimizerSettings.explore_rule``)."""
+WARM_START_RULES = ("copy", "mapped", "alternate")
+"""What a warm-start turn asks (``OptimizerSettings.warm_start_rule``)."""
 TIME_KERNELS = ("rbf", "matern")
 """Smooth step-time kernels (``OptimizerSettings.time_kernel``)."""
 
@@ -142,6 +144,14 @@ class OptimizerSettings:
     (``search.transfer``; the baseline included, warm-start configs counted; None: the cold
     design's size). Measured at 2 (``benchmarks/results/transfer.md``): the intensification turn
     then came right after the warm-start configs and re-ran a mediocre one; not the default."""
+    warm_start_rule: Literal["copy", "mapped", "alternate"] = "copy"
+    """What each warm-start turn (one per queued bank config) asks while a bank transfer holds
+    weight. ``copy``: the bank's config as measured by its study (made to fit when this study's
+    model expects it not to). ``mapped``: this study's best config under the transferred prior
+    (the sources' fitted coefficients on this study's own formulas, which carry its card and
+    model size, plus their residual): where the optimum moves with the hardware or the model,
+    the map moves it too. ``alternate``: mapped, copy, mapped... Without a transfer every turn
+    copies."""
     transfer_rank_tie_log: float = 0.03
     """Two trials whose log step times differ by at most this do not count when the transfer
     weight is chosen by ranking (timing noise, ~3%)."""
@@ -310,6 +320,12 @@ class OptimizerSettings:
             "explore_rule",
             f"must be one of {list(EXPLORE_RULES)}",
             self.explore_rule,
+        )
+        _rule(
+            self.warm_start_rule in WARM_START_RULES,
+            "warm_start_rule",
+            f"must be one of {list(WARM_START_RULES)}",
+            self.warm_start_rule,
         )
         _rule(
             self.time_kernel in TIME_KERNELS,

@@ -44,6 +44,8 @@ def test_round_trip_through_json() -> None:
         ),
     )
     assert AskInfo.from_dict(json.loads(json.dumps(warm.to_dict()))) == warm
+    mapped = WarmStartOrigin(source_study="s", similarity=0.9, rule="mapped")
+    assert WarmStartOrigin.from_dict(json.loads(json.dumps(mapped.to_dict()))) == mapped
 
 
 def test_dicts_written_before_ask_info_are_read() -> None:
@@ -59,6 +61,7 @@ def test_dicts_written_before_ask_info_are_read() -> None:
     info = AskInfo.from_dict(old)
     assert info.predicted_peak_memory_bytes == 5e9 and info.step_time_sd_log is None
     assert info.warm_start_origin == WarmStartOrigin(source_study="b", similarity=1.0)
+    assert info.warm_start_origin.rule == "copy"  # written before mapped warm starts
     assert info.phase is Phase.WARM_START  # a warm-start config's phase was "prior" then
 
 

@@ -3,6 +3,10 @@ acquisition's picks and memory-saver pairing before and after the pick."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
 import pytest
 from search_synthetic import (
     BASELINE,
@@ -11,6 +15,7 @@ from search_synthetic import (
     DENSE,
     TINY,
     TINY_CAP,
+    SyntheticPrior,
     memory_bytes,
     run,
     step_time_s,
@@ -19,9 +24,10 @@ from search_synthetic import (
 
 from infrarsi.errors import UserInputError
 from infrarsi.search import Optimizer, OptimizerSettings, Outcome, SearchSpace, WarmStartOrigin
-from infrarsi.search.ask_info import Phase
+from infrarsi.search.ask_info import AskInfo, Phase
 from infrarsi.search.pickers import Round
 from infrarsi.search.settings import DEFAULT_SETTINGS
+from infrarsi.search.transfer import SourceStudy, TransferPrior
 
 
 def test_the_baseline_is_available_only_on_an_empty_history_and_a_round_takes_each_pick() -> None:
@@ -278,3 +284,84 @@ def test_a_replicate_that_cannot_change_the_decision_is_not_asked() -> None:
     assert got[0.05] is None
     with pytest.raises(UserInputError, match="replicate_min_p"):
         OptimizerSettings(replicate_min_p=1.5)
+
+
+def _banked(rule: str, *, transfer: bool = True) -> tuple[Optimizer, list[dict[str, Any]]]:
+    """An optimizer of the synthetic problem with a bank: a source study on hardware twice as slow
+    (its trials, through ``TransferPrior``) and its three fastest configs queued as warm starts.
+    The baseline is told."""
+    space = SearchSpace.from_yaml(DENSE)
+    rows = space.enumerate() or []
+    cfgs = [c for c in rows[::7] if memory_bytes(c) <= CAPACITY][:24]
+    times = [2.0 * step_time_s(c) for c in cfgs]
+    source = SourceStudy(
+        name="src",
+        similarity=1.0,
+        configs=tuple(cfgs),
+        source_configs=tuple(cfgs),
+        step_times_s=tuple(times),
+        peak_memory_bytes=tuple(memory_bytes(c) for c in cfgs),
+        memory_censored=tuple(False for _ in cfgs),
+        memory_capacity_bytes=CAPACITY,
+        prior=SyntheticPrior(),
+    )
+    queued = [cfgs[i] for i in sorted(range(len(cfgs)), key=times.__getitem__)[:3]]
+    opt = Optimizer(
+        space,
+        memory_capacity=CAPACITY,
+        seed=0,
+        baseline=BASELINE,
+        prior=SyntheticPrior(),
+        settings=replace(CHEAP, warm_start_rule=rule),  # type: ignore[arg-type]
+        transfer=TransferPrior((source,)) if transfer else None,
+        initial_configs=queued,
+        initial_origins=[WarmStartOrigin(source_study="src", trial_id=str(i)) for i in range(3)],
+    )
+    base = space.validate(BASELINE)
+    opt.tell(base, run(base))
+    return opt, queued
+
+
+def _warm_asks(opt: Optimizer) -> list[tuple[dict[str, Any], WarmStartOrigin | None, bool]]:
+    """Ask until the warm starts are done: each warm start's config, origin, and whether it is
+    the best untried config by the prior's constrained log-EI at the time of its ask."""
+    out = []
+    while True:
+        cfg = opt.ask()
+        info = opt.last_ask_info
+        assert isinstance(cfg, dict) and isinstance(info, AskInfo)
+        if info.phase != Phase.WARM_START:
+            return out
+        seen = {opt.space.key(o.config) for o in opt.observations}
+        configs, X = opt.pickers.candidates(opt.history, seen)
+        scores = opt.models.prior_scores(opt.history, configs, X, opt.pickers.baseline_config)
+        best = configs[int(np.argmax(scores.log_score))]
+        out.append((cfg, info.warm_start_origin, opt.space.key(best) == opt.space.key(cfg)))
+        opt.tell(cfg, run(cfg))
+
+
+def test_mapped_warm_starts_ask_the_best_config_under_the_transferred_prior() -> None:
+    """``warm_start_rule="mapped"``: each warm-start turn asks this study's best untried config
+    under the prior column (the sources' coefficients and residual), not the bank's config; its
+    origin says so and names the source. ``alternate`` maps its first and third turns and copies
+    the bank's best config in the second (a mapped turn takes the last queued config's turn)."""
+    opt, queued = _banked("mapped")
+    asks = _warm_asks(opt)
+    assert len(asks) == 3 and all(best for _, _, best in asks)
+    assert [o for _, o, _ in asks] == [WarmStartOrigin(source_study="src", rule="mapped")] * 3
+    assert {opt.space.key(c) for c, _, _ in asks} != {opt.space.key(c) for c in queued}
+
+    opt, queued = _banked("alternate")
+    asks = _warm_asks(opt)
+    assert [None if o is None else o.rule for _, o, _ in asks] == ["mapped", "copy", "mapped"]
+    assert asks[1][0] == queued[0] and asks[1][1] == WarmStartOrigin(
+        source_study="src", trial_id="0"
+    )
+    assert asks[0][2] and asks[2][2]
+
+
+def test_without_a_transfer_every_warm_start_turn_copies() -> None:
+    opt, queued = _banked("mapped", transfer=False)
+    asks = _warm_asks(opt)
+    assert [c for c, _, _ in asks] == queued
+    assert [o.rule for _, o, _ in asks if o is not None] == ["copy"] * 3

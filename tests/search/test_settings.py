@@ -41,6 +41,7 @@ def test_round_trip_through_json_and_defaults() -> None:
         design_rule="maximin",
         explore_every=2,
         explore_rule="far",
+        warm_start_rule="alternate",
         failure_weight={**DEFAULT_SETTINGS.failure_weight, "nan": 5.0},
     )
     raw = json.loads(json.dumps(variant.to_dict()))
@@ -62,6 +63,7 @@ def test_round_trip_through_json_and_defaults() -> None:
         ("explore_rule", "everywhere"),
         ("explore_every", -2),
         ("explore_batch", 0),
+        ("warm_start_rule", "clone"),
         ("censoring", "yes"),
         ("failure_weight", {"failed": 1.0}),
         ("num_threads", 0),
