@@ -167,3 +167,21 @@ class SyntheticPrior:
 
 
 PRIORS["synthetic_test"] = lambda raw: SyntheticPrior()
+
+
+def synthetic_source(cfgs: list[dict[str, Any]], times: list[float], name: str = "src") -> Any:
+    """A bank ``SourceStudy`` of this problem: ``cfgs`` measured at ``times`` seconds, their peaks
+    as ``memory_bytes`` says, on a card of ``CAPACITY``, with ``SyntheticPrior`` as its prior."""
+    from infrarsi.search.transfer import SourceStudy
+
+    return SourceStudy(
+        name=name,
+        similarity=1.0,
+        configs=tuple(cfgs),
+        source_configs=tuple(cfgs),
+        step_times_s=tuple(times),
+        peak_memory_bytes=tuple(memory_bytes(c) for c in cfgs),
+        memory_censored=tuple(False for _ in cfgs),
+        memory_capacity_bytes=CAPACITY,
+        prior=SyntheticPrior(),
+    )

@@ -19,6 +19,7 @@ from search_synthetic import (
     memory_bytes,
     run,
     step_time_s,
+    synthetic_source,
     tiny_run,
 )
 
@@ -27,7 +28,7 @@ from infrarsi.search import Optimizer, OptimizerSettings, Outcome, SearchSpace, 
 from infrarsi.search.ask_info import AskInfo, Phase
 from infrarsi.search.pickers import Round
 from infrarsi.search.settings import DEFAULT_SETTINGS
-from infrarsi.search.transfer import SourceStudy, TransferPrior
+from infrarsi.search.transfer import TransferPrior
 
 
 def test_the_baseline_is_available_only_on_an_empty_history_and_a_round_takes_each_pick() -> None:
@@ -294,17 +295,7 @@ def _banked(rule: str, *, transfer: bool = True) -> tuple[Optimizer, list[dict[s
     rows = space.enumerate() or []
     cfgs = [c for c in rows[::7] if memory_bytes(c) <= CAPACITY][:24]
     times = [2.0 * step_time_s(c) for c in cfgs]
-    source = SourceStudy(
-        name="src",
-        similarity=1.0,
-        configs=tuple(cfgs),
-        source_configs=tuple(cfgs),
-        step_times_s=tuple(times),
-        peak_memory_bytes=tuple(memory_bytes(c) for c in cfgs),
-        memory_censored=tuple(False for _ in cfgs),
-        memory_capacity_bytes=CAPACITY,
-        prior=SyntheticPrior(),
-    )
+    source = synthetic_source(cfgs, times)
     queued = [cfgs[i] for i in sorted(range(len(cfgs)), key=times.__getitem__)[:3]]
     opt = Optimizer(
         space,

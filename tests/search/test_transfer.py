@@ -18,6 +18,7 @@ from search_synthetic import (
     memory_bytes,
     run,
     step_time_s,
+    synthetic_source,
 )
 
 from infrarsi.search import Optimizer, OptimizerSettings, SearchSpace
@@ -42,17 +43,7 @@ def _source(
     times = [slower * step_time_s(c) for c in cfgs]
     if reverse:
         times = [slower * 400.0 / t for t in times]
-    return SourceStudy(
-        name="src",
-        similarity=1.0,
-        configs=tuple(cfgs),
-        source_configs=tuple(cfgs),
-        step_times_s=tuple(times),
-        peak_memory_bytes=tuple(memory_bytes(c) for c in cfgs),
-        memory_censored=tuple(False for _ in cfgs),
-        memory_capacity_bytes=CAPACITY,
-        prior=SyntheticPrior(),
-    )
+    return synthetic_source(cfgs, times)
 
 
 @pytest.fixture(scope="module")
