@@ -528,6 +528,7 @@ def _arm_runs(
     source_seeds: Sequence[int],
     source_trials: int,
     settings: dict[str, Any] | None = None,
+    first_seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Every seed of one arm of one task, with its own bank (the banks are deterministic: each arm
     that builds one builds the same), so arms can run in parallel processes."""
@@ -538,7 +539,10 @@ def _arm_runs(
             if arm == "cold"
             else build_bank(task, folder, source_seeds, source_trials, scrambled=arm == "unrelated")
         )
-        return [run_target(task, arm, s, budget, folder, bank, settings) for s in range(seeds)]
+        return [
+            run_target(task, arm, s, budget, folder, bank, settings)
+            for s in range(first_seed, first_seed + seeds)
+        ]
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -556,6 +560,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default=16,
         help="target seeds 0..N-1 per arm (>= 8 for the report; 16 by default: with 8 the medians' "
         "90%% CIs spanned more than 2x)",
+    )
+    ap.add_argument(
+        "--first-seed", type=int, default=0, help="target seeds start here (a fresh set of seeds)"
     )
     ap.add_argument(
         "--budget",
@@ -590,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     started = time.time()
     runs: list[dict[str, Any]] = []
     jobs = [
-        (t, a, seeds, budget, source_seeds, src_trials, args.settings)
+        (t, a, seeds, budget, source_seeds, src_trials, args.settings, args.first_seed)
         for t in tasks
         for a in args.arms
     ]
@@ -621,7 +628,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"permuted among their trials. Each target run: the doctor baseline (trial 1), then asks of the "
             f"optimizer `build_optimizer` returns, up to {budget} trials; after each trial `best()` is scored by "
             f"its noiseless step time over the oracle's. Trials to within 3% = first trial count with ratio <= "
-            f"1.03; a run that never gets there is censored and counted as {budget + 1}. Seeds 0..{seeds - 1}. "
+            f"1.03; a run that never gets there is censored and counted as {budget + 1}. "
+            f"Seeds {args.first_seed}..{args.first_seed + seeds - 1}. "
             f"cold/arm, 90% CI: the ratio of the two arms' medians with a percentile-bootstrap CI, seeds "
             f"resampled in pairs (`median_ratio_ci`)."
         ),

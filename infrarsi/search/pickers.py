@@ -241,6 +241,8 @@ class Pickers:
         if self.mapped_turn(history, rnd):  # it takes the turn of the bank's last queued config
             return self.mapped_warm_start(history, rnd, history.warm_queue.pop()[1])
         cfg, origin = history.warm_queue.pop(0)
+        if self.bank_dropped():
+            return None
         if self.space.key(cfg) in history.seen_keys() | rnd.taken:
             return None
         self._fit_for_warm_starts(history, rnd)
@@ -296,6 +298,18 @@ class Pickers:
             return True
         asked = [*history.ask_infos.values(), *rnd.infos]
         return sum(i.phase == Phase.WARM_START for i in asked) % 2 == 0
+
+    def bank_dropped(self) -> bool:
+        """Whether a rule other than ``copy`` holds and this study's trials ranked the bank
+        transfer down to weight 0: its remaining warm-start turns are dropped, not copied (the
+        bank that lost its weight is the one whose configs would be copied)."""
+        transfer = self.models.features.transfer
+        return (
+            self.settings.warm_start_rule != "copy"
+            and self.models.has_prior
+            and transfer is not None
+            and not transfer.active
+        )
 
     def mapped_warm_start(
         self, history: History, rnd: Round, origin: WarmStartOrigin | None

@@ -150,8 +150,9 @@ class OptimizerSettings:
     model expects it not to). ``mapped``: this study's best config under the transferred prior
     (the sources' fitted coefficients on this study's own formulas, which carry its card and
     model size, plus their residual): where the optimum moves with the hardware or the model,
-    the map moves it too. ``alternate``: mapped, copy, mapped... Without a transfer every turn
-    copies."""
+    the map moves it too. ``alternate``: mapped, copy, mapped... Under both, a turn after this
+    study's trials ranked the transfer down to weight 0 is dropped (that bank's configs are not
+    copied either). Without a transfer every turn copies."""
     transfer_rank_tie_log: float = 0.03
     """Two trials whose log step times differ by at most this do not count when the transfer
     weight is chosen by ranking (timing noise, ~3%)."""

@@ -356,3 +356,22 @@ def test_without_a_transfer_every_warm_start_turn_copies() -> None:
     asks = _warm_asks(opt)
     assert [c for c, _, _ in asks] == queued
     assert [o.rule for _, o, _ in asks if o is not None] == ["copy"] * 3
+
+
+@pytest.mark.parametrize("rule", ["mapped", "alternate", "copy"])
+def test_a_bank_ranked_down_to_weight_zero_loses_its_warm_starts_unless_they_are_copied(
+    rule: str,
+) -> None:
+    """Once this study's trials ranked the transfer to weight 0, a warm-start turn under
+    ``mapped`` or ``alternate`` is dropped (neither mapped nor that bank's config copied); under
+    ``copy`` the bank's config is asked as before."""
+    opt, queued = _banked(rule)
+    assert opt.transfer is not None
+    opt.transfer.centre_weight = opt.transfer.residual_weight = 0.0
+    rnd = Round(taken=set(), failed=set(), warm_fitted=True)  # fitted: the weights stand
+    info = opt.pickers.warm_start(opt.history, rnd)
+    if rule == "copy":
+        assert info is not None and info.config == queued[0]
+    else:
+        assert info is None
+    assert [c for c, _ in opt.history.warm_queue] == queued[1:]
