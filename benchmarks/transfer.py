@@ -545,6 +545,58 @@ def _arm_runs(
         ]
 
 
+def _write(
+    out: Path, name: str, summary: dict[str, Any], meta: dict[str, Any], result: dict[str, Any]
+) -> None:
+    """Write ``name.json`` and ``name.md`` under ``out`` (a hand-written ``## Notes`` kept)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
+    md_path = out / f"{name}.md"
+    old = md_path.read_text() if md_path.exists() else ""
+    notes = old[old.index("\n## Notes") :] if "\n## Notes" in old else ""
+    md = to_markdown(summary, meta)
+    md_path.write_text(md.rstrip("\n") + "\n" + notes)
+    print(md)
+
+
+def _combine(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, Any]:
+    """``--combine``: one summary of saved runs, each task's arm from the last file holding it."""
+    chosen: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    metas = []
+    for path in args.combine:
+        saved = json.loads(path.read_text())
+        metas.append(
+            {"file": path.name, **{k: saved["meta"].get(k) for k in ("command", "commit")}}
+        )
+        by_arm: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in saved["runs"]:
+            by_arm.setdefault((r["task"], r["arm"]), []).append(r)
+        chosen.update(by_arm)
+    runs = [r for rs in chosen.values() for r in rs]
+    budgets = {int(r["budget"]) for r in runs}
+    if len(budgets) != 1:
+        raise SystemExit(f"--combine: the files' runs have different budgets {sorted(budgets)}")
+    budget = budgets.pop()
+    seeds = sorted({int(r["seed"]) for r in runs})
+    first = json.loads(args.combine[0].read_text())["meta"]
+    summary = summarise(runs, budget)
+    meta = {
+        **first,
+        "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "python -m benchmarks.transfer "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "seeds": len(seeds),
+        "combined": metas,
+        "how": f"{first['how']} Combined from saved runs (each task's arm from the last file "
+        f"holding it): "
+        + "; ".join(f"`{m['file']}` from `{m['command']}` at {m['commit']}" for m in metas)
+        + ".",
+    }
+    result = {"meta": meta, "summary": summary, "runs": runs}
+    _write(args.out, args.name or "transfer_combined", summary, meta, result)
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -586,6 +638,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default=None,
         help='OptimizerSettings overrides for every arm, as JSON (e.g. \'{"warm_start_rule": "mapped"}\')',
     )
+    ap.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="re-summarise the runs of these result files instead of running (each task's arm "
+        "from the last file that has it: e.g. the cold arm of one file beside the bank arms of "
+        "another with other --settings, on the same seeds)",
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="results directory")
     args = ap.parse_args(argv)
     if args.quick:
@@ -596,6 +657,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     source_seeds = [1000 + k for k in range(n_src)]
     started = time.time()
     runs: list[dict[str, Any]] = []
+    if args.combine:
+        return _combine(args, argv)
     jobs = [
         (t, a, seeds, budget, source_seeds, src_trials, args.settings, args.first_seed)
         for t in tasks
@@ -640,15 +703,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "bank_warm_start": hoist_bank_audits(runs),
         "runs": runs,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    name = args.name or ("transfer_quick" if args.quick else "transfer")
-    (args.out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
-    md_path = args.out / f"{name}.md"
-    old = md_path.read_text() if md_path.exists() else ""
-    notes = old[old.index("\n## Notes") :] if "\n## Notes" in old else ""
-    md = to_markdown(summary, meta)
-    md_path.write_text(md.rstrip("\n") + "\n" + notes)
-    print(md)
+    _write(
+        args.out,
+        args.name or ("transfer_quick" if args.quick else "transfer"),
+        summary,
+        meta,
+        result,
+    )
     return result
 
 
