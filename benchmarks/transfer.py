@@ -560,19 +560,17 @@ def _write(
 
 
 def _combine(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, Any]:
-    """``--combine``: one summary of saved runs, each task's arm from the last file holding it."""
-    chosen: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    """``--combine``: one summary of saved runs, each task, arm and seed from the last file holding it."""
+    chosen: dict[tuple[str, str, int], dict[str, Any]] = {}
     metas = []
     for path in args.combine:
         saved = json.loads(path.read_text())
         metas.append(
             {"file": path.name, **{k: saved["meta"].get(k) for k in ("command", "commit")}}
         )
-        by_arm: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in saved["runs"]:
-            by_arm.setdefault((r["task"], r["arm"]), []).append(r)
-        chosen.update(by_arm)
-    runs = [r for rs in chosen.values() for r in rs]
+            chosen[(r["task"], r["arm"], int(r["seed"]))] = r
+    runs = sorted(chosen.values(), key=lambda r: (r["task"], ARMS.index(r["arm"]), r["seed"]))
     budgets = {int(r["budget"]) for r in runs}
     if len(budgets) != 1:
         raise SystemExit(f"--combine: the files' runs have different budgets {sorted(budgets)}")
@@ -587,8 +585,8 @@ def _combine(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, 
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "seeds": len(seeds),
         "combined": metas,
-        "how": f"{first['how']} Combined from saved runs (each task's arm from the last file "
-        f"holding it): "
+        "how": f"{first['how']} Combined from saved runs (each task, arm and seed from the last "
+        f"file holding it; seeds {seeds[0]}..{seeds[-1]}): "
         + "; ".join(f"`{m['file']}` from `{m['command']}` at {m['commit']}" for m in metas)
         + ".",
     }
@@ -643,9 +641,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         nargs="+",
         type=Path,
         default=None,
-        help="re-summarise the runs of these result files instead of running (each task's arm "
-        "from the last file that has it: e.g. the cold arm of one file beside the bank arms of "
-        "another with other --settings, on the same seeds)",
+        help="re-summarise the runs of these result files instead of running (each task, arm "
+        "and seed from the last file that has it: e.g. the cold arm of one file beside the bank "
+        "arms of another with other --settings, or two sets of seeds)",
     )
     ap.add_argument("--out", type=Path, default=OUT, help="results directory")
     args = ap.parse_args(argv)

@@ -77,9 +77,10 @@ def test_the_bank_audit_is_kept_once_per_task_and_arm_unless_a_run_differs() -> 
     ]  # seed 2 differs: kept
 
 
-def test_combine_takes_each_tasks_arm_from_the_last_file_that_has_it(tmp_path: Path) -> None:
+def test_combine_takes_each_run_from_the_last_file_that_has_it(tmp_path: Path) -> None:
     """``--combine``: the cold arm of one saved run beside the bank arm of another (run with other
-    settings on the same seeds) gives one summary; a file's arm replaces an earlier file's."""
+    settings on the same seeds) gives one summary; a file's run of a task, arm and seed replaces
+    an earlier file's, and other seeds add to them."""
 
     def run(arm: str, seed: int, ratios: list[float]) -> dict[str, Any]:
         return {
@@ -99,14 +100,14 @@ def test_combine_takes_each_tasks_arm_from_the_last_file_that_has_it(tmp_path: P
     }
     second = {
         "meta": {**meta, "command": "d"},
-        "runs": [run("bank", s, [2.0, 1.0, 1.0]) for s in range(2)],
+        "runs": [run("bank", s, [2.0, 1.0, 1.0]) for s in range(2)] + [run("cold", 2, [2.0] * 3)],
     }
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(first))
     b.write_text(json.dumps(second))
     out = main(["--combine", str(a), str(b), "--name", "both", "--out", str(tmp_path)])
     gpu = out["summary"]["gpu"]
-    assert gpu["cold"]["per_seed"] == [3, 3] and gpu["bank"]["per_seed"] == [2, 2]
+    assert gpu["cold"]["per_seed"] == [3, 3, None] and gpu["bank"]["per_seed"] == [2, 2]
     assert gpu["bank"]["cold_over_arm"] == 1.5
     assert [m["command"] for m in out["meta"]["combined"]] == ["c", "d"]
     assert "`b.json` from `d`" in (tmp_path / "both.md").read_text()
