@@ -144,7 +144,7 @@ class OptimizerSettings:
     (``search.transfer``; the baseline included, warm-start configs counted; None: the cold
     design's size). Measured at 2 (``benchmarks/results/transfer.md``): the intensification turn
     then came right after the warm-start configs and re-ran a mediocre one; not the default."""
-    warm_start_rule: Literal["copy", "mapped", "alternate"] = "copy"
+    warm_start_rule: Literal["copy", "mapped", "alternate"] = "alternate"
     """What each warm-start turn (one per queued bank config) asks while a bank transfer holds
     weight. ``copy``: the bank's config as measured by its study (made to fit when this study's
     model expects it not to). ``mapped``: this study's best config under the transferred prior
@@ -152,7 +152,9 @@ class OptimizerSettings:
     model size, plus their residual): where the optimum moves with the hardware or the model,
     the map moves it too. ``alternate``: mapped, copy, mapped... Under both, a turn after this
     study's trials ranked the transfer down to weight 0 is dropped (that bank's configs are not
-    copied either). Without a transfer every turn copies."""
+    copied either). Without a transfer every turn copies. The default, ``alternate``, needed
+    fewer trials than ``copy`` with a real bank in 6 of 8 pairs of task and seed set; ``mapped``
+    was the best rule on some tasks and the worst on others (``docs/BENCHMARKS.md``, transfer)."""
     transfer_rank_tie_log: float = 0.03
     """Two trials whose log step times differ by at most this do not count when the transfer
     weight is chosen by ranking (timing noise, ~3%)."""

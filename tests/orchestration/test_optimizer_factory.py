@@ -74,8 +74,13 @@ def test_first_asks_after_baseline_are_the_banks_best_of_other_studies(
     monkeypatch.setenv("INFRARSI_BANK", "off")  # the contract's bank counts, not the environment
     contract, rows = new_study(tmp_path, bank.root)
     opt = build_optimizer(contract, rows, study_dir=tmp_path / "new")
-    assert len(opt.initial_queue) == 3
     space = opt.space
+    # Best relative step time first: study c's TEMPTING (0.3/2.05, on this study's own hardware
+    # box-c: another study of the same cluster counts), BEST (0.66/2.05, studies a and b), SECOND
+    # (0.9/2.05, b); THIRD (1.1/2.05) and the oom config are left out.
+    assert [space.key(c) for c, _ in opt.initial_queue] == [
+        space.key(space.validate(c)) for c in (TEMPTING, BEST, SECOND)
+    ]
     asked, origins = [], []
     for _ in range(3):
         cfg = opt.ask()
@@ -84,23 +89,22 @@ def test_first_asks_after_baseline_are_the_banks_best_of_other_studies(
         asked.append(cfg)
         origins.append(info.warm_start_origin)
         opt.tell(cfg, Outcome(status="ok", step_time=1.0, peak_memory=0.5 * GIB))
-    # Best relative step time first: study c's TEMPTING (0.3/2.05, on this study's own hardware
-    # box-c: another study of the same cluster counts), BEST (0.66/2.05, studies a and b), SECOND
-    # (0.9/2.05, b); THIRD (1.1/2.05) and the oom config are left out.
-    assert [space.key(c) for c in asked] == [
-        space.key(space.validate(c)) for c in (TEMPTING, BEST, SECOND)
-    ]
-    assert origins[0] is not None and origins[0].source_study == "c"
-    assert origins[2] is not None and origins[2].source_study == "b"
+    # The default rule alternates: this study's best under the bank's transfer (mapped, in the
+    # turn of the last queued config), the bank's best as measured, mapped again.
+    assert [o.rule for o in origins] == ["mapped", "copy", "mapped"]
+    assert space.key(asked[1]) == space.key(space.validate(TEMPTING))
+    assert origins[1].source_study == "c" and origins[1].trial_id == "run-extra"
+    assert (origins[0].source_study, origins[0].trial_id) == ("b", None)  # SECOND's turn
+    assert len({space.key(c) for c in asked}) == 3
     # the bank's trials also reach the models: each ask records the transfer's weights, in [0, 1]
     assert opt.transfer is not None
-    info = opt.info(SECOND)
+    info = opt.info(asked[2])
     assert info is not None and (
         info.config,
         info.phase,
         info.ask_index,
         info.warm_start_origin,
-    ) == (space.validate(SECOND), "warm_start", 2, origins[2])
+    ) == (asked[2], "warm_start", 2, origins[2])
     assert info.transfer_weights is not None and all(0.0 <= w <= 1.0 for w in info.transfer_weights)
     nxt = opt.ask()
     assert opt.last_ask_info.phase != "warm_start"
@@ -111,7 +115,9 @@ def test_first_asks_after_baseline_are_the_banks_best_of_other_studies(
     )
 
 
-def test_baseline_comes_first_and_tried_priors_are_skipped(tmp_path: Path, bank: Bank) -> None:
+def test_baseline_comes_first_and_a_config_measured_here_is_not_asked_again(
+    tmp_path: Path, bank: Bank
+) -> None:
     contract, _ = new_study(tmp_path, bank.root)
     opt = build_optimizer(contract, [], study_dir=tmp_path / "new")
     space = opt.space
@@ -122,12 +128,14 @@ def test_baseline_comes_first_and_tried_priors_are_skipped(tmp_path: Path, bank:
     opt.tell(
         BEST, Outcome(status="ok", step_time=1.0, peak_memory=0.5 * GIB)
     )  # already measured here
-    batch = opt.ask(2)
-    # No trial logged yet, so this machine is unknown and every bank study counts (box-c too).
-    assert [space.key(c) for c in batch] == [
-        space.key(space.validate(c)) for c in (TEMPTING, SECOND)
-    ]
-    assert [i.phase for i in opt.last_ask_info] == ["warm_start", "warm_start"]
+    batch = opt.ask(3)
+    # No trial logged yet, so this machine is unknown and every bank study counts (box-c too):
+    # mapped, the bank's best (TEMPTING) copied, mapped; BEST, measured here, is not asked again.
+    assert [i.phase for i in opt.last_ask_info] == ["warm_start"] * 3
+    assert [i.warm_start_origin.rule for i in opt.last_ask_info] == ["mapped", "copy", "mapped"]
+    assert space.key(batch[1]) == space.key(space.validate(TEMPTING))
+    assert space.key(space.validate(BEST)) not in {space.key(c) for c in batch}
+    assert len({space.key(c) for c in batch}) == 3
 
 
 def test_bank_off_or_empty_gives_the_plain_optimizer(
@@ -262,6 +270,10 @@ def test_warm_start_revalidates_configs_invalid_in_the_new_space(tmp_path: Path)
     assert record["used"][1]["repairs"] == [] and len(record["used"]) == 3
     assert [x["trial_id"] for x in record["dropped"]] == ["run-0"]
     assert "micro_batch_size" in record["dropped"][0]["reason"]
+    mapped = opt.ask()  # the default rule: a mapped warm start first (the last entry's turn)
+    mapped_info = opt.last_ask_info
+    assert mapped_info.warm_start_origin.rule == "mapped"
+    opt.tell(mapped, Outcome(status="ok", step_time=2.0, peak_memory=0.5 * GIB))
     cfg = opt.ask()
     info = opt.last_ask_info
     assert info.phase == "warm_start" and info.warm_start_origin.repairs == tuple(
@@ -271,13 +283,24 @@ def test_warm_start_revalidates_configs_invalid_in_the_new_space(tmp_path: Path)
         json.loads(json.dumps(info.to_dict()))["warm_start_origin"]["repairs"]
         == record["used"][0]["repairs"]
     )
-    # The study runs the repaired config (1.2 s against its 3 s baseline); THIRD never runs.
+    # The study runs the mapped config (2 s, in the last entry's turn) and the repaired one (1.2 s
+    # against its 3 s baseline); THIRD never runs.
     write_rows(
         d,
         [
             *rows,
             row(
                 "run-0",
+                "run",
+                mapped,
+                380.0,
+                step=2.0,
+                mem=0.5,
+                hw="box-c",
+                extra=TrialExtra(ask_info=mapped_info.to_dict()),
+            ),
+            row(
+                "run-1",
                 "run",
                 cfg,
                 400.0,
@@ -296,9 +319,10 @@ def test_warm_start_revalidates_configs_invalid_in_the_new_space(tmp_path: Path)
     assert [r[0] for r in used.rows] == ["a", "a", "a"]
     assert (
         "dropped unknown knob sequence_parallel" in used.rows[0][4]
-        and "tried: run-0 (ok); 2.50x" in used.rows[0][5]
+        and "tried: run-1 (ok); 2.50x" in used.rows[0][5]
     )
     assert used.rows[1][4] == "valid as measured" and used.rows[1][5].startswith("not tried")
+    assert used.rows[2][5].startswith("not tried (its turn asked a mapped warm start")
     dropped = next(b for b in blocks if isinstance(b, Table) and "why invalid here" in b.headers)
     assert dropped.rows[0][0] == "a, run-0" and "micro_batch_size" in dropped.rows[0][2]
     # An entry expected not to fit here runs as its memory-saving repair: the audit says so, once.
@@ -364,9 +388,10 @@ def test_warm_start_revalidates_configs_invalid_in_the_new_space(tmp_path: Path)
     sources = next(b for b in blocks if isinstance(b, Table) and "trials used" in b.headers)
     assert sources.rows == [["a", "1", "12", "1", "yes"]]
     weights = next(b for b in blocks if isinstance(b, Table) and "residual weight" in b.headers)
-    assert info.transfer_weights is not None
+    assert info.transfer_weights is not None and mapped_info.transfer_weights is not None
     assert weights.rows == [
-        ["run-0", f"{info.transfer_weights[0]:.2f}", f"{info.transfer_weights[1]:.2f}"]
+        [tid, f"{tw[0]:.2f}", f"{tw[1]:.2f}"]
+        for tid, tw in (("run-0", mapped_info.transfer_weights), ("run-1", info.transfer_weights))
     ]
 
 

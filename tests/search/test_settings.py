@@ -41,7 +41,7 @@ def test_round_trip_through_json_and_defaults() -> None:
         design_rule="maximin",
         explore_every=2,
         explore_rule="far",
-        warm_start_rule="alternate",
+        warm_start_rule="mapped",
         failure_weight={**DEFAULT_SETTINGS.failure_weight, "nan": 5.0},
     )
     raw = json.loads(json.dumps(variant.to_dict()))
