@@ -44,6 +44,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -559,6 +560,10 @@ def _write(
     print(md)
 
 
+SEEDS_SENTENCE = r" Seeds [0-9]+[.][.][0-9]+[.]"
+"""The seed range in a run's ``how`` (a combination states its own)."""
+
+
 def _combine(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, Any]:
     """``--combine``: one summary of saved runs, each task, arm and seed from the last file holding it."""
     chosen: dict[tuple[str, str, int], dict[str, Any]] = {}
@@ -584,9 +589,13 @@ def _combine(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, 
         "command": "python -m benchmarks.transfer "
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "seeds": len(seeds),
+        "commit": "{}{} (the runs' own commits below)".format(
+            *(lambda g: (g[0], " (dirty)" if g[1] else ""))(git_state())
+        ),
         "combined": metas,
-        "how": f"{first['how']} Combined from saved runs (each task, arm and seed from the last "
-        f"file holding it; seeds {seeds[0]}..{seeds[-1]}): "
+        "how": re.sub(SEEDS_SENTENCE, "", first["how"])
+        + " Combined from saved runs (each task, arm and seed from the last file holding it; "
+        f"seeds {seeds[0]}..{seeds[-1]}): "
         + "; ".join(f"`{m['file']}` from `{m['command']}` at {m['commit']}" for m in metas)
         + ".",
     }
