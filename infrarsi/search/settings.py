@@ -153,8 +153,9 @@ class OptimizerSettings:
     the map moves it too. ``alternate``: mapped, copy, mapped... Under both, a turn after this
     study's trials ranked the transfer down to weight 0 is dropped (that bank's configs are not
     copied either). Without a transfer every turn copies. The default, ``alternate``, needed
-    fewer trials than ``copy`` with a real bank in 6 of 8 pairs of task and seed set; ``mapped``
-    was the best rule on some tasks and the worst on others (``docs/BENCHMARKS.md``, transfer)."""
+    fewer median trials than ``copy`` on 3 of the 4 transfer tasks with a real bank and 3 of 4
+    with a scrambled one (32 seeds); ``mapped`` was the best rule on some tasks and the worst on
+    others (``docs/BENCHMARKS.md``, transfer)."""
     transfer_rank_tie_log: float = 0.03
     """Two trials whose log step times differ by at most this do not count when the transfer
     weight is chosen by ranking (timing noise, ~3%)."""
