@@ -44,6 +44,7 @@ import structlog
 from infrarsi.bank.transfer import bank_transfer_prior
 from infrarsi.result import TrialResult
 from infrarsi.search import AskInfo, Optimizer, Outcome, WarmStartOrigin
+from infrarsi.search.ask_info import Phase
 from infrarsi.workload_prior import prior_for_workload
 
 if TYPE_CHECKING:
@@ -264,7 +265,8 @@ def build_optimizer(
             repaired=sum(1 for p in warm if p["repairs"]),
             sources=sorted({str(p["source_study"]) for p in warm}),
         )
-    warm_start: list[Mapping[str, Any]] = [p["config"] for p in warm]
+    queued = remaining_warm_starts(warm, rows, space)
+    warm_start: list[Mapping[str, Any]] = [p["config"] for p in queued]
     opt = Optimizer(
         space,
         memory_capacity=float(cap),
@@ -273,7 +275,7 @@ def build_optimizer(
         prior=analytic,
         initial_configs=warm_start,
         transfer=transfer,
-        initial_origins=[WarmStartOrigin.from_dict(p) for p in warm],
+        initial_origins=[WarmStartOrigin.from_dict(p) for p in queued],
     )
     for r in rows:
         if r.extra.interrupted or not r.config:
@@ -288,6 +290,29 @@ def build_optimizer(
                 continue
         opt.tell(dict(r.config), Outcome.from_row(r))
     return opt
+
+
+def remaining_warm_starts(
+    warm: list[dict[str, Any]], rows: Sequence[TrialResult], space: SearchSpace
+) -> list[dict[str, Any]]:
+    """The bank's warm starts a resumed study still has: those whose config it has not measured,
+    at most ``len(warm)`` less the warm-start trials its log already holds (a mapped warm start
+    asks a config no bank entry names, so its turn is counted, not its config). A study's warm
+    starts thus run once, over however many ``run`` calls."""
+    done = sum(
+        1
+        for r in rows
+        if not r.extra.interrupted
+        and isinstance(r.extra.ask_info, dict)
+        and r.extra.ask_info.get("phase") == Phase.WARM_START
+    )
+
+    def key(config: Mapping[str, Any]) -> tuple[str, ...]:  # a logged row may lack a knob
+        return tuple(repr(config.get(n)) for n in space.names)
+
+    seen = {key(r.config) for r in rows if r.config and not r.extra.interrupted}
+    left = [p for p in warm if key(p["config"]) not in seen]
+    return left[: max(0, len(warm) - done)]
 
 
 def has_proposal_patch(row: TrialResult) -> bool:

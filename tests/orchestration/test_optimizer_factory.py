@@ -448,3 +448,38 @@ def test_a_tune_trial_lost_before_it_ran_is_not_told_failed_and_one_that_ran_get
     assert told[opt.space.key(ran)] == "ok"  # the executor's row, not "failed"
     assert opt.space.key(lost) not in told and opt.space.key(lost) not in opt.pending
     assert not opt.drop_pending(lost)  # no longer pending
+
+
+def test_a_resumed_study_asks_its_warm_starts_once_over_its_runs(
+    tmp_path: Path, bank: Bank, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``build_optimizer`` again on the log of a study whose first ``run`` asked warm starts: the
+    queue holds only the bank configs not measured here, and no more than the warm-start turns
+    left (a mapped turn counts, though no bank entry names its config)."""
+    monkeypatch.setenv("INFRARSI_BANK", "off")
+    contract, rows = new_study(tmp_path, bank.root)
+    opt = build_optimizer(contract, rows, study_dir=tmp_path / "new")
+    queued = [c for c, _ in opt.initial_queue]
+    logged = list(rows)
+    for i in range(3):
+        cfg = opt.ask()
+        info = opt.last_ask_info
+        opt.tell(cfg, Outcome(status="ok", step_time=1.0, peak_memory=0.5 * GIB))
+        logged.append(
+            row(
+                f"run-{i}",
+                "run",
+                cfg,
+                500.0 + i,
+                step=1.0,
+                mem=0.5,
+                hw="box-c",
+                extra=TrialExtra(ask_info=info.to_dict()),
+            )
+        )
+        again = build_optimizer(contract, logged, study_dir=tmp_path / "new")
+        left = [c for c, _ in again.initial_queue]
+        seen = {again.space.key(again.space.validate(r.config)) for r in logged}
+        assert len(left) == 2 - i and not {again.space.key(c) for c in left} & seen
+        assert all(any(again.space.key(c) == again.space.key(q) for q in queued) for c in left)
+    assert again.ask() is not None and again.last_ask_info.phase != "warm_start"
