@@ -276,13 +276,23 @@ class ModelSet:
         mean, _ = acquisition.predict_time(self.time.pred, self.inputs([o.config for o in ok]))
         return float(mean.min())
 
+    def prior_only_memory_sd(self) -> float:
+        """Sd of log peak memory around the prior column before a memory model exists:
+        ``prior_only_memory_sd``, or with a bank's memory centre its measured error
+        (``TransferModel.memory_sd``, at least ``transfer_memory_sd_floor``), whichever is less."""
+        s = self.settings
+        transfer = self.features.transfer
+        if transfer is None or transfer.memory_sd is None:
+            return s.prior_only_memory_sd
+        return min(s.prior_only_memory_sd, max(transfer.memory_sd, s.transfer_memory_sd_floor))
+
     def _memory_predictor(self) -> tuple[Any, float]:
         """The memory predictor (the prior's column alone before a memory model) and its noise sd."""
         mem = self.memory
         noise = float(mem.model.likelihood.noise_sd.detach()) if mem.model is not None else 0.0
         pred = mem.pred
         if pred is None and self.has_prior:  # no memory model yet: the prior alone
-            pred = PriorOnly(self.columns.prior_memory, self.settings.prior_only_memory_sd)
+            pred = PriorOnly(self.columns.prior_memory, self.prior_only_memory_sd())
         return pred, noise
 
     def scores(

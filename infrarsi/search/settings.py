@@ -159,6 +159,11 @@ class OptimizerSettings:
     transfer_rank_tie_log: float = 0.03
     """Two trials whose log step times differ by at most this do not count when the transfer
     weight is chosen by ranking (timing noise, ~3%)."""
+    transfer_memory_sd_floor: float = 0.02
+    """Least sd of log peak memory around the transferred memory coefficients before this study
+    has a memory model (``TransferModel.memory_sd``: their error on the sources' own peaks,
+    measured out of sample, is the sd otherwise; capped by ``prior_only_memory_sd``). The floor
+    allows for the target's size and card, which no source shares."""
 
     # ------------------------------------------------------------ the GPs
     full_refit_growth: float = 1.4
@@ -289,6 +294,7 @@ class OptimizerSettings:
             "outlier_screen_z",
             "outlier_z",
             "transfer_rank_tie_log",
+            "transfer_memory_sd_floor",
         ):
             v = getattr(self, name)
             _rule(_number(v) and v >= 0, name, "must be a finite number >= 0", v)

@@ -36,6 +36,9 @@ Rank-based weighting was chosen over a multi-task GP: it needs no joint hyperpar
 differences between hardware, and it degrades to the cold optimizer, not to a worse one, when the
 source is unrelated. Memory transfers by the coefficient centre only (bytes per config depend on
 the model and code, not on the hardware's speed); its weight is not tied to the time ranking.
+Its error on the sources' own peaks, out of sample (``memory_sd``), replaces the wide prior-only
+sd until this study has a memory model, so the first asks can trust a config near capacity
+that the bank's formulas place well inside it.
 """
 
 from __future__ import annotations
@@ -166,6 +169,27 @@ def _best_weight(
     return max(tied) if prefer_larger else min(tied)
 
 
+def _memory_sd(
+    centres: Sequence[tuple[float, np.ndarray]],
+    rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, float]],
+) -> float | None:
+    """``TransferModel.memory_sd``: each source's log peaks (its terms, log(peak / capacity),
+    censored flags, capacity) predicted by the similarity-weighted centre of the OTHER sources
+    (all of them with one source); an OOM row counts only where the prediction is below its
+    bound."""
+    if not centres:
+        return None
+    errors: list[np.ndarray] = []
+    for i, (M, y, cens, cap) in enumerate(rows):
+        others = [c for j, c in enumerate(centres) if j != i] or list(centres)
+        ws = np.array([w for w, _ in others])
+        u = np.sum(ws[:, None] * np.stack([c for _, c in others]), axis=0) / ws.sum()
+        err = log_prior_sum(M / cap, u).numpy() - y
+        errors.append(np.where(cens, np.minimum(err, 0.0), err))
+    e = np.concatenate(errors)
+    return float(np.sqrt(np.mean(e**2))) if e.size else None
+
+
 class TransferModel:
     """The fitted transfer: coefficient centres, the residual model and its current weight."""
 
@@ -185,6 +209,7 @@ class TransferModel:
         self.weight_history: list[tuple[int, float, float]] = []
         """``(ok trials seen, centre_weight, residual_weight)`` each time the weights were re-chosen."""
         centres: dict[str, list[tuple[float, np.ndarray]]] = {"time": [], "memory": []}
+        memory_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []
         X_rows: list[dict[str, Any]] = []
         res: list[float] = []
         self.used_rows = 0
@@ -227,6 +252,7 @@ class TransferModel:
                     max_iter=settings.prior_fit_iters,
                 )
                 centres["memory"].append((w, um))
+                memory_rows.append((M[mem], ym, cens, cap))
             self.used_rows += len(set(ok) | set(mem))
         self.centres: dict[str, np.ndarray | None] = {}
         """Similarity-weighted mean log coefficients of the sources (None: no source had enough)."""
@@ -238,6 +264,10 @@ class TransferModel:
             self.centres[kind] = (
                 np.sum(ws[:, None] * np.stack([u for _, u in items]), axis=0) / ws.sum()
             )
+        self.memory_sd = _memory_sd(centres["memory"], memory_rows)
+        """RMS error of log peak memory under the memory centre on the sources' own trials, out of
+        sample (each source's peaks under the other sources' centre; in sample with one source);
+        None without a memory centre. ``ModelSet`` uses it as the prior-only memory sd."""
         self.encoder = encoder
         self.residual_model: Any = None
         """A GP on the target encoding of the sources' residuals (None: fewer than 3 rows)."""
@@ -389,6 +419,7 @@ class TransferModel:
             "memory_coefficients": None
             if self.centres["memory"] is None
             else np.exp(self.centres["memory"]).tolist(),
+            "memory_sd": self.memory_sd,
             "residual_model": self.residual_model is not None,
             "centre_weight": self.centre_weight,
             "residual_weight": self.residual_weight,

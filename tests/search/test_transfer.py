@@ -175,3 +175,53 @@ def test_the_transfer_reaches_the_models_and_survives_save_and_restore(space: Se
         opt.transfer.residual_weight,
     )
     assert restored.ask() == opt.ask()
+
+
+def test_the_memory_sd_is_the_centres_error_on_the_sources_own_peaks_out_of_sample(
+    space: SearchSpace,
+) -> None:
+    """Each source's peaks are predicted by the other source's memory centre; a bank whose peaks
+    the formulas cannot carry (scaled at random) has a larger sd, and before this study has a
+    memory model its prior-only sd is that, floored and capped by the settings."""
+    fits = [c for c in _configs(space, 96, 5) if memory_bytes(c) <= CAPACITY]
+    a = synthetic_source(fits[:20], [step_time_s(c) for c in fits[:20]], name="a")
+    b = synthetic_source(fits[20:40], [step_time_s(c) for c in fits[20:40]], name="b")
+    s = OptimizerSettings()
+    enc = Encoder(space)
+    tm = TransferModel(TransferPrior((a, b)), enc, SyntheticPrior(), s)
+
+    def centre(src: SourceStudy) -> np.ndarray:
+        return TransferModel(TransferPrior((src,)), enc, SyntheticPrior(), s).centres["memory"]  # type: ignore[return-value]
+
+    errors = []
+    for held, other in ((a, b), (b, a)):
+        _, M = SyntheticPrior().terms(list(held.source_configs))
+        y = np.log(np.array(held.peak_memory_bytes, dtype=float) / CAPACITY)
+        errors.append(log_prior_sum(M / CAPACITY, centre(other)).numpy() - y)
+    expected = float(np.sqrt(np.mean(np.concatenate(errors) ** 2)))
+    assert tm.memory_sd is not None and math.isclose(tm.memory_sd, expected, rel_tol=1e-9)
+    assert tm.memory_sd < s.prior_only_memory_sd
+
+    rng = np.random.default_rng(0)
+    noisy = replace(
+        b,
+        peak_memory_bytes=tuple(p * float(rng.uniform(0.5, 1.5)) for p in b.peak_memory_bytes),  # type: ignore[operator]
+    )
+    worse = TransferModel(TransferPrior((a, noisy)), enc, SyntheticPrior(), s)
+    assert worse.memory_sd is not None and worse.memory_sd > 2 * tm.memory_sd
+
+    kw: dict[str, Any] = {"memory_capacity": CAPACITY, "seed": 3, "baseline": BASELINE}
+    banked = Optimizer(space, transfer=TransferPrior((a, b)), prior=SyntheticPrior(), **kw)
+    cold = Optimizer(space, prior=SyntheticPrior(), **kw)
+    assert cold.models.prior_only_memory_sd() == s.prior_only_memory_sd
+    assert banked.models.prior_only_memory_sd() == min(
+        s.prior_only_memory_sd, max(expected, s.transfer_memory_sd_floor)
+    )
+    loose = Optimizer(
+        space,
+        transfer=TransferPrior((a, noisy)),
+        prior=SyntheticPrior(),
+        settings=replace(s, prior_only_memory_sd=0.05),
+        **kw,
+    )
+    assert loose.models.prior_only_memory_sd() == 0.05  # never wider than the cold optimizer's

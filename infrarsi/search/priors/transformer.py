@@ -17,8 +17,10 @@ coefficient (``priors.mean``):
 - memory: ZeRO model states (2 + 2 + 12 bytes per parameter in mixed precision, partitioned by
   stage, optimizer states gone with offload); activations per Korthikanti et al. 2022 (34 sbh per
   layer, +5as^2b without flash attention or recomputation, 2sbh per layer with full recomputation
-  plus one layer's working set; 1F1B keeps L layers' worth on the first stage); fp32 logits;
-  communication buckets (at their configured size); a fixed workspace.
+  plus one layer's working set; 1F1B keeps L layers' worth on the first stage); fp32 logits, which
+  under pipeline parallelism live on the last stage (1 micro-batch of L/pp layers), so the term
+  is what that stage holds above the first (the peak is the larger stage's); communication
+  buckets (at their configured size); a fixed workspace.
 
 Knobs are read by name (``infrarsi.knob_names``) with neutral defaults, so a space without ``tp``
 or ``pp`` works; unknown
@@ -229,12 +231,15 @@ class TransformerPrior:
         f = elem / 2
         full_layer = s * mbs * h * (34 + (0 if flash else 5 * a * s / h)) / tp * f
         if ckpt == "full":
-            acts = 2 * s * mbs * h / tp * f * L + full_layer
+            stored, working = 2 * s * mbs * h / tp * f * L, full_layer
         elif ckpt == "selective":
-            acts = s * mbs * h * 34 / tp * f * L
+            stored, working = s * mbs * h * 34 / tp * f * L, 0.0
         else:
-            acts = full_layer * L
+            stored, working = full_layer * L, 0.0
+        acts = stored + working
         logits = s * mbs * V * 6 / tp
+        if pp > 1:  # the logits live on the last stage, which keeps 1/pp of the first's layers
+            logits = max(0.0, logits - stored * (1 - 1 / pp))
         # ZeRO-1/2 allocate their gradient buckets at the configured size, however small the model
         # (a 5e7-element bucket OOMed a 5M-parameter job on CPU); "auto" is infrarsi's rule
         # (one bucket for the whole model, between 1e6 and 5e8 elements).

@@ -59,6 +59,31 @@ def test_memory_terms_follow_zero_checkpointing_and_micro_batch() -> None:
     assert _terms(flash_attention=False)[1]["activations"] > _terms()[1]["activations"]
 
 
+def test_under_pipeline_parallelism_the_logits_count_on_the_last_stage_only() -> None:
+    """1F1B: the first stage holds L layers' activations, the last stage L/pp layers' and the
+    logits; the prior's activations plus logits are the larger of the two (the peak device's)."""
+    s, mbs, h, L = 2048, 2, 4096, 32
+    layer = (
+        s * mbs * h * 34
+    )  # bytes a layer keeps in bf16 with flash attention (Korthikanti et al.)
+    stored = {"none": layer * L, "selective": layer * L, "full": 2 * s * mbs * h * L}
+    working = {"none": 0.0, "selective": 0.0, "full": float(layer)}
+    logits = _terms()[1]["logits"]
+    for pp, ckpt in itertools.product((2, 4, 8), ("none", "selective", "full")):
+        m = _terms(pp=pp, activation_checkpointing=ckpt)[1]
+        assert m["activations"] == stored[ckpt] + working[ckpt]
+        first = stored[ckpt] + working[ckpt]
+        last = stored[ckpt] / pp + working[ckpt] + logits
+        assert np.isclose(m["activations"] + m["logits"], max(first, last))
+    # a wide vocabulary on a small model: the last stage is the peak device
+    small = transformer_shape(
+        n_layers=4, hidden=512, n_heads=8, vocab=128256, seq_len=2048, global_batch=64, world_size=8
+    )
+    _, M = TransformerPrior(small).terms([{**BASE, "pp": 2}, BASE])
+    logits_at = dict(zip(MEMORY_TERMS, M[0], strict=True))["logits"]
+    assert 0 < logits_at < dict(zip(MEMORY_TERMS, M[1], strict=True))["logits"]
+
+
 def test_time_terms_follow_recompute_offload_and_parallelism() -> None:
     base_t, _ = _terms()
     assert _terms(activation_checkpointing="full")[0]["compute_bf16"] > base_t["compute_bf16"]
