@@ -142,8 +142,9 @@ class OptimizerSettings:
     transfer_n_init: int | None = None
     """Distinct configs in the initial design while a bank transfer prior holds weight
     (``search.transfer``; the baseline included, warm-start configs counted; None: the cold
-    design's size). Measured at 2 (``benchmarks/results/transfer.md``): the intensification turn
-    then came right after the warm-start configs and re-ran a mediocre one; not the default."""
+    design's size). Measured at 2 (``docs/BENCHMARKS.md``, transfer, 2026-12-04): the
+    intensification turn then came right after the warm-start configs and re-ran a mediocre one;
+    not the default."""
     warm_start_rule: Literal["copy", "mapped", "alternate"] = "alternate"
     """What each warm-start turn (one per queued bank config) asks while a bank transfer holds
     weight. ``copy``: the bank's config as measured by its study (made to fit when this study's

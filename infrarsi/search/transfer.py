@@ -29,7 +29,7 @@ badly (another regime, scrambled
 outcomes) loses its weight after a few trials and the search is the cold one again; a faithful
 one keeps it. While a weight is above 0 the space-filling design can be shortened to
 ``transfer_n_init`` distinct configs (off by default: measured, it made the search re-run a
-mediocre warm-start incumbent early; ``benchmarks/results/transfer.md``).
+mediocre warm-start incumbent early; ``docs/BENCHMARKS.md``, transfer).
 
 Rank-based weighting was chosen over a multi-task GP: it needs no joint hyperparameter fit
 (cheap, deterministic, the same asks after save/restore), it is invariant to the scale

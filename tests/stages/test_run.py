@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,6 +56,32 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=600,
         cwd=ROOT,
     )
+
+
+@pytest.fixture(scope="module")
+def slow_study_template(tmp_path_factory: pytest.TempPathFactory, ray_local: str) -> Path:
+    """A surrogate study whose trials are held ~4 s each (``surrogate.wall_clock_scale``),
+    initialised and doctored (2 repeats) once for this module; each test that runs it works on
+    its own copy (``_copy_study``), so none sees another's rows."""
+    folder = tmp_path_factory.mktemp("slow_study")
+    data = yaml.safe_load(SURROGATE.read_text())
+    data["surrogate"]["wall_clock_scale"] = 0.02
+    data["search_space"] = str(ROOT / "search_spaces" / "surrogate_gpu.yaml")
+    workload = folder / "slow.yaml"
+    workload.write_text(yaml.safe_dump(data))
+    study = folder / "study"
+    r = _cli("init", str(workload), "--study", str(study))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", ray_local)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return study
+
+
+def _copy_study(template: Path, tmp_path: Path) -> Path:
+    """A copy of a doctored study (its contract, baseline rows and calibration) under ``tmp_path``."""
+    study = tmp_path / "study"
+    shutil.copytree(template, study)
+    return study
 
 
 def _other_jobs_actors() -> dict[str, int]:
@@ -277,22 +304,13 @@ def test_a_capacity_above_the_devices_memory_is_refused_before_any_trial(tmp_pat
 
 
 def test_a_tune_trial_actor_killed_mid_trial_is_retried_without_running_twice(
-    ray_local: str, tmp_path: Path
+    ray_local: str, slow_study_template: Path, tmp_path: Path
 ) -> None:
     """Surrogate trials held ~4 s each (``surrogate.wall_clock_scale``), two at once: a Ray Tune
     trial actor SIGKILLed while its trial runs in the executor. The run goes on (it used to stop
     with exit 1, a 'harness error'); Tune retries that trial, whose retry gets the first
     attempt's row; the budget is met with every trial id and every Tune trial logged once."""
-    data = yaml.safe_load(SURROGATE.read_text())
-    data["surrogate"]["wall_clock_scale"] = 0.02
-    data["search_space"] = str(ROOT / "search_spaces" / "surrogate_gpu.yaml")
-    workload = tmp_path / "slow.yaml"
-    workload.write_text(yaml.safe_dump(data))
-    study = tmp_path / "study"
-    r = _cli("init", str(workload), "--study", str(study))
-    assert r.returncode == 0, r.stdout + r.stderr
-    r = _cli("doctor", str(study), "--repeats", "2", "--address", ray_local)
-    assert r.returncode == 0, r.stdout + r.stderr
+    study = _copy_study(slow_study_template, tmp_path)
 
     out = (tmp_path / "run.out").open("w")
     proc = subprocess.Popen(
@@ -391,7 +409,7 @@ def test_run_tops_up_the_budget_lost_actors_left_only_while_budgets_last(
 
 
 def test_two_runs_on_one_study_the_second_is_refused_or_queued_and_nothing_runs_twice(
-    ray_local: str, tmp_path: Path
+    ray_local: str, slow_study_template: Path, tmp_path: Path
 ) -> None:
     """The issue's scenario: ``infrarsi run STUDY --trials 4`` twice on one surrogate study
     (trials held ~4 s each). While the first holds the study, a second ``run`` and a ``verify``
@@ -400,16 +418,7 @@ def test_two_runs_on_one_study_the_second_is_refused_or_queued_and_nothing_runs_
     rows within the budget."""
     import socket
 
-    data = yaml.safe_load(SURROGATE.read_text())
-    data["surrogate"]["wall_clock_scale"] = 0.02
-    data["search_space"] = str(ROOT / "search_spaces" / "surrogate_gpu.yaml")
-    workload = tmp_path / "slow.yaml"
-    workload.write_text(yaml.safe_dump(data))
-    study = tmp_path / "study"
-    r = _cli("init", str(workload), "--study", str(study))
-    assert r.returncode == 0, r.stdout + r.stderr
-    r = _cli("doctor", str(study), "--repeats", "2", "--no-honest-change", "--address", ray_local)
-    assert r.returncode == 0, r.stdout + r.stderr
+    study = _copy_study(slow_study_template, tmp_path)
 
     run = [
         sys.executable,
