@@ -9,11 +9,31 @@ from typing import Any
 from benchmarks.transfer import (
     _ci_note,
     censored_median,
+    device_hours_median,
+    device_hours_to_threshold,
     hoist_bank_audits,
     main,
     median_ratio_ci,
     trials_to_threshold,
 )
+
+
+def run(
+    arm: str, seed: int, ratios: list[float], hours: list[float] | None = None
+) -> dict[str, Any]:
+    """A saved target run of the ``gpu`` task with a budget of 3 (``device_hours``: cumulative, or
+    absent as in runs saved before they were recorded)."""
+    out: dict[str, Any] = {
+        "task": "gpu",
+        "arm": arm,
+        "seed": seed,
+        "budget": 3,
+        "ratios": ratios,
+        "trials_to_3pct": trials_to_threshold(ratios),
+    }
+    if hours is not None:
+        out["device_hours"] = hours
+    return out
 
 
 def test_trials_to_threshold_is_the_first_trial_within_3_percent() -> None:
@@ -82,16 +102,6 @@ def test_combine_takes_each_run_from_the_last_file_that_has_it(tmp_path: Path) -
     settings on the same seeds) gives one summary; a file's run of a task, arm and seed replaces
     an earlier file's, and other seeds add to them."""
 
-    def run(arm: str, seed: int, ratios: list[float]) -> dict[str, Any]:
-        return {
-            "task": "gpu",
-            "arm": arm,
-            "seed": seed,
-            "budget": 3,
-            "ratios": ratios,
-            "trials_to_3pct": trials_to_threshold(ratios),
-        }
-
     meta = {"how": "Simulated.", "command": "c", "commit": "abc", "machine": "m", "budget": 3}
     first = {
         "meta": meta,
@@ -111,3 +121,31 @@ def test_combine_takes_each_run_from_the_last_file_that_has_it(tmp_path: Path) -
     assert gpu["bank"]["cold_over_arm"] == 1.5
     assert [m["command"] for m in out["meta"]["combined"]] == ["c", "d"]
     assert "`b.json` from `d`" in (tmp_path / "both.md").read_text()
+
+
+def test_device_hours_count_the_trials_up_to_the_first_within_3_percent(tmp_path: Path) -> None:
+    """A run's device-hours to within 3% are its cumulative hours at that trial (at the budget when
+    censored); the summary's median and the markdown column carry them, and runs saved before
+    they were recorded show '-'."""
+    within = {"trials_to_3pct": 2, "device_hours": [1.0, 3.0, 6.0]}
+    censored = {"trials_to_3pct": None, "device_hours": [1.0, 2.0, 4.0]}
+    assert device_hours_to_threshold(within) == 3.0
+    assert device_hours_to_threshold(censored) == 4.0
+    assert (
+        device_hours_median([within, censored, {**within, "device_hours": [0.5, 1.0, 9.0]}]) == 3.0
+    )
+
+    meta = {"how": "Simulated.", "command": "c", "commit": "abc", "machine": "m", "budget": 3}
+    saved = {
+        "meta": meta,
+        "runs": [run("cold", s, [2.0, 1.5, 1.01], [1.0, 2.0, 3.5 + s]) for s in range(2)]
+        + [run("bank", s, [2.0, 1.0, 1.0], None) for s in range(2)],
+    }
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(saved))
+    out = main(["--combine", str(a), "--name", "hours", "--out", str(tmp_path)])
+    gpu = out["summary"]["gpu"]
+    assert gpu["cold"]["device_hours_to_3pct_median"] == 4.0  # 3.5 and 4.5 at trial 3
+    assert "device_hours_to_3pct_median" not in gpu["bank"]
+    table = (tmp_path / "hours.md").read_text()
+    assert "| 4.0 |" in table and table.count("| - |") >= 1
