@@ -29,6 +29,7 @@ Usage::
     python -m benchmarks.transfer                     # every task, 16 seeds, budget 24
     python -m benchmarks.transfer --quick             # smoke: one task, 2 seeds, budget 6
     python -m benchmarks.transfer --tasks size --seeds 32 --workers 2 --name transfer_size
+    python -m benchmarks.transfer --seeds 16 --banks 4 --workers 2   # 4 banks, seed s on bank s mod 4
 
 Writes ``benchmarks/results/transfer.json`` and ``transfer.md`` (or ``--name``; a hand-written ``## Notes``
 section at the end of the ``.md`` is kept).
@@ -319,11 +320,15 @@ def run_target(
     settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One tuning run of the target problem (module docstring): the ratio after each trial.
-    ``settings``: ``OptimizerSettings`` fields that replace those ``build_optimizer`` gave."""
+    ``settings``: ``OptimizerSettings`` fields that replace the defaults ``build_optimizer`` is
+    given."""
+    from dataclasses import replace
+
     import torch
 
     from infrarsi.orchestration.optimizer_factory import build_optimizer
     from infrarsi.search import Outcome
+    from infrarsi.search.settings import OptimizerSettings
     from infrarsi.study.trial_log import TrialLogWriter, read_results
 
     torch.set_num_threads(1)
@@ -336,27 +341,15 @@ def run_target(
     d0 = problem.trial(base, seed, 0)
     with TrialLogWriter(study) as w:
         w.write(_result(problem, tgt_v, "doctor-0", "doctor", base, d0, time.time()))
-    opt = build_optimizer(contract, read_results(study), study_dir=study, seed=seed, bank_root=bank)
     overrides = {**(settings or {}), **({"transfer": False} if arm == "queue_only" else {})}
-    if overrides:  # the same optimizer with other settings (queue_only: no transfer in the models)
-        from dataclasses import replace
-
-        from infrarsi.search import Optimizer
-
-        rebuilt = Optimizer(
-            opt.space,
-            memory_capacity=opt.memory_capacity,
-            seed=seed,
-            baseline=opt.baseline,
-            prior=opt.prior,
-            settings=replace(opt.settings, **overrides),
-            initial_configs=[c for c, _ in opt.initial_queue],
-            initial_origins=[o for _, o in opt.initial_queue],
-            transfer=None if opt.transfer is None else opt.transfer.record,
-        )
-        for o in opt.observations:
-            rebuilt.tell(o.config, o.outcome)
-        opt = rebuilt
+    opt = build_optimizer(
+        contract,
+        read_results(study),
+        study_dir=study,
+        seed=seed,
+        bank_root=bank,
+        settings=replace(OptimizerSettings(), **overrides),  # queue_only: no transfer in the models
+    )
     ratios: list[float | None] = []
     phases: list[str] = []
     weights: list[Any] = []
@@ -402,10 +395,12 @@ def run_target(
 
 
 def hoist_bank_audits(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The bank audit (``bank_warm_start.json``) of each task and arm, once: ``{"task/arm": audit}``.
+    """The bank audit (``bank_warm_start.json``) of each task, arm and bank, once:
+    ``{"task/arm": audit}``, or ``{"task/arm/1002_1003": audit}`` for a run that records its
+    bank's ``source_seeds`` (``--banks``).
 
     The audit depends on the bank and the target, not on the seed, so each run's copy is removed
-    from ``runs`` (in place) when it equals its arm's first one but for the bank's temporary path
+    from ``runs`` (in place) when it equals its bank's first one but for the bank's temporary path
     and the time (``bank``, ``at``); a run whose audit differs keeps its own."""
 
     def strip(x: Any) -> Any:
@@ -415,7 +410,10 @@ def hoist_bank_audits(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for r in sorted(runs, key=lambda r: (r["task"], r["arm"], r["seed"])):
         if "bank_warm_start" not in r:
             continue
-        key = f"{r['task']}/{r['arm']}"
+        key = "/".join(
+            [r["task"], r["arm"]]
+            + (["_".join(map(str, r["source_seeds"]))] if r.get("source_seeds") else [])
+        )
         if key not in out:
             out[key] = r.pop("bank_warm_start")
         elif strip(out[key]) == strip(r["bank_warm_start"]):
@@ -548,6 +546,14 @@ def _ci_note(row: dict[str, Any], meets: Any) -> str:
     return f" ({where}: cold/arm [{lo:.2f}, {hi:.2f}])"
 
 
+def bank_source_seeds(seed: int, banks: int, source_seeds: Sequence[int]) -> tuple[int, ...]:
+    """The source seeds of target seed ``seed``'s bank: bank ``seed % banks``, whose studies are
+    ``source_seeds`` shifted by ``len(source_seeds)`` per bank (bank 0 is ``source_seeds``
+    itself), so a target seed meets the same bank in every arm and every run."""
+    b = seed % max(1, banks)
+    return tuple(int(x) + b * len(source_seeds) for x in source_seeds)
+
+
 def _arm_runs(
     task: str,
     arm: str,
@@ -557,20 +563,25 @@ def _arm_runs(
     source_trials: int,
     settings: dict[str, Any] | None = None,
     first_seed: int = 0,
+    banks: int = 1,
 ) -> list[dict[str, Any]]:
-    """Every seed of one arm of one task, with its own bank (the banks are deterministic: each arm
-    that builds one builds the same), so arms can run in parallel processes."""
+    """Every seed of one arm of one task, each with its bank (``bank_source_seeds``; the banks
+    are deterministic: each arm that builds one builds the same), so arms can run in parallel
+    processes."""
     with tempfile.TemporaryDirectory(prefix=f"transfer_{task}_{arm}_") as tmp:
-        folder = Path(tmp)
-        bank = (
-            None
-            if arm == "cold"
-            else build_bank(task, folder, source_seeds, source_trials, scrambled=arm == "unrelated")
-        )
-        return [
-            run_target(task, arm, s, budget, folder, bank, settings)
-            for s in range(first_seed, first_seed + seeds)
-        ]
+        built: dict[tuple[int, ...], Path] = {}
+        out = []
+        for s in range(first_seed, first_seed + seeds):
+            src = bank_source_seeds(s, banks, source_seeds)
+            folder = Path(tmp) / ("b" + "_".join(map(str, src)))
+            folder.mkdir(exist_ok=True)
+            if arm != "cold" and src not in built:
+                built[src] = build_bank(
+                    task, folder, src, source_trials, scrambled=arm == "unrelated"
+                )
+            run = run_target(task, arm, s, budget, folder, built.get(src), settings)
+            out.append({**run, "source_seeds": list(src)})
+        return out
 
 
 def _write(
@@ -626,7 +637,12 @@ def _combine(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, 
         + "; ".join(f"`{m['file']}` from `{m['command']}` at {m['commit']}" for m in metas)
         + ".",
     }
-    result = {"meta": meta, "summary": summary, "runs": runs}
+    result = {
+        "meta": meta,
+        "summary": summary,
+        "bank_warm_start": hoist_bank_audits(runs),
+        "runs": runs,
+    }
     _write(args.out, args.name or "transfer_combined", summary, meta, result)
     return result
 
@@ -658,6 +674,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     ap.add_argument("--source-studies", type=int, default=2, help="source studies in each bank")
     ap.add_argument("--source-trials", type=int, default=24, help="trials per source study")
+    ap.add_argument(
+        "--banks",
+        type=int,
+        default=1,
+        help="distinct banks: target seed s uses bank s mod N (with 1, every seed meets the same "
+        "bank, so an arm's median rests on one draw of the source studies)",
+    )
     ap.add_argument(
         "--workers", type=int, default=1, help="parallel processes, one task's arm each"
     )
@@ -694,7 +717,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.combine:
         return _combine(args, argv)
     jobs = [
-        (t, a, seeds, budget, source_seeds, src_trials, args.settings, args.first_seed)
+        (t, a, seeds, budget, source_seeds, src_trials, args.settings, args.first_seed, args.banks)
         for t in tasks
         for a in args.arms
     ]
@@ -716,13 +739,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "seeds": seeds,
         "source_studies": n_src,
         "source_trials": src_trials,
+        "banks": args.banks,
         "settings": args.settings,
         "wall_s": time.time() - started,
         "how": (
             f"Surrogate backend (simulated trials: lognormal noise CV 4%, stragglers, crashes). Each bank holds "
             f"{n_src} source studies of {src_trials} cold infrarsi trials each, written as study directories and "
             f"ingested with `Bank.add_study`; the unrelated bank holds the same studies with their ok step times "
-            f"permuted among their trials. Each target run: the doctor baseline (trial 1), then asks of the "
+            f"permuted among their trials. {args.banks} distinct bank(s): target seed s uses bank s mod "
+            f"{args.banks} (source seeds {', '.join(map(str, source_seeds))} shifted by {n_src} per bank). "
+            f"Each target run: the doctor baseline (trial 1), then asks of the "
             f"optimizer `build_optimizer` returns, up to {budget} trials; after each trial `best()` is scored by "
             f"its noiseless step time over the oracle's. Trials to within 3% = first trial count with ratio <= "
             f"1.03; a run that never gets there is censored and counted as {budget + 1}. "

@@ -45,6 +45,7 @@ from infrarsi.bank.transfer import bank_transfer_prior
 from infrarsi.result import TrialResult
 from infrarsi.search import AskInfo, Optimizer, Outcome, WarmStartOrigin
 from infrarsi.search.ask_info import Phase
+from infrarsi.search.settings import OptimizerSettings
 from infrarsi.workload_prior import prior_for_workload
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ def bank_warm_start_selection(
     bank_root: str | Path | None = None,
     limit: int = WARM_START_CONFIGS,
     baseline: Mapping[str, Any] | None = None,
+    pool: int = 4,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(used, dropped)``: the bank's best configs for this study (module docstring), best
     first, as ``warm_start_rows`` dicts whose ``config`` is re-validated in ``space``
@@ -155,9 +157,28 @@ def bank_warm_start_selection(
             continue
         keys.add(key)
         out.append({**p, "config": full, "repairs": list(moves)})
-        if len(out) >= limit:
+        if len(out) >= limit * pool:
             break
-    return out, dropped
+    return (spread_out(out, limit, [k.name for k in space.knobs]) if pool > 1 else out), dropped
+
+
+def spread_out(
+    rows: list[dict[str, Any]], limit: int, names: Sequence[str]
+) -> list[dict[str, Any]]:
+    """``limit`` of ``rows`` (best first): the best, then each time the row farthest from those
+    chosen (the fewest knobs in common with its nearest; ties: the better), in the order chosen."""
+    if not rows:
+        return []
+    chosen = [0]
+    while len(chosen) < min(limit, len(rows)):
+
+        def nearest(j: int) -> int:
+            c = rows[j]["config"]
+            return min(sum(c.get(n) != rows[i]["config"].get(n) for n in names) for i in chosen)
+
+        rest = [j for j in range(len(rows)) if j not in chosen]
+        chosen.append(max(rest, key=lambda j: (nearest(j), -j)))
+    return [rows[j] for j in chosen]
 
 
 def bank_warm_start_configs(
@@ -221,6 +242,7 @@ def build_optimizer(
     study_dir: str | Path,
     seed: int = 0,
     bank_root: str | Path | None = None,
+    settings: OptimizerSettings | None = None,
 ) -> Optimizer:
     """An ``Optimizer`` over the study's space, told every logged trial except interrupted ones
     (doctor baselines included, so the search never re-measures the baseline). With a bank
@@ -235,8 +257,9 @@ def build_optimizer(
     )  # the contract's editable knobs vary, the others stay at the baseline
     cap = contract.memory_capacity.optimizer_memory_capacity_bytes
     baseline = baseline_config(contract, d)
+    settings = settings if settings is not None else OptimizerSettings()
     warm, dropped = bank_warm_start_selection(
-        contract, space, rows, bank_root=bank_root, baseline=baseline
+        contract, space, rows, bank_root=bank_root, baseline=baseline, pool=settings.warm_start_pool
     )
     analytic = prior_for_workload(
         contract.workload_model(), enabled=contract.switches_in_force().analytic_prior
@@ -276,6 +299,7 @@ def build_optimizer(
         initial_configs=warm_start,
         transfer=transfer,
         initial_origins=[WarmStartOrigin.from_dict(p) for p in queued],
+        settings=settings,
     )
     for r in rows:
         if r.extra.interrupted or not r.config:

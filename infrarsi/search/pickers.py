@@ -240,7 +240,8 @@ class Pickers:
         """
         if self.mapped_turn(history, rnd):  # it takes the turn of the bank's last queued config
             return self.mapped_warm_start(history, rnd, history.warm_queue.pop()[1])
-        cfg, origin = history.warm_queue.pop(0)
+        spread = self.settings.warm_start_pool > 1
+        cfg, origin = history.warm_queue.pop(self.farthest_queued(history, rnd) if spread else 0)
         if self.bank_dropped():
             return None
         if self.space.key(cfg) in history.seen_keys() | rnd.taken:
@@ -277,6 +278,27 @@ class Pickers:
             warm_start_origin=origin,
         )
 
+    def farthest_queued(self, history: History, rnd: Round) -> int:
+        """Index in ``history.warm_queue`` of the config farthest from every config this study
+        has asked (the fewest knobs in common with its nearest one; ties: the earlier, i.e. the
+        bank's better one): copies hedge the configs already asked instead of repeating their
+        region."""
+        asked = [
+            i.config
+            for i in (*history.ask_infos.values(), *rnd.infos)
+            if i.phase == Phase.WARM_START
+        ]
+        names = [k.name for k in self.space.knobs]
+
+        def nearest(cfg: dict[str, Any]) -> int:
+            return min(
+                (sum(cfg.get(n) != a.get(n) for n in names) for a in asked), default=len(names)
+            )
+
+        return max(
+            range(len(history.warm_queue)), key=lambda j: (nearest(history.warm_queue[j][0]), -j)
+        )
+
     def _fit_for_warm_starts(self, history: History, rnd: Round) -> None:
         """Fit the models once per ask: the memory model (or the prior) judges every queued config."""
         if not rnd.warm_fitted and (self.models.has_prior or history.observations):
@@ -296,6 +318,9 @@ class Pickers:
             return False
         if rule == "mapped":
             return True
+        asked = [*history.ask_infos.values(), *rnd.infos]
+        if rule == "portfolio":
+            return not any(i.phase == Phase.WARM_START for i in asked)
         asked = [*history.ask_infos.values(), *rnd.infos]
         return sum(i.phase == Phase.WARM_START for i in asked) % 2 == 0
 

@@ -24,7 +24,7 @@ DESIGN_RULES = ("coverage", "maximin")
 """Initial-design rules (``OptimizerSettings.design_rule``)."""
 EXPLORE_RULES = ("near", "far", "batch")
 """Where an exploring turn looks (``OptimizerSettings.explore_rule``)."""
-WARM_START_RULES = ("copy", "mapped", "alternate")
+WARM_START_RULES = ("copy", "mapped", "alternate", "portfolio")
 """What a warm-start turn asks (``OptimizerSettings.warm_start_rule``)."""
 TIME_KERNELS = ("rbf", "matern")
 """Smooth step-time kernels (``OptimizerSettings.time_kernel``)."""
@@ -145,7 +145,7 @@ class OptimizerSettings:
     design's size). Measured at 2 (``docs/BENCHMARKS.md``, transfer, 2026-12-04): the
     intensification turn then came right after the warm-start configs and re-ran a mediocre one;
     not the default."""
-    warm_start_rule: Literal["copy", "mapped", "alternate"] = "alternate"
+    warm_start_rule: Literal["copy", "mapped", "alternate", "portfolio"] = "alternate"
     """What each warm-start turn (one per queued bank config) asks while a bank transfer holds
     weight. ``copy``: the bank's config as measured by its study (made to fit when this study's
     model expects it not to). ``mapped``: this study's best config under the transferred prior
@@ -157,6 +157,13 @@ class OptimizerSettings:
     fewer median trials than ``copy`` on 3 of the 4 transfer tasks with a real bank and 3 of 4
     with a scrambled one (32 seeds); ``mapped`` was the best rule on some tasks and the worst on
     others (``docs/BENCHMARKS.md``, transfer)."""
+    warm_start_pool: int = 4
+    """The bank's warm-start configs are chosen for spread among this many times as many of its
+    best configs (the best, then each time the one sharing the fewest knob values with those
+    chosen), and a copy turn asks the queued config farthest from the warm starts already asked:
+    copies hedge the region the first warm start tried instead of repeating it. 1: the bank's
+    best configs, best first. Measured over 4 banks and 16 seeds, 4 took as few or fewer median
+    trials than 1 on all four transfer tasks (``docs/BENCHMARKS.md``, transfer, 2026-12-07)."""
     transfer_rank_tie_log: float = 0.03
     """Two trials whose log step times differ by at most this do not count when the transfer
     weight is chosen by ranking (timing noise, ~3%)."""
@@ -226,6 +233,12 @@ class OptimizerSettings:
             "n_init",
             "must be None or an integer >= 0",
             self.n_init,
+        )
+        _rule(
+            _count(self.warm_start_pool) and self.warm_start_pool >= 1,
+            "warm_start_pool",
+            "must be an integer >= 1",
+            self.warm_start_pool,
         )
         _rule(
             self.transfer_n_init is None or _count(self.transfer_n_init),

@@ -95,6 +95,14 @@ def test_the_bank_audit_is_kept_once_per_task_and_arm_unless_a_run_differs() -> 
         True,
         False,
     ]  # seed 2 differs: kept
+    banked = [
+        {"task": "gpu", "arm": "bank", "seed": s, "source_seeds": src, "bank_warm_start": a}
+        for s, src, a in ((0, [1000, 1001], audit), (1, [1002, 1003], {**audit, "used": []}))
+    ]
+    assert hoist_bank_audits(banked) == {
+        "gpu/bank/1000_1001": audit,
+        "gpu/bank/1002_1003": {**audit, "used": []},
+    }  # one per bank
 
 
 def test_combine_takes_each_run_from_the_last_file_that_has_it(tmp_path: Path) -> None:
@@ -149,3 +157,15 @@ def test_device_hours_count_the_trials_up_to_the_first_within_3_percent(tmp_path
     assert "device_hours_to_3pct_median" not in gpu["bank"]
     table = (tmp_path / "hours.md").read_text()
     assert "| 4.0 |" in table and table.count("| - |") >= 1
+
+
+def test_each_target_seed_meets_its_bank_and_bank_zero_is_the_given_sources() -> None:
+    from benchmarks.transfer import bank_source_seeds
+
+    assert bank_source_seeds(5, 1, (1000, 1001)) == (1000, 1001)  # one bank: every seed
+    assert [bank_source_seeds(s, 4, (1000, 1001)) for s in (0, 1, 4, 7)] == [
+        (1000, 1001),
+        (1002, 1003),
+        (1000, 1001),
+        (1006, 1007),
+    ]

@@ -16,9 +16,14 @@ from synthetic_study import BASE, BEST, ROOT, make_study, row, write_rows
 
 from infrarsi.bank.feed import add_to_bank
 from infrarsi.bank.store import Bank
-from infrarsi.orchestration.optimizer_factory import bank_warm_start_configs, build_optimizer
+from infrarsi.orchestration.optimizer_factory import (
+    bank_warm_start_configs,
+    build_optimizer,
+    spread_out,
+)
 from infrarsi.result import TrialExtra
 from infrarsi.search import AskInfo, Optimizer, Outcome
+from infrarsi.search.settings import OptimizerSettings
 from infrarsi.study.contract import Contract
 from infrarsi.study.switches import StudySwitches
 
@@ -73,7 +78,9 @@ def test_first_asks_after_baseline_are_the_banks_best_of_other_studies(
 ) -> None:
     monkeypatch.setenv("INFRARSI_BANK", "off")  # the contract's bank counts, not the environment
     contract, rows = new_study(tmp_path, bank.root)
-    opt = build_optimizer(contract, rows, study_dir=tmp_path / "new")
+    # the bank's three best as they are (the default spreads them: test_spread_out_...)
+    one = OptimizerSettings(warm_start_pool=1)
+    opt = build_optimizer(contract, rows, study_dir=tmp_path / "new", settings=one)
     space = opt.space
     # Best relative step time first: study c's TEMPTING (0.3/2.05, on this study's own hardware
     # box-c: another study of the same cluster counts), BEST (0.66/2.05, studies a and b), SECOND
@@ -115,12 +122,45 @@ def test_first_asks_after_baseline_are_the_banks_best_of_other_studies(
     )
 
 
+def test_spread_out_keeps_the_best_then_the_farthest_from_those_kept() -> None:
+    """The bank's best first, then each time the config sharing the fewest knob values with the
+    nearest one kept (ties: the better): near-duplicates of the best wait their turn."""
+    cfgs = [(1, 1, 1), (1, 1, 2), (2, 2, 1), (2, 2, 2)]  # best first
+    rows = [{"config": dict(zip("abc", c, strict=True)), "rank": i} for i, c in enumerate(cfgs)]
+    assert [r["rank"] for r in spread_out(rows, 3, "abc")] == [0, 3, 1]
+    assert [r["rank"] for r in spread_out(rows, 9, "abc")] == [0, 3, 1, 2]
+    assert spread_out([], 3, "abc") == []
+
+
+def test_the_default_queue_holds_the_banks_best_and_spreads_the_rest(
+    tmp_path: Path, bank: Bank
+) -> None:
+    contract, rows = new_study(tmp_path, bank.root)
+    space = build_optimizer(contract, rows, study_dir=tmp_path / "new").space
+    spread = build_optimizer(contract, rows, study_dir=tmp_path / "new").initial_queue
+    one = build_optimizer(
+        contract, rows, study_dir=tmp_path / "new", settings=OptimizerSettings(warm_start_pool=1)
+    ).initial_queue
+    assert space.key(spread[0][0]) == space.key(one[0][0])  # the best is kept
+    names = [k.name for k in space.knobs]
+
+    def nearest(queue: list[tuple[dict, object]]) -> int:
+        return min(
+            sum(a.get(n) != b.get(n) for n in names)
+            for i, (a, _) in enumerate(queue)
+            for b, _ in queue[i + 1 :]
+        )
+
+    assert nearest(spread) >= nearest(one)
+
+
 def test_baseline_comes_first_and_a_config_measured_here_is_not_asked_again(
     tmp_path: Path, bank: Bank
 ) -> None:
     contract, _ = new_study(tmp_path, bank.root)
     opt = build_optimizer(contract, [], study_dir=tmp_path / "new")
     space = opt.space
+    queued = {space.key(c) for c, _ in opt.initial_queue}
     first = opt.ask()
     assert opt.last_ask_info.phase == "baseline"
     assert space.key(first) == space.key(space.validate(BASE))
@@ -130,10 +170,11 @@ def test_baseline_comes_first_and_a_config_measured_here_is_not_asked_again(
     )  # already measured here
     batch = opt.ask(3)
     # No trial logged yet, so this machine is unknown and every bank study counts (box-c too):
-    # mapped, the bank's best (TEMPTING) copied, mapped; BEST, measured here, is not asked again.
+    # mapped, one of the bank's configs copied (the one farthest from the mapped one), mapped;
+    # BEST, measured here, is not asked again.
     assert [i.phase for i in opt.last_ask_info] == ["warm_start"] * 3
     assert [i.warm_start_origin.rule for i in opt.last_ask_info] == ["mapped", "copy", "mapped"]
-    assert space.key(batch[1]) == space.key(space.validate(TEMPTING))
+    assert space.key(batch[1]) in queued
     assert space.key(space.validate(BEST)) not in {space.key(c) for c in batch}
     assert len({space.key(c) for c in batch}) == 3
 

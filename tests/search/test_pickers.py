@@ -287,7 +287,9 @@ def test_a_replicate_that_cannot_change_the_decision_is_not_asked() -> None:
         OptimizerSettings(replicate_min_p=1.5)
 
 
-def _banked(rule: str, *, transfer: bool = True) -> tuple[Optimizer, list[dict[str, Any]]]:
+def _banked(
+    rule: str, *, transfer: bool = True, **settings: Any
+) -> tuple[Optimizer, list[dict[str, Any]]]:
     """An optimizer of the synthetic problem with a bank: a source study on hardware twice as slow
     (its trials, through ``TransferPrior``) and its three fastest configs queued as warm starts.
     The baseline is told."""
@@ -303,7 +305,7 @@ def _banked(rule: str, *, transfer: bool = True) -> tuple[Optimizer, list[dict[s
         seed=0,
         baseline=BASELINE,
         prior=SyntheticPrior(),
-        settings=replace(CHEAP, warm_start_rule=rule),  # type: ignore[arg-type]
+        settings=replace(CHEAP, warm_start_rule=rule, **settings),  # type: ignore[arg-type]
         transfer=TransferPrior((source,)) if transfer else None,
         initial_configs=queued,
         initial_origins=[WarmStartOrigin(source_study="src", trial_id=str(i)) for i in range(3)],
@@ -349,6 +351,28 @@ def test_mapped_warm_starts_ask_the_best_config_under_the_transferred_prior() ->
         source_study="src", trial_id="0"
     )
     assert asks[0][2] and asks[2][2]
+
+
+def test_a_copy_turn_asks_the_queued_config_farthest_from_the_warm_starts_asked() -> None:
+    """``warm_start_pool`` > 1: the first copy is the bank's best; each later one is the queued
+    config with the fewest knob values in common with its nearest warm start asked (ties: the
+    earlier). With a pool of 1 the queue is asked in its order."""
+    opt, queued = _banked("copy")
+    names = [k.name for k in opt.space.knobs]
+
+    def dist(a: dict[str, Any], b: dict[str, Any]) -> int:
+        return sum(a.get(n) != b.get(n) for n in names)
+
+    asks = [c for c, _, _ in _warm_asks(opt)]
+    assert asks[0] == queued[0] and sorted(map(opt.space.key, asks)) == sorted(
+        map(opt.space.key, queued)
+    )
+    rest = queued[1:]
+    want = max(range(2), key=lambda j: (dist(rest[j], queued[0]), -j))
+    assert asks[1] == rest[want]
+
+    opt, queued = _banked("copy", warm_start_pool=1)
+    assert [c for c, _, _ in _warm_asks(opt)] == queued
 
 
 def test_without_a_transfer_every_warm_start_turn_copies() -> None:
