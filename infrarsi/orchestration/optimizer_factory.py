@@ -110,7 +110,8 @@ def bank_warm_start_selection(
     first, as ``warm_start_rows`` dicts whose ``config`` is re-validated in ``space``
     (``revalidate_config``; ``repairs`` lists the moves), and the candidates dropped because no
     obvious repair makes them valid (``reason``). Both empty when the bank is off, missing or
-    has nothing similar."""
+    has nothing similar. ``pool`` > 1 (``OptimizerSettings.warm_start_pool``): the ``limit``
+    are chosen for spread among the ``limit * pool`` best (``spread_out``), the best first."""
     if bank_disabled(contract) or limit <= 0:
         return [], []
     from infrarsi.bank.store import Bank

@@ -279,10 +279,10 @@ class Pickers:
         )
 
     def farthest_queued(self, history: History, rnd: Round) -> int:
-        """Index in ``history.warm_queue`` of the config farthest from every config this study
-        has asked (the fewest knobs in common with its nearest one; ties: the earlier, i.e. the
-        bank's better one): copies hedge the configs already asked instead of repeating their
-        region."""
+        """Index in ``history.warm_queue`` of the config farthest from the warm starts this study
+        has asked, mapped or copied (the fewest knob values in common with its nearest one; ties:
+        the earlier, i.e. the bank's better one; 0 before any): copies hedge the warm starts
+        already asked instead of repeating their region."""
         asked = [
             i.config
             for i in (*history.ask_infos.values(), *rnd.infos)
