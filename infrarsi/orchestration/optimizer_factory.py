@@ -46,6 +46,7 @@ from infrarsi.result import TrialResult
 from infrarsi.search import AskInfo, Optimizer, Outcome, WarmStartOrigin
 from infrarsi.search.ask_info import Phase
 from infrarsi.search.settings import OptimizerSettings
+from infrarsi.search.space import knob_distance
 from infrarsi.workload_prior import prior_for_workload
 
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ def spread_out(
 
         def nearest(j: int) -> int:
             c = rows[j]["config"]
-            return min(sum(c.get(n) != rows[i]["config"].get(n) for n in names) for i in chosen)
+            return min(knob_distance(c, rows[i]["config"], names) for i in chosen)
 
         rest = [j for j in range(len(rows)) if j not in chosen]
         chosen.append(max(rest, key=lambda j: (nearest(j), -j)))

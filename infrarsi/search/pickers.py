@@ -31,7 +31,7 @@ from infrarsi.search.history import History
 from infrarsi.search.modelset import ModelSet
 from infrarsi.search.schedule import Turn, next_phase
 from infrarsi.search.settings import OptimizerSettings
-from infrarsi.search.space import SearchSpace
+from infrarsi.search.space import SearchSpace, knob_distance
 
 
 class SearchExhausted(InfrarsiError):
@@ -291,9 +291,7 @@ class Pickers:
         names = [k.name for k in self.space.knobs]
 
         def nearest(cfg: dict[str, Any]) -> int:
-            return min(
-                (sum(cfg.get(n) != a.get(n) for n in names) for a in asked), default=len(names)
-            )
+            return min((knob_distance(cfg, a, names) for a in asked), default=len(names))
 
         return max(
             range(len(history.warm_queue)), key=lambda j: (nearest(history.warm_queue[j][0]), -j)

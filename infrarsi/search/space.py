@@ -374,6 +374,12 @@ class SearchSpace:
         return out
 
 
+def knob_distance(a: Mapping[str, Any], b: Mapping[str, Any], names: Sequence[str]) -> int:
+    """How many of the knobs ``names`` two configs set differently (a missing knob counts as None):
+    the spread of the bank's warm starts is measured in it."""
+    return sum(a.get(n) != b.get(n) for n in names)
+
+
 def _holds(constraint: Expression, config: Mapping[str, Any]) -> bool:
     """True when ``constraint`` holds; one that cannot be evaluated counts as broken."""
     try:

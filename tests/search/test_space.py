@@ -480,3 +480,11 @@ def test_one_rule_for_constraints_everywhere(text: str, seed: int) -> None:
         assert space.key(c) in valid
         assert all(space.key(n) in valid for n in space.neighbours(c))
         assert all(space.key(r.config) in valid for r in repairs(space, c, max_steps=2))
+
+
+def test_knob_distance_counts_the_knobs_set_differently() -> None:
+    from infrarsi.search.space import knob_distance
+
+    assert knob_distance({"a": 1, "b": 2}, {"a": 1, "b": 3}, ["a", "b"]) == 1
+    assert knob_distance({"a": 1}, {"a": 1, "b": 3}, ["a", "b"]) == 1  # missing: None
+    assert knob_distance({"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 9}, ["a", "b"]) == 0
