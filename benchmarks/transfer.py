@@ -394,6 +394,15 @@ def run_target(
     }
 
 
+def audit_key(run: dict[str, Any]) -> str:
+    """The key of a run's bank audit in a results file: ``task/arm``, plus its bank's source
+    seeds when it records them (``--banks``)."""
+    return "/".join(
+        [run["task"], run["arm"]]
+        + (["_".join(map(str, run["source_seeds"]))] if run.get("source_seeds") else [])
+    )
+
+
 def hoist_bank_audits(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The bank audit (``bank_warm_start.json``) of each task, arm and bank, once:
     ``{"task/arm": audit}``, or ``{"task/arm/1002_1003": audit}`` for a run that records its
@@ -410,10 +419,7 @@ def hoist_bank_audits(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for r in sorted(runs, key=lambda r: (r["task"], r["arm"], r["seed"])):
         if "bank_warm_start" not in r:
             continue
-        key = "/".join(
-            [r["task"], r["arm"]]
-            + (["_".join(map(str, r["source_seeds"]))] if r.get("source_seeds") else [])
-        )
+        key = audit_key(r)
         if key not in out:
             out[key] = r.pop("bank_warm_start")
         elif strip(out[key]) == strip(r["bank_warm_start"]):
@@ -605,6 +611,7 @@ SEEDS_SENTENCE = r" Seeds [0-9]+[.][.][0-9]+[.]"
 def _combine(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, Any]:
     """``--combine``: one summary of saved runs, each task, arm and seed from the last file holding it."""
     chosen: dict[tuple[str, str, int], dict[str, Any]] = {}
+    audits: dict[str, Any] = {}  # the files' hoisted audits, a later file's replacing an earlier's
     metas = []
     for path in args.combine:
         saved = json.loads(path.read_text())
@@ -613,6 +620,7 @@ def _combine(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, 
         )
         for r in saved["runs"]:
             chosen[(r["task"], r["arm"], int(r["seed"]))] = r
+        audits.update(saved.get("bank_warm_start") or {})
     runs = sorted(chosen.values(), key=lambda r: (r["task"], ARMS.index(r["arm"]), r["seed"]))
     budgets = {int(r["budget"]) for r in runs}
     if len(budgets) != 1:
@@ -640,7 +648,10 @@ def _combine(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, 
     result = {
         "meta": meta,
         "summary": summary,
-        "bank_warm_start": hoist_bank_audits(runs),
+        "bank_warm_start": {  # the audits of the banks the chosen runs met
+            **{k: v for k, v in audits.items() if k in {audit_key(r) for r in runs}},
+            **hoist_bank_audits(runs),
+        },
         "runs": runs,
     }
     _write(args.out, args.name or "transfer_combined", summary, meta, result)

@@ -278,10 +278,6 @@ def build_optimizer(
             revalidate=revalidate_config,
             num_params=next((r.extra.num_params for r in rows if r.extra.num_params), None),
         )
-    if not bank_disabled(contract) and d.is_dir():
-        record_warm_start(
-            d, warm, dropped, str(bank_root or contract.switches_in_force().bank), transfer_summary
-        )
     if warm or dropped:
         log.info(
             "bank.warm_start",
@@ -303,6 +299,13 @@ def build_optimizer(
         initial_origins=[WarmStartOrigin.from_dict(p) for p in queued],
         settings=settings,
     )
+    check = opt.transfer.rank_check if opt.transfer is not None else None
+    if transfer_summary is not None and check is not None:
+        transfer_summary = {**transfer_summary, "time_rank_check": check.to_dict()}
+    if not bank_disabled(contract) and d.is_dir():
+        record_warm_start(
+            d, warm, dropped, str(bank_root or contract.switches_in_force().bank), transfer_summary
+        )
     for r in rows:
         if r.extra.interrupted or not r.config:
             continue

@@ -215,6 +215,19 @@ def _transfer_blocks(transfer: TransferSummary | None, runs: list[Any]) -> list[
         )
     else:
         effect = "No run trial recorded its weights yet."
+    check = transfer.time_rank_check if transfer is not None else None
+    if check is not None:
+        how = (
+            f"Checked on the bank's own {check.trials} trials out of sample, the transferred "
+            f"formulas ranked their step times with Kendall's tau {check.kendall_tau:.2f} "
+            f"(one-sided p {check.p_value:.2g})"
+        )
+        effect += (
+            f" {how}: trusted from the start."
+            if check.trusted
+            else f" {how}, no better than chance: its step times were not used (weights 0 "
+            "throughout; its peaks still were)."
+        )
     blocks: list[Block] = [
         Para(
             f"Transfer inside the models: {sum(s.rows for s in sources)} bank "

@@ -167,6 +167,12 @@ class OptimizerSettings:
     transfer_rank_tie_log: float = 0.03
     """Two trials whose log step times differ by at most this do not count when the transfer
     weight is chosen by ranking (timing noise, ~3%)."""
+    transfer_trust_p: float = 0.05
+    """A bank transfer starts trusted (weights 1) only if its time centre ranks the bank's own
+    trials better than chance at this one-sided p-value (``search.transfer.TimeRankCheck``: out of
+    sample, Kendall's tau); otherwise its step times are not used (weights 0 for the whole study,
+    and under the ``mapped`` and ``alternate`` rules no warm starts; its peaks still are). 1:
+    every bank is trusted."""
     transfer_memory_sd_floor: float = 0.02
     """Least sd of log peak memory around the transferred memory coefficients before this study
     has a memory model (``TransferModel.memory_sd``: their error on the sources' own peaks,
@@ -312,6 +318,12 @@ class OptimizerSettings:
         ):
             v = getattr(self, name)
             _rule(_number(v) and v >= 0, name, "must be a finite number >= 0", v)
+        _rule(
+            _number(self.transfer_trust_p) and 0 < self.transfer_trust_p <= 1,
+            "transfer_trust_p",
+            "must be a p-value in (0, 1]",
+            self.transfer_trust_p,
+        )
         _rule(
             _number(self.full_refit_growth) and self.full_refit_growth >= 1.0,
             "full_refit_growth",

@@ -36,6 +36,16 @@ Rank-based weighting was chosen over a multi-task GP: it needs no joint hyperpar
 differences between hardware, and it degrades to the cold optimizer, not to a worse one, when the
 source is unrelated. Memory transfers by the coefficient centre only (bytes per config depend on
 the model and code, not on the hardware's speed); its weight is not tied to the time ranking.
+
+**A bank that cannot rank its own trials is not used for step time.** Before this study has
+trials, the centre is checked on the bank itself (``TimeRankCheck``): each source's step times
+are predicted by the other sources' centre (with one source, by a fit on the other half of its
+trials) and Kendall's tau between prediction and measurement is tested against chance, the
+sources' p-values combined (Stouffer). A bank whose formulas rank its own trials no better than
+chance (scrambled outcomes, a noise-dominated or mislabelled study) has nothing to say about this
+study's times: both weights stay 0 for the whole study (under the ``mapped`` and ``alternate``
+warm-start rules, no warm starts either), since on a study's first few trials a random
+prediction can out-rank the cold one by chance. Memory is not affected.
 Its error on the sources' own peaks, out of sample (``memory_sd``), replaces the wide prior-only
 sd until this study has a memory model, so the first asks can trust a config near capacity
 that the bank's formulas place well inside it.
@@ -169,6 +179,81 @@ def _best_weight(
     return max(tied) if prefer_larger else min(tied)
 
 
+@dataclass(frozen=True)
+class TimeRankCheck:
+    """How well the bank's time centre ranks the bank's own trials, out of sample (module
+    docstring): whether the transfer is trusted before this study has trials."""
+
+    kendall_tau: float
+    """Kendall's tau between predicted and measured log step time, the sources' mean (weighted
+    by their scored trials); 0 is chance, 1 a perfect ranking."""
+    p_value: float
+    """One-sided p-value of the taus against chance (each source's, combined by Stouffer)."""
+    trials: int
+    """Bank trials scored (ok trials of sources with at least 3)."""
+    trusted: bool
+    """Whether ``p_value`` is at most ``OptimizerSettings.transfer_trust_p``: the weights start at
+    1 (False: they stay 0 for the whole study)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able."""
+        return {
+            "kendall_tau": self.kendall_tau,
+            "p_value": self.p_value,
+            "trials": self.trials,
+            "trusted": self.trusted,
+        }
+
+
+def _time_rank_check(
+    fits: Sequence[tuple[float, np.ndarray, np.ndarray, np.ndarray]], settings: OptimizerSettings
+) -> TimeRankCheck | None:
+    """``TimeRankCheck`` of the sources' time fits ``(similarity, terms, log step times, log
+    coefficients)``: each source's times under the other sources' similarity-weighted centre, or
+    with one source each half of its trials under a fit on the other half. None when no source
+    has 3 ok trials to score (nothing to check: trusted as before)."""
+    from scipy.stats import combine_pvalues, kendalltau
+
+    def fit(T: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return fit_log_coefficients(
+            T,
+            y,
+            noise_sd=settings.prior_time_noise_sd,
+            prior_sd=settings.prior_time_coef_sd,
+            max_iter=settings.prior_fit_iters,
+        )
+
+    scored: list[tuple[np.ndarray, np.ndarray]] = []  # (prediction, measured)
+    if len(fits) >= 2:
+        for i, (_, T, y, _) in enumerate(fits):
+            others = [f for j, f in enumerate(fits) if j != i]
+            ws = np.array([f[0] for f in others])
+            u = np.sum(ws[:, None] * np.stack([f[3] for f in others]), axis=0) / ws.sum()
+            scored.append((log_prior_sum(T, u).numpy(), y))
+    elif fits and len(fits[0][2]) >= 6:
+        _, T, y, _ = fits[0]
+        halves = (np.arange(len(y)) % 2 == 0, np.arange(len(y)) % 2 == 1)
+        for train, test in (halves, halves[::-1]):
+            scored.append((log_prior_sum(T[test], fit(T[train], y[train])).numpy(), y[test]))
+    taus, ps, ns = [], [], []
+    for pred, y in scored:
+        if len(y) < 3 or np.ptp(pred) == 0 or np.ptp(y) == 0:
+            continue
+        res = kendalltau(pred, y, alternative="greater")
+        if not math.isfinite(float(res.statistic)):
+            continue
+        taus.append(float(res.statistic))
+        ps.append(min(max(float(res.pvalue), 1e-300), 1.0 - 1e-12))
+        ns.append(len(y))
+    if not taus:
+        return None
+    p = float(combine_pvalues(ps, method="stouffer").pvalue) if len(ps) > 1 else ps[0]
+    tau = float(np.average(taus, weights=ns))
+    return TimeRankCheck(
+        kendall_tau=tau, p_value=p, trials=int(sum(ns)), trusted=p <= settings.transfer_trust_p
+    )
+
+
 def _memory_sd(
     centres: Sequence[tuple[float, np.ndarray]],
     rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, float]],
@@ -210,6 +295,7 @@ class TransferModel:
         """``(ok trials seen, centre_weight, residual_weight)`` each time the weights were re-chosen."""
         centres: dict[str, list[tuple[float, np.ndarray]]] = {"time": [], "memory": []}
         memory_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []
+        time_fits: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []
         X_rows: list[dict[str, Any]] = []
         res: list[float] = []
         self.used_rows = 0
@@ -233,6 +319,7 @@ class TransferModel:
                     max_iter=settings.prior_fit_iters,
                 )
                 centres["time"].append((w, u))
+                time_fits.append((w, T[ok], y, u))
                 fitted = log_prior_sum(T[ok], u).numpy()
                 for j, i in enumerate(ok):
                     X_rows.append(src.configs[i])
@@ -285,10 +372,18 @@ class TransferModel:
             )
             self.residual_state = state_to_json(state)
         self._cache: dict[bytes, float] = {}
-        self.centre_weight = 1.0 if self.centres["time"] is not None else 0.0
+        self.rank_check = _time_rank_check(time_fits, settings)
+        """How the centre ranks the bank's own trials (None: too few to check; trusted)."""
+        trusted = self.trusted
+        self.centre_weight = 1.0 if self.centres["time"] is not None and trusted else 0.0
         """Weight in [0, 1] of the sources' time coefficients (1 until the study's trials rank them)."""
-        self.residual_weight = 1.0 if self.residual_model is not None else 0.0
+        self.residual_weight = 1.0 if self.residual_model is not None and trusted else 0.0
         """Weight in [0, 1] of the transferred residual (1 until the study's trials rank it)."""
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the bank's step times count at all (``rank_check`` passed, or too few to check)."""
+        return self.rank_check is None or self.rank_check.trusted
 
     @property
     def weight(self) -> float:
@@ -353,7 +448,9 @@ class TransferModel:
         y = np.asarray(log_step_time, dtype=float)
         tie = self.settings.transfer_rank_tie_log
         centre = self.centres["time"]
-        if centre is None:
+        if not self.trusted:  # its own trials said nothing: a few of this study's cannot either
+            self.centre_weight = self.residual_weight = 0.0
+        elif centre is None:
             self.centre_weight = 0.0
         elif len(y) >= 2:
             self.centre_weight = _best_weight(
@@ -362,7 +459,7 @@ class TransferModel:
                 tie,
                 prefer_larger=True,
             )
-        if self.residual_model is None:
+        if self.residual_model is None or not self.trusted:
             self.residual_weight = 0.0
         elif len(y) >= 2:
             r = self.residual(X).numpy()
@@ -420,6 +517,7 @@ class TransferModel:
             if self.centres["memory"] is None
             else np.exp(self.centres["memory"]).tolist(),
             "memory_sd": self.memory_sd,
+            "rank_check": None if self.rank_check is None else self.rank_check.to_dict(),
             "residual_model": self.residual_model is not None,
             "centre_weight": self.centre_weight,
             "residual_weight": self.residual_weight,
@@ -427,4 +525,11 @@ class TransferModel:
         }
 
 
-__all__ = ["WEIGHT_GRID", "SourceStudy", "TransferModel", "TransferPrior", "discordant_pairs"]
+__all__ = [
+    "WEIGHT_GRID",
+    "SourceStudy",
+    "TimeRankCheck",
+    "TransferModel",
+    "TransferPrior",
+    "discordant_pairs",
+]

@@ -72,11 +72,27 @@ class TransferSource(_Record):
     """True when the study's own fitted prior was used too."""
 
 
+class TimeRankCheckRecord(_Record):
+    """How the transferred formulas rank the bank's own trials, out of sample
+    (``search.transfer.TimeRankCheck``): whether the transfer was trusted from the start."""
+
+    kendall_tau: float
+    """Kendall's tau between predicted and measured log step time (0: chance, 1: perfect)."""
+    p_value: float
+    """One-sided p-value of the tau against chance."""
+    trials: int
+    """Bank trials scored."""
+    trusted: bool
+    """True: the transfer's weights started at 1; False: the bank's step times were not used."""
+
+
 class TransferSummary(_Record):
     """The bank's studies used inside the models (``bank.transfer.bank_transfer_prior``)."""
 
     sources: list[TransferSource] = Field(default_factory=list)
     """Each source study, in the bank's order."""
+    time_rank_check: TimeRankCheckRecord | None = None
+    """The check of the bank's own trials (None: too few to check, or an older record)."""
 
 
 class WarmStartRecord(_Record):

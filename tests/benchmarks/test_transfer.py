@@ -131,6 +131,31 @@ def test_combine_takes_each_run_from_the_last_file_that_has_it(tmp_path: Path) -
     assert "`b.json` from `d`" in (tmp_path / "both.md").read_text()
 
 
+def test_combine_keeps_the_audits_each_file_hoisted_for_the_runs_it_keeps(tmp_path: Path) -> None:
+    """A saved file holds each bank's audit once, at its top level (``hoist_bank_audits``), not in
+    its runs: ``--combine`` carries those of the banks its chosen runs met, a later file's
+    replacing an earlier's, and drops those of runs it replaced."""
+    meta = {"how": "Simulated.", "command": "c", "commit": "abc", "machine": "m", "budget": 3}
+    first = {
+        "meta": meta,
+        "bank_warm_start": {"gpu/bank": {"used": [1]}, "gpu/unrelated": {"used": [2]}},
+        "runs": [run("bank", 0, [2.0, 1.0, 1.0]), run("unrelated", 0, [2.0, 1.0, 1.0])],
+    }
+    second = {
+        "meta": meta,
+        "bank_warm_start": {"gpu/unrelated/1000_1001": {"used": [3]}},
+        "runs": [{**run("unrelated", 0, [2.0, 2.0, 1.0]), "source_seeds": [1000, 1001]}],
+    }
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(first))
+    b.write_text(json.dumps(second))
+    out = main(["--combine", str(a), str(b), "--name", "both", "--out", str(tmp_path)])
+    assert out["bank_warm_start"] == {
+        "gpu/bank": {"used": [1]},
+        "gpu/unrelated/1000_1001": {"used": [3]},
+    }
+
+
 def test_device_hours_count_the_trials_up_to_the_first_within_3_percent(tmp_path: Path) -> None:
     """A run's device-hours to within 3% are its cumulative hours at that trial (at the budget when
     censored); the summary's median and the markdown column carry them, and runs saved before

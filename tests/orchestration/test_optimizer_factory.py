@@ -25,7 +25,9 @@ from infrarsi.result import TrialExtra
 from infrarsi.search import AskInfo, Optimizer, Outcome
 from infrarsi.search.settings import OptimizerSettings
 from infrarsi.study.contract import Contract
+from infrarsi.study.paths import StudyPaths
 from infrarsi.study.switches import StudySwitches
+from infrarsi.study.warm_start_record import TimeRankCheckRecord, WarmStartRecord
 
 GIB = 1 << 30
 SECOND = {**BASE, "zero_stage": 1, "micro_batch_size": 8, "activation_checkpointing": "selective"}
@@ -105,6 +107,11 @@ def test_first_asks_after_baseline_are_the_banks_best_of_other_studies(
     assert len({space.key(c) for c in asked}) == 3
     # the bank's trials also reach the models: each ask records the transfer's weights, in [0, 1]
     assert opt.transfer is not None
+    # the audit records how the transfer's formulas ranked the bank's own trials
+    record = WarmStartRecord.read(StudyPaths(tmp_path / "new").bank_warm_start)
+    check = opt.transfer.rank_check
+    assert record.transfer is not None and check is not None and check.trusted
+    assert record.transfer.time_rank_check == TimeRankCheckRecord(**check.to_dict())
     info = opt.info(asked[2])
     assert info is not None and (
         info.config,

@@ -16,6 +16,7 @@ from infrarsi.search.ask_info import AskInfo, WarmStartOrigin
 from infrarsi.study.paths import StudyPaths
 from infrarsi.study.trial_log import TrialLogWriter
 from infrarsi.study.warm_start_record import (
+    TimeRankCheckRecord,
     TransferSource,
     TransferSummary,
     WarmStartEntry,
@@ -45,6 +46,29 @@ def test_the_record_gives_the_used_dropped_and_transfer_tables(tmp_path: Path) -
     assert any(
         "4 bank trials of 1 similar studies" in b.text for b in blocks if isinstance(b, Para)
     )
+
+
+def test_the_transfer_says_whether_the_banks_own_trials_earned_it_trust(tmp_path: Path) -> None:
+    """The rank check of the bank's own trials is reported: trusted from the start, or started at
+    weight 0 because the formulas ranked the bank's trials no better than chance."""
+    for trusted, said in ((True, "trusted from the start"), (False, "no better than chance")):
+        d = make_study(tmp_path / str(trusted))
+        check = TimeRankCheckRecord(
+            kendall_tau=0.41 if trusted else -0.05,
+            p_value=1e-4 if trusted else 0.7,
+            trials=48,
+            trusted=trusted,
+        )
+        record = WarmStartRecord(
+            bank="/banks/b",
+            transfer=TransferSummary(
+                sources=[TransferSource(study="s0", rows=24)], time_rank_check=check
+            ),
+        )
+        StudyPaths(d).bank_warm_start.write_text(record.model_dump_json())
+        text = " ".join(b.text for b in bank_blocks(load_study(d)) if isinstance(b, Para))
+        assert said in text and "bank's own 48 trials" in text
+        assert f"tau {check.kendall_tau:.2f}" in text
 
 
 def test_a_damaged_record_is_named_and_the_audit_goes_on(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ def test_round_trip_through_json_and_defaults() -> None:
         ("candidate_cap", 1),
         ("local_every", -1),
         ("repeat_below_p", 1.5),
+        ("transfer_trust_p", 0.0),
         ("prior_time_noise_sd", 0.0),
         ("time_gp_iters", (1, 2)),
         ("design_rule", "random"),

@@ -23,8 +23,15 @@ from search_synthetic import (
 
 from infrarsi.search import Optimizer, OptimizerSettings, SearchSpace
 from infrarsi.search.encoding import Encoder
+from infrarsi.search.pickers import Round
 from infrarsi.search.priors.mean import fit_log_coefficients, log_prior_sum
-from infrarsi.search.transfer import SourceStudy, TransferModel, TransferPrior, discordant_pairs
+from infrarsi.search.transfer import (
+    SourceStudy,
+    TimeRankCheck,
+    TransferModel,
+    TransferPrior,
+    discordant_pairs,
+)
 
 
 def _configs(space: SearchSpace, n: int, seed: int) -> list[dict[str, Any]]:
@@ -115,6 +122,71 @@ def test_weights_follow_the_ranking_of_the_studys_own_trials(space: SearchSpace)
     tm.update_weight(X2, T2, torch.zeros(2, dtype=torch.float64), np.log([1.0, 2.0]))
     assert tm.centre_weight < 0.5
     assert [h[0] for h in tm.weight_history] == [2, 2]
+
+
+def test_a_bank_whose_formulas_cannot_rank_its_own_trials_starts_untrusted(
+    space: SearchSpace,
+) -> None:
+    """The centre is checked on the bank's own trials out of sample: a faithful bank (two
+    sources, or one split in halves) ranks them far better than chance and starts at weight 1; a
+    bank with its step times permuted among its trials does not: both weights are 0 for the whole
+    study, even where its centre happens to rank this study's trials right, and a warm-start turn
+    is dropped.
+    ``transfer_trust_p`` 1 trusts every bank."""
+    fits = [c for c in _configs(space, 120, 5) if memory_bytes(c) <= CAPACITY]
+    a_cfg, b_cfg = fits[:24], fits[24:48]
+    a = synthetic_source(a_cfg, [2.0 * step_time_s(c) for c in a_cfg], name="a")
+    b = synthetic_source(b_cfg, [2.0 * step_time_s(c) for c in b_cfg], name="b")
+    rng = np.random.default_rng(1)
+    scrambled = [
+        replace(src, step_times_s=tuple(rng.permutation(np.array(src.step_times_s)).tolist()))
+        for src in (a, b)
+    ]
+    enc = Encoder(space)
+    s = OptimizerSettings()
+
+    def model(sources: tuple[SourceStudy, ...], settings: OptimizerSettings = s) -> TransferModel:
+        return TransferModel(TransferPrior(sources), enc, SyntheticPrior(), settings)
+
+    for sources in ((a, b), (a,)):
+        tm = model(sources)
+        check = tm.rank_check
+        assert isinstance(check, TimeRankCheck) and check.trusted
+        assert check.kendall_tau > 0.15 and check.p_value <= s.transfer_trust_p
+        assert check.trials == sum(len(src.configs) for src in sources)
+        assert (tm.centre_weight, tm.residual_weight) == (1.0, 1.0)
+        assert tm.summary()["rank_check"] == check.to_dict()
+
+    bad = model(tuple(scrambled))
+    assert bad.rank_check is not None and not bad.rank_check.trusted
+    assert bad.rank_check.p_value > s.transfer_trust_p
+    assert (bad.centre_weight, bad.residual_weight) == (0.0, 0.0) and not bad.active
+    assert bad.centres["memory"] is not None  # memory is not the time ranking: still transferred
+
+    # this study's trials: the centre ranks them right (nominal: 1 s vs 2 s; with it: 4 s vs 2 s)
+    T2, y2 = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]]), np.log([4.0, 2.0])
+    X2 = enc.encode(fits[48:50])
+    for tm, expected in ((model((a, b)), 1.0), (bad, 0.0)):
+        tm.centres["time"] = np.array([math.log(4.0), 0.0, 0.0])
+        tm.update_weight(X2, T2, torch.zeros(2, dtype=torch.float64), y2)
+        assert tm.centre_weight == expected  # the untrusted bank cannot earn it back by chance
+        assert tm.weight_history[-1] == (2, expected, tm.residual_weight)
+    assert bad.residual_weight == 0.0
+
+    assert model(tuple(scrambled), replace(s, transfer_trust_p=1.0)).centre_weight == 1.0
+
+    opt = Optimizer(
+        space,
+        memory_capacity=CAPACITY,
+        seed=0,
+        baseline=BASELINE,
+        prior=SyntheticPrior(),
+        transfer=TransferPrior(tuple(scrambled)),
+        initial_configs=[a_cfg[0]],
+    )
+    rnd = Round(taken=set(), failed=set(), warm_fitted=False)
+    assert opt.pickers.warm_start(opt.history, rnd) is None  # dropped, not copied
+    assert opt.history.warm_queue == []
 
 
 def _asks(opt: Optimizer, n: int) -> list[dict[str, Any]]:
