@@ -376,9 +376,11 @@ class TransferModel:
         """How the centre ranks the bank's own trials (None: too few to check; trusted)."""
         trusted = self.trusted
         self.centre_weight = 1.0 if self.centres["time"] is not None and trusted else 0.0
-        """Weight in [0, 1] of the sources' time coefficients (1 until the study's trials rank them)."""
+        """Weight in [0, 1] of the sources' time coefficients (1 until the study's trials rank them;
+        0 throughout for a bank that failed ``rank_check``)."""
         self.residual_weight = 1.0 if self.residual_model is not None and trusted else 0.0
-        """Weight in [0, 1] of the transferred residual (1 until the study's trials rank it)."""
+        """Weight in [0, 1] of the transferred residual (1 until the study's trials rank it; 0
+        throughout for a bank that failed ``rank_check``)."""
 
     @property
     def trusted(self) -> bool:
