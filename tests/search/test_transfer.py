@@ -25,13 +25,8 @@ from infrarsi.search import Optimizer, OptimizerSettings, SearchSpace
 from infrarsi.search.encoding import Encoder
 from infrarsi.search.pickers import Round
 from infrarsi.search.priors.mean import fit_log_coefficients, log_prior_sum
-from infrarsi.search.transfer import (
-    SourceStudy,
-    TimeRankCheck,
-    TransferModel,
-    TransferPrior,
-    discordant_pairs,
-)
+from infrarsi.search.transfer import SourceStudy, TransferModel, TransferPrior, discordant_pairs
+from infrarsi.search.transfer_checks import TimeRankCheck
 
 
 def _configs(space: SearchSpace, n: int, seed: int) -> list[dict[str, Any]]:
