@@ -64,7 +64,12 @@ import torch
 from infrarsi.search.encoding import Encoder
 from infrarsi.search.priors.mean import PriorMean, fit_log_coefficients, log_prior_sum
 from infrarsi.search.settings import OptimizerSettings
-from infrarsi.search.transfer_checks import memory_sd, time_rank_check
+from infrarsi.search.transfer_checks import (
+    fit_time_coefficients,
+    memory_sd,
+    time_rank_check,
+    weighted_centre,
+)
 
 WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Candidate transfer weights scored by ranking (``TransferModel.update_weight``)."""
@@ -216,13 +221,7 @@ class TransferModel:
             w = max(float(src.similarity), 1e-6)
             if len(ok) >= 2:
                 y = np.array([math.log(float(src.step_times_s[i])) for i in ok])  # type: ignore[arg-type]
-                u = fit_log_coefficients(
-                    T[ok],
-                    y,
-                    noise_sd=settings.prior_time_noise_sd,
-                    prior_sd=settings.prior_time_coef_sd,
-                    max_iter=settings.prior_fit_iters,
-                )
+                u = fit_time_coefficients(T[ok], y, settings)
                 centres["time"].append((w, u))
                 time_fits.append((w, T[ok], y, u))
                 fitted = log_prior_sum(T[ok], u).numpy()
@@ -252,10 +251,7 @@ class TransferModel:
             if not items:
                 self.centres[kind] = None
                 continue
-            ws = np.array([w for w, _ in items])
-            self.centres[kind] = (
-                np.sum(ws[:, None] * np.stack([u for _, u in items]), axis=0) / ws.sum()
-            )
+            self.centres[kind] = weighted_centre(items)
         self.memory_sd = memory_sd(centres["memory"], memory_rows)
         """RMS error of log peak memory under the memory centre on the sources' own trials, out of
         sample (each source's peaks under the other sources' centre; in sample with one source);

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -38,12 +38,25 @@ class TimeRankCheck:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able."""
-        return {
-            "kendall_tau": self.kendall_tau,
-            "p_value": self.p_value,
-            "trials": self.trials,
-            "trusted": self.trusted,
-        }
+        return asdict(self)
+
+
+def weighted_centre(items: Sequence[tuple[float, np.ndarray]]) -> np.ndarray:
+    """The similarity-weighted mean of the sources' log coefficients ``(similarity, coefs)``."""
+    ws = np.array([w for w, _ in items])
+    return np.sum(ws[:, None] * np.stack([u for _, u in items]), axis=0) / ws.sum()
+
+
+def fit_time_coefficients(T: np.ndarray, y: np.ndarray, settings: OptimizerSettings) -> np.ndarray:
+    """A source's log time coefficients: the prior's terms ``T`` fitted to its log step times ``y``
+    as a study fits its own (``fit_log_coefficients``)."""
+    return fit_log_coefficients(
+        T,
+        y,
+        noise_sd=settings.prior_time_noise_sd,
+        prior_sd=settings.prior_time_coef_sd,
+        max_iter=settings.prior_fit_iters,
+    )
 
 
 def time_rank_check(
@@ -55,27 +68,17 @@ def time_rank_check(
     has 3 ok trials to score (nothing to check: trusted as before)."""
     from scipy.stats import combine_pvalues, kendalltau
 
-    def fit(T: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return fit_log_coefficients(
-            T,
-            y,
-            noise_sd=settings.prior_time_noise_sd,
-            prior_sd=settings.prior_time_coef_sd,
-            max_iter=settings.prior_fit_iters,
-        )
-
     scored: list[tuple[np.ndarray, np.ndarray]] = []  # (prediction, measured)
     if len(fits) >= 2:
         for i, (_, T, y, _) in enumerate(fits):
-            others = [f for j, f in enumerate(fits) if j != i]
-            ws = np.array([f[0] for f in others])
-            u = np.sum(ws[:, None] * np.stack([f[3] for f in others]), axis=0) / ws.sum()
+            u = weighted_centre([(f[0], f[3]) for j, f in enumerate(fits) if j != i])
             scored.append((log_prior_sum(T, u).numpy(), y))
     elif fits and len(fits[0][2]) >= 6:
         _, T, y, _ = fits[0]
         halves = (np.arange(len(y)) % 2 == 0, np.arange(len(y)) % 2 == 1)
         for train, test in (halves, halves[::-1]):
-            scored.append((log_prior_sum(T[test], fit(T[train], y[train])).numpy(), y[test]))
+            u = fit_time_coefficients(T[train], y[train], settings)
+            scored.append((log_prior_sum(T[test], u).numpy(), y[test]))
     taus, ps, ns = [], [], []
     for pred, y in scored:
         if len(y) < 3 or np.ptp(pred) == 0 or np.ptp(y) == 0:
@@ -108,12 +111,17 @@ def memory_sd(
     errors: list[np.ndarray] = []
     for i, (M, y, cens, cap) in enumerate(rows):
         others = [c for j, c in enumerate(centres) if j != i] or list(centres)
-        ws = np.array([w for w, _ in others])
-        u = np.sum(ws[:, None] * np.stack([c for _, c in others]), axis=0) / ws.sum()
+        u = weighted_centre(others)
         err = log_prior_sum(M / cap, u).numpy() - y
         errors.append(np.where(cens, np.minimum(err, 0.0), err))
     e = np.concatenate(errors)
     return float(np.sqrt(np.mean(e**2))) if e.size else None
 
 
-__all__ = ["TimeRankCheck", "memory_sd", "time_rank_check"]
+__all__ = [
+    "TimeRankCheck",
+    "fit_time_coefficients",
+    "memory_sd",
+    "time_rank_check",
+    "weighted_centre",
+]
