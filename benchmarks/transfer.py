@@ -64,6 +64,10 @@ from benchmarks.problems import ROOT, BenchProblem, surrogate_problem
 OUT = Path(__file__).resolve().parent / "results"
 THRESHOLD = 1.03
 """Within 3% of the oracle."""
+NEAR_THRESHOLD = 1.05
+"""Within 5% of the oracle: a second column, how soon an arm gets a study close. The last 3% is
+decided by a few configs a few percent apart under 4% noise per measurement, so trials to within
+3% is bimodal per seed (a handful, or censored) where the model grows; the goals stay at 3%."""
 ARMS = ("cold", "bank", "queue_only", "unrelated")
 BANK_GOAL = 1.5
 """Issue 32's goal: the bank needs this many times fewer median trials than cold, on every task."""
@@ -455,6 +459,9 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
                 **censored_median([r["trials_to_3pct"] for r in rs], budget),
                 "per_seed": [r["trials_to_3pct"] for r in rs],
                 "ratio_at_budget_median": float(np.median(final)),
+                "within_5pct": censored_median(
+                    [trials_to_threshold(r["ratios"], NEAR_THRESHOLD) for r in rs], budget
+                ),
             }
             if all(r.get("device_hours") for r in rs):
                 summary[task][arm]["device_hours_to_3pct_median"] = device_hours_median(rs)
@@ -464,6 +471,9 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
             if cold and row and row["median"] > 0:
                 row["cold_over_arm"] = cold["median"] / row["median"]
                 row["arm_over_cold"] = row["median"] / cold["median"]
+                row["within_5pct"]["cold_over_arm"] = (
+                    cold["within_5pct"]["median"] / row["within_5pct"]["median"]
+                )
                 if cold["per_seed"] and len(cold["per_seed"]) == len(row["per_seed"]):
                     row["cold_over_arm_ci90"] = list(
                         median_ratio_ci(cold["per_seed"], row["per_seed"], budget)
@@ -494,8 +504,9 @@ def to_markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
             f"## {task}: bank on {src.label} -> tune {tgt.label}",
             "",
             "| arm | median trials to within 3% | per seed (None: censored) | best/oracle at the budget (median) "
-            "| vs cold | cold/arm, 90% CI | device-hours to within 3% (median) |",
-            "|---|---|---|---|---|---|---|",
+            "| vs cold | cold/arm, 90% CI | device-hours to within 3% (median) "
+            "| median trials to within 5% (cold/arm) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for arm, row in arms.items():
             vs = (
@@ -511,9 +522,16 @@ def to_markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
             ci_cell = "-" if not ci else f"{row['cold_over_arm']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
             hours = row.get("device_hours_to_3pct_median")
             hours_cell = "-" if hours is None else f"{hours:.1f}"
+            near = row.get("within_5pct")
+            near_cell = (
+                "-"
+                if near is None
+                else _cell(near, budget)
+                + ("" if "cold_over_arm" not in near else f", {near['cold_over_arm']:.2f}x")
+            )
             lines.append(
                 f"| {arm} | {_cell(row, budget)} | {row['per_seed']} | {row['ratio_at_budget_median']:.3f} "
-                f"| {vs} | {ci_cell} | {hours_cell} |"
+                f"| {vs} | {ci_cell} | {hours_cell} | {near_cell} |"
             )
         bank, unrel = arms.get("bank"), arms.get("unrelated")
         if bank and "cold_over_arm" in bank:
