@@ -28,10 +28,14 @@ import numpy as np
 from benchmarks.search_efficiency import _problem
 
 CONFIDENCES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+SEARCHERS = {"infrarsi": "", "infrarsi_no_prior": " [no prior]"}
+"""The searchers whose runs are re-scored (re-told with the prior, or without it), and the label
+suffix of each in the printout."""
 
 
 def rescore(runs: list[dict[str, Any]], confidences: Sequence[float] = CONFIDENCES) -> None:
-    """Print the table described in the module docstring for the infrarsi runs of ``runs``."""
+    """Print the table described in the module docstring for the infrarsi runs of ``runs`` (with
+    and without the prior, ``SEARCHERS``)."""
     import torch
 
     from infrarsi.search import Optimizer, Outcome
@@ -42,8 +46,9 @@ def rescore(runs: list[dict[str, Any]], confidences: Sequence[float] = CONFIDENC
     reasons: collections.Counter[tuple[str, int, str]] = collections.Counter()
     cases: list[str] = []
     problems: dict[str, Any] = {}
-    for r in (r for r in runs if r["searcher"] == "infrarsi"):
+    for r in (r for r in runs if r["searcher"] in SEARCHERS):
         p = problems.setdefault(r["problem"], _problem(r["problem"]))
+        label = r["problem"] + SEARCHERS[r["searcher"]]
         draws = [
             p.trial(p.space.validate(t["config"]), r["seed"], i) for i, t in enumerate(r["trials"])
         ]
@@ -53,7 +58,7 @@ def rescore(runs: list[dict[str, Any]], confidences: Sequence[float] = CONFIDENC
                 memory_capacity=p.capacity,
                 seed=r["seed"],
                 baseline=p.baseline,
-                prior=p.prior,
+                prior=None if r["searcher"] == "infrarsi_no_prior" else p.prior,
             )
             for t, d in zip(r["trials"][:b], draws[:b], strict=True):
                 opt.tell(
@@ -63,10 +68,10 @@ def rescore(runs: list[dict[str, Any]], confidences: Sequence[float] = CONFIDENC
             ch = opt.best_choice()
             if ch is None:
                 continue
-            reasons[(r["problem"], b, ch.reason)] += 1
+            reasons[(label, b, ch.reason)] += 1
             chosen = p.true_time(ch.config) / p.oracle_time
             if ch.alternative is None or ch.p_measured_slower is None:
-                ratios[(r["problem"], b)].append([chosen] * len(confidences))
+                ratios[(label, b)].append([chosen] * len(confidences))
                 continue
             other = p.true_time(ch.alternative.config) / p.oracle_time
             measured, posterior = (
@@ -74,11 +79,11 @@ def rescore(runs: list[dict[str, Any]], confidences: Sequence[float] = CONFIDENC
                 if ch.reason == "measured_faster_posterior_uncertain"
                 else (other, chosen)
             )
-            ratios[(r["problem"], b)].append(
+            ratios[(label, b)].append(
                 [posterior if ch.p_measured_slower >= c else measured for c in confidences]
             )
             cases.append(
-                f"{r['problem']} seed {r['seed']} at {b}: P(measured slower) "
+                f"{label} seed {r['seed']} at {b}: P(measured slower) "
                 f"{ch.p_measured_slower:.3f}, true/oracle of the measured pick {measured:.4f} "
                 f"(n={ch.n_measured if measured == chosen else ch.alternative.n_measured}), of the "
                 f"posterior pick {posterior:.4f}"
