@@ -37,6 +37,10 @@ sub-layer of every decoder layer (non-reentrant ``torch.utils.checkpoint`` aroun
 attention module's forward), like the built-in dense family; ``none`` nothing. Either way the
 numbers are those of the plain model; only memory and time change.
 
+The ``fused_loss_tokens`` knob works: ``fuse_loss`` lets the model compute the harness's loss in
+``lm_head``'s forward a chunk of tokens at a time, the logits never whole (the memory a larger
+micro-batch needs; ``infrarsi/execution/knobs/fused_loss.py``).
+
 ``forward`` passes the token ids positionally (``model(inputs, use_cache=False).logits``): the
 harness counts the tokens it feeds to the model from the first positional argument.
 """
@@ -54,6 +58,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from infrarsi.execution.knobs.fused_loss import fused_linear_cross_entropy
 from infrarsi.job import JobContext, ModelShape, TrainingJob
 
 ARCHS = ("llama", "mixtral")
@@ -253,6 +258,48 @@ def apply_checkpointing(model: nn.Module, mode: str) -> None:
         raise ValueError(f"activation_checkpointing must be none, selective or full, got {mode!r}")
 
 
+def fuse_loss(model: nn.Module) -> nn.Module:
+    """Give the causal LM ``model`` the fused loss (the ``fused_loss_tokens`` knob), in place.
+
+    Called with ``targets`` (and ``loss_chunk``), ``model`` returns the mean cross-entropy of its
+    logits against them, computed by ``fused_linear_cross_entropy`` a chunk of tokens at a time
+    in ``lm_head``'s own forward (where ZeRO-3 has gathered its weight), so the logits
+    ``[b, s, vocab]`` are never whole; without ``targets`` both forwards are transformers' own.
+    Each forward is replaced on the instance, not the class, so parameter names, the config and
+    every other method stay transformers'."""
+    head = model.lm_head
+    if not isinstance(head, nn.Linear) or head.bias is not None:
+        raise ValueError(
+            f"{type(model).__name__}.lm_head is not a bias-free nn.Linear: the fused loss needs one"
+        )
+    head_forward, lm_forward, body = head.forward, model.forward, model.model
+
+    def fused_head(
+        x: torch.Tensor, targets: torch.Tensor | None = None, loss_chunk: int = 0
+    ) -> torch.Tensor:
+        if targets is None:
+            return head_forward(x)  # type: ignore[no-any-return]
+        return fused_linear_cross_entropy(x, head.weight, targets, loss_chunk)
+
+    def forward(
+        *args: Any, targets: torch.Tensor | None = None, loss_chunk: int = 0, **kwargs: Any
+    ) -> Any:
+        if targets is None:
+            return lm_forward(*args, **kwargs)
+        hidden = body(*args, use_cache=False, **kwargs).last_hidden_state
+        return head(hidden, targets, loss_chunk)
+
+    head.forward = fused_head  # type: ignore[method-assign]
+    model.forward = forward  # type: ignore[method-assign]
+    return model
+
+
+def fused_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, chunk: int) -> Any:
+    """``TrainingJob.fused_loss``: the harness's mean cross-entropy without the logits whole
+    (``fuse_loss``); the ids go positionally, where the harness counts tokens."""
+    return model(inputs, targets=targets, loss_chunk=chunk)
+
+
 def build(config: Any, checkpointing: str = "none") -> nn.Module:
     """The causal LM of ``config``, in place (the caller's device or ``zero.Init`` context),
     weights drawn by ``init_weights`` from the current torch seed."""
@@ -263,7 +310,7 @@ def build(config: Any, checkpointing: str = "none") -> nn.Module:
         init_weights(model)
     model.tie_weights()  # type: ignore[operator]
     apply_checkpointing(model, checkpointing)
-    return model.train()
+    return fuse_loss(model).train()
 
 
 def logits(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
@@ -277,5 +324,8 @@ def make_job(ctx: JobContext) -> TrainingJob:
     config = make_config(ctx.args, ctx.seq_len)
     mode = str(ctx.options.get("activation_checkpointing", "none"))
     return TrainingJob(
-        build_model=lambda: build(config, mode), shape=model_shape(config), forward=logits
+        build_model=lambda: build(config, mode),
+        shape=model_shape(config),
+        forward=logits,
+        fused_loss=fused_loss,
     )

@@ -198,6 +198,40 @@ def test_checkpointing_saves_fewer_activations_and_changes_no_number(args) -> No
     assert _saved_tensors_and_grads(_job(args))[0] == got["none"][0]  # no option: none
 
 
+@pytest.mark.parametrize("args", [LLAMA, MIXTRAL], ids=["llama", "mixtral"])
+def test_the_fused_loss_is_the_harness_loss_and_gradients_without_the_whole_logits(args) -> None:
+    """``fused_loss`` (the ``fused_loss_tokens`` knob) gives the mean cross-entropy of
+    ``forward``'s logits and the same gradients, whole or a chunk of tokens at a time (a chunk
+    that does not divide the tokens included); the plain forward and the parameter names are
+    transformers' own."""
+    job = _job(args)
+    assert job.fused_loss is not None
+    inputs, targets = _tokens(rows=2, seed=3), _tokens(rows=2, seed=4)
+    runs = {}
+    for chunk in (None, 0, 5):
+        model = _built(job)
+        if chunk is None:
+            loss = torch.nn.functional.cross_entropy(
+                job.forward(model, inputs).reshape(-1, VOCAB), targets.reshape(-1)
+            )
+        else:
+            loss = job.fused_loss(model, inputs, targets, chunk)
+        loss.backward()
+        runs[chunk] = (loss.detach(), [p.grad.clone() for p in model.parameters()])
+    plain_loss, plain_grads = runs[None]
+    for chunk in (0, 5):
+        loss, grads = runs[chunk]
+        assert torch.allclose(loss, plain_loss, rtol=1e-6), chunk
+        assert all(
+            torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+            for a, b in zip(plain_grads, grads, strict=True)
+        ), chunk
+    model = _built(job)
+    plain_cls = getattr(transformers, type(model).__name__)
+    assert type(model) is plain_cls and type(model.lm_head) is torch.nn.Linear
+    assert list(model.state_dict()) == list(plain_cls(model.config).state_dict())
+
+
 @pytest.mark.parametrize("name", ["hf_llama_debug", "hf_mixtral_debug"])
 def test_preflight_accepts_the_hf_workloads(name: str) -> None:
     wl = Workload.from_yaml(ROOT / "workloads" / f"{name}.yaml")
@@ -216,7 +250,8 @@ def test_preflight_accepts_the_hf_workloads(name: str) -> None:
 def test_zero3_trains_hf_llama_exactly_like_zero2_and_checkpointing_changes_no_number() -> None:
     """2 gloo ranks through ``run_rank``: the ZeRO-3 build inside ``zero.Init`` (bf16) starts from
     the weights the ZeRO-2 whole build rounds to bf16, with fp32 RoPE frequencies, and trains
-    bitwise alike; the three checkpointing modes give the same numbers (fp32)."""
+    bitwise alike; the three checkpointing modes give the same numbers (fp32); the fused loss
+    under ZeRO-3 trains like the logits path to fp32 rounding."""
     from tests.execution.spawn_harness import make_spec, run_specs
 
     cfgs = [
@@ -240,20 +275,30 @@ def test_zero3_trains_hf_llama_exactly_like_zero2_and_checkpointing_changes_no_n
             "dtype": "fp32",
             "activation_checkpointing": "full",
         },
+        {  # the fused loss, lm_head's weight gathered by ZeRO-3 in its own forward
+            "zero_stage": 3,
+            "micro_batch_size": 2,
+            "dtype": "fp32",
+            "activation_checkpointing": "none",
+            "fused_loss_tokens": 1000,
+        },
     ]
     specs = []
     for i, c in enumerate(cfgs):
         spec = make_spec("workloads/hf_llama_debug.yaml", c, warmup=0, measured=2, trial_id=str(i))
         spec["code_dir"] = str(EXAMPLES)
         specs.append(spec)
-    z2, z3, none, sel, full = run_specs(specs)
-    every = z2 + z3 + none + sel + full
-    assert [r["status"] for r in every] == ["ok"] * 10, [r["error"][-800:] for r in every]
+    z2, z3, none, sel, full, fused = run_specs(specs)
+    every = z2 + z3 + none + sel + full + fused
+    assert [r["status"] for r in every] == ["ok"] * 12, [r["error"][-800:] for r in every]
     assert all(r["tokens_seen"] == [2048, 2048] for r in every)
     for a, b in ((z2, z3), (none, sel), (none, full)):
         assert a[0]["loss"] == b[0]["loss"]
         assert a[0]["param_checksum"] == b[0]["param_checksum"] == b[1]["param_checksum"]
         assert a[0]["eval_loss"] == b[0]["eval_loss"]
+    # the same training to fp32 rounding of the chunked sums (2048 tokens in chunks of 1000)
+    assert fused[0]["loss"] == pytest.approx(none[0]["loss"], rel=1e-5)
+    assert fused[0]["eval_loss"] == pytest.approx(none[0]["eval_loss"], rel=1e-5)
 
 
 SMALL_SPACE = {
