@@ -16,6 +16,9 @@
 # S7 (only when named) is issue 27's study: workloads/dense_1gpu_fast.yaml, whose baseline is the
 # plain loop's own config, short doctor, GPU_CHECK_TRIALS_FAST (12) run trials over knobs and
 # patches, verify with 6 pairs, report; the verified winner against S1's plain loop.
+# S8 (only when named) runs the Hugging Face Llama of Llama-3.2-1B's shape (a user's own model,
+# workloads/hf_llama_1b_gpu.yaml) at the plain loop's config, with the fused loss, with it at
+# micro-batch 16, and with cuDNN's SDPA kernel: four trials.
 # GPU_CHECK_ALLOW=float8_linear lets S7 search float8 matmuls too (another arithmetic: the
 # doctor then calibrates the tolerances with it; needs torchao from .gpu/extra312.tar.xz).
 # GPU_CHECK_STEPS picks the steps (default "S1 S2 S3 S4 S5"; e.g. "S1 S3 S5" when the baseline
@@ -84,11 +87,11 @@ print(f"S0: {space}: {len(patch_names(space))} code_patch values, {len(files)} p
 PY
 STEPS=" ${GPU_CHECK_STEPS-S1 S2 S3 S4 S5} "
 want() { case "$STEPS" in *" $1 "*) return 0 ;; *) say "$1: SKIPPED (not in GPU_CHECK_STEPS)"; return 1 ;; esac; }
-trial() {  # trial NAME JSON-FILE MAX_S ARGS...: infrarsi trial of dense_1gpu, its row logged to $RUN/trials/
+trial() {  # trial NAME JSON-FILE MAX_S ARGS...: infrarsi trial of $TRIAL_WL (default dense_1gpu), its row logged to $RUN/trials/
   local name=$1 out=$2 max=$3; shift 3
   local t; t=$(( $(left) - 20 )); [ "$t" -gt "$max" ] && t=$max
   # the trial's own deadline comes 15 s before the step's timeout, so a stall still logs a row
-  step "$name" "$max" 60 "$PY" -m infrarsi trial "$WL" "$@" --timeout "$((t - 15))s" --log "$RUN" --json > "$RUN/$out"
+  step "$name" "$max" 60 "$PY" -m infrarsi trial "${TRIAL_WL:-$WL}" "$@" --timeout "$((t - 15))s" --log "${TRIAL_LOG:-$RUN}" --json > "$RUN/$out"
 }
 
 if [ "$CUDA" = 1 ]; then
@@ -131,8 +134,22 @@ if [ "$CUDA" = 1 ]; then
     "$PY" -m benchmarks.gpu_study workloads/dense_1gpu_fast.yaml "$RUN/study_fast" --deadline-s $(( $(left) - 45 )) \
     --trials "${GPU_CHECK_TRIALS_FAST:-12}" --doctor-repeats 2 --top-k 1 --pairs 6 --ref "$RUN/ref.json" \
     ${GPU_CHECK_ALLOW:+--allow "$GPU_CHECK_ALLOW"}
+  # S8: a user's own model (issue 27, item 5): the Hugging Face Llama of Llama-3.2-1B's shape
+  # (workloads/hf_llama_1b_gpu.yaml, examples/hf_job.py) at the plain loop's config, then with
+  # the levers that reach a transformers model without a code patch: the fused projection + loss
+  # (hf_job's fuse_loss), the micro-batch the memory it frees buys, cuDNN's SDPA kernel.
+  HF=(--set zero_stage=1 --set activation_checkpointing=none --set optimizer_impl=adamw_fused)
+  HFWL=workloads/hf_llama_1b_gpu.yaml
+  want S8 && TRIAL_WL=$HFWL TRIAL_LOG=$RUN/hf trial "S8a HF Llama 1B at the plain loop's config (ZeRO-1, mbs 8)" hf_fast.json 150 \
+    "${HF[@]}" --set micro_batch_size=8
+  want S8 && TRIAL_WL=$HFWL TRIAL_LOG=$RUN/hf trial "S8b HF Llama 1B, fused_loss_tokens=2048" hf_fused.json 150 \
+    "${HF[@]}" --set micro_batch_size=8 --set fused_loss_tokens=2048
+  want S8 && TRIAL_WL=$HFWL TRIAL_LOG=$RUN/hf trial "S8c HF Llama 1B, fused_loss_tokens=2048 at micro-batch 16" hf_fused_mbs16.json 150 \
+    "${HF[@]}" --set micro_batch_size=16 --set fused_loss_tokens=2048
+  want S8 && TRIAL_WL=$HFWL TRIAL_LOG=$RUN/hf trial "S8d HF Llama 1B, attention_backend=cudnn" hf_cudnn.json 150 \
+    "${HF[@]}" --set micro_batch_size=8 --set attention_backend=cudnn
 else
-  for s in "S2 baseline trial" "S3 fast trial" "S6 patch trials" "S4 OOM trial" "S5 tune" "S7 study from the plain loop's config"; do skip "$s"; done
+  for s in "S2 baseline trial" "S3 fast trial" "S6 patch trials" "S4 OOM trial" "S5 tune" "S7 study from the plain loop's config" "S8 HF Llama 1B trials"; do skip "$s"; done
 fi
 
 say "summary"
@@ -203,6 +220,15 @@ if same and ref.get("step_time_s"):
     st = min(r["step_time_s"] for r in same)
     print(f"  harness overhead per step vs the plain-PyTorch reference at its config: {st:.4g} s vs "
           f"{ref['step_time_s']:.4g} s = {100 * (st / ref['step_time_s'] - 1):+.1f}%")
+hf = []  # S8: the Hugging Face Llama's trials, logged apart (another model: not the baseline's MFU)
+try:
+    if os.path.isdir(run + "/hf/trials"):
+        hf = read_trials(run + "/hf").to_pylist()
+except Exception as e:  # noqa: BLE001
+    print("could not read", run + "/hf", e)
+for r in hf:
+    print(f"  S8 HF Llama 1B {r.get('status')} step_time_s={r.get('step_time_s')} mfu={fmt(r.get('mfu'))} "
+          f"peak={r.get('peak_memory_bytes')} setup_time_s={r.get('setup_time_s')} config={r.get('config')}")
 setups = [r["setup_time_s"] for r in rows if r.get("setup_time_s") is not None]
 if setups:
     print(f"  setup_time_s per trial: median {sorted(setups)[len(setups) // 2]:.3g}, max {max(setups):.3g} over {len(setups)} trials")

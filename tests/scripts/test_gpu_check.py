@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 
-@pytest.mark.parametrize("name", ["dense_1gpu", "dense_1gpu_fast"])
+@pytest.mark.parametrize("name", ["dense_1gpu", "dense_1gpu_fast", "hf_llama_1b_gpu"])
 def test_the_checked_workloads_and_their_space_load(name: str) -> None:
     wl = Workload.from_yaml(ROOT / "workloads" / f"{name}.yaml")
     assert (wl.resources.device, wl.resources.workers, wl.tokens_per_step, wl.data.seq_len) == (
@@ -51,6 +51,7 @@ def test_without_cuda_every_cuda_step_is_skipped(tmp_path: Path) -> None:
         "S4 OOM trial",
         "S5 tune",
         "S7 study from the plain loop's config",
+        "S8 HF Llama 1B trials",
     ):
         assert f"{s}: SKIPPED (no CUDA)" in out.stdout, out.stdout
     assert "SUMMARY" in out.stdout and "no trials ran" in out.stdout
@@ -74,5 +75,5 @@ def test_gpu_check_steps_picks_the_steps(tmp_path: Path) -> None:
         ["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    for s in ("S1", "S2", "S3", "S4", "S5", "S6", "S7"):
+    for s in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8"):
         assert f"{s}: SKIPPED (not in GPU_CHECK_STEPS)" in out.stdout, out.stdout
