@@ -31,6 +31,7 @@ from infrarsi.search.encoding import InputColumns
 from infrarsi.search.history import History
 from infrarsi.search.models import outliers
 from infrarsi.search.models.feasibility import FeasibilityModel
+from infrarsi.search.models.memory_calibration import MemoryCalibration
 from infrarsi.search.models.predict import ExactMarginal, VariationalMarginal
 from infrarsi.search.models.time_gp import (
     State,
@@ -115,6 +116,10 @@ class ModelSet:
         self.memory = _Slot()
         """The censored memory GP."""
         self.feasibility = FeasibilityModel(settings=settings)
+        self.memory_calibration = MemoryCalibration(
+            settings.memory_calibration_window, settings.memory_calibration_prior_sd
+        )
+        """The memory model's prequential checks and the extra sd they call for."""
         """P(no non-OOM failure) of a config."""
         self.time_outliers: set[int] = set()
         """Indices into the history's observations of ok step times left out as slow outliers."""
@@ -165,6 +170,7 @@ class ModelSet:
     def fit(self, history: History) -> None:
         """Bring every model up to date with ``history`` (only what changed is refitted)."""
         rows, ys, cens = self.memory_rows(history)
+        self.check_memory(rows, ys, cens)  # before anything learns from the new rows
         self.features.fit_memory(rows, ys, cens)  # first: the memory column is part of every input
         obs = history.observations
         idx = [i for i, o in enumerate(obs) if o.outcome.status == "ok"]
@@ -193,6 +199,32 @@ class ModelSet:
             )
         else:
             self.memory.model = self.memory.pred = None
+
+    def check_memory(
+        self, rows: Sequence[Mapping[str, Any]], ys: Sequence[float], cens: Sequence[bool]
+    ) -> None:
+        """Record how the memory predictor (before it learns from them) predicted the configs
+        among ``rows`` past ``memory_calibration.checked_rows`` that it had not seen
+        (``models.memory_calibration``)."""
+        cal = self.memory_calibration
+        start, cal.checked_rows = cal.checked_rows, len(rows)
+        pred, noise = self._memory_predictor(calibrated=False)
+        if pred is None or start >= len(rows):
+            return
+        space = self.features.space
+        seen = {space.key(c) for c in rows[:start]}
+        new: list[int] = []
+        for i in range(start, len(rows)):
+            key = space.key(rows[i])
+            if key not in seen:
+                seen.add(key)
+                new.append(i)
+        if not new:
+            return
+        with torch.no_grad():
+            mean, var = pred(self.inputs([rows[i] for i in new]))
+        sd = torch.sqrt(var + noise**2)
+        cal.record([ys[i] for i in new], [cens[i] for i in new], mean.tolist(), sd.tolist())
 
     def memory_rows(self, history: History) -> tuple[list[dict[str, Any]], list[float], list[bool]]:
         """Configs, log(peak / capacity) (the log lower bound for OOMs) and the censoring mask."""
@@ -286,13 +318,16 @@ class ModelSet:
             return s.prior_only_memory_sd
         return min(s.prior_only_memory_sd, max(transfer.memory_sd, s.transfer_memory_sd_floor))
 
-    def _memory_predictor(self) -> tuple[Any, float]:
-        """The memory predictor (the prior's column alone before a memory model) and its noise sd."""
+    def _memory_predictor(self, calibrated: bool = True) -> tuple[Any, float]:
+        """The memory predictor (the prior's column alone before a memory model) and its noise sd;
+        ``calibrated``: the sd of ``memory_calibration.extra_sd()`` added to the noise in quadrature."""
         mem = self.memory
         noise = float(mem.model.likelihood.noise_sd.detach()) if mem.model is not None else 0.0
         pred = mem.pred
         if pred is None and self.has_prior:  # no memory model yet: the prior alone
             pred = PriorOnly(self.columns.prior_memory, self.prior_only_memory_sd())
+        if calibrated and pred is not None:
+            noise = math.hypot(noise, self.memory_calibration.extra_sd())
         return pred, noise
 
     def scores(
@@ -442,6 +477,7 @@ class ModelSet:
             "prior_fit_keys": features["fit_keys"],
             "time_outliers": sorted(self.time_outliers),
             "time_trim_key": self.time_trim_key,
+            "memory_calibration": self.memory_calibration.to_dict(),
         }
 
     def load_dict(self, raw: Mapping[str, Any]) -> None:
@@ -461,4 +497,5 @@ class ModelSet:
             )
         self.time_outliers = {int(i) for i in raw.get("time_outliers") or []}
         self.time_trim_key = raw.get("time_trim_key")
+        self.memory_calibration.load_dict(raw.get("memory_calibration"))
         self.features.load_state_dict(raw.get("prior_coefficients"), raw.get("prior_fit_keys"))

@@ -186,6 +186,12 @@ class OptimizerSettings:
     """L-BFGS iterations of the step-time GP: first fit, full (warm-started) refit, light refit."""
     memory_gp_iters: tuple[int, int, int] = (200, 60, 12)
     """L-BFGS iterations of the Tobit memory GP: first fit, full refit, light refit."""
+    memory_calibration_window: int = 12
+    """The memory model's most recent prequential checks (its predictions of configs it had not
+    seen, before it learned from them) that set the extra sd on its predictions
+    (``models.memory_calibration``; 0: no extra sd, the model's own)."""
+    memory_calibration_prior_sd: float = 0.5
+    """Sd (log bytes) of the half-normal prior on that extra sd."""
     config_deviation_sd: float = 0.08
     """Sd (log seconds) of each distinct config's own deviation from the smooth step-time model,
     used with the analytic prior (0: no per-config term; ``models/time_gp``). Chosen on the
@@ -278,6 +284,7 @@ class OptimizerSettings:
             "prior_fit_iters",
             "outlier_max_tests",
             "outlier_min_points",
+            "memory_calibration_window",
         ):
             _rule(_count(getattr(self, name)), name, "must be an integer >= 0", getattr(self, name))
         for name in (
@@ -303,6 +310,7 @@ class OptimizerSettings:
             "feasibility_weight_sd",
             "acquisition_sd_scale",
             "culprit_prior",
+            "memory_calibration_prior_sd",
         ):
             v = getattr(self, name)
             _rule(_number(v) and v > 0, name, "must be a finite number > 0", v)

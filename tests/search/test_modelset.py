@@ -72,6 +72,7 @@ def test_the_saved_state_restores_the_fit_without_refitting() -> None:
         "prior_fit_keys",
         "time_outliers",
         "time_trim_key",
+        "memory_calibration",
     }
     other = _told()
     other.models.load_dict(saved)
