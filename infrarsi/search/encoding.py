@@ -4,7 +4,8 @@ Per knob:
 - ``bool``: one 0/1 feature;
 - numeric ``int``/``float`` (and numeric ``choice``): one ordinal feature, on a log scale when the
   knob says ``log`` or its positive values span a factor of 8 or more;
-- ``choice`` with a memory tag (its values are ordered by memory): one ordinal feature (the index);
+- ``choice`` with a memory or speed tag (its values are ordered by memory or speed): one ordinal
+  feature (the index);
 - other ``choice``: one-hot (a single feature when there are two values).
 
 An inactive knob is encoded at its default, which is the value it really holds in the trial; its
@@ -39,7 +40,7 @@ def _block(k: Knob) -> _Block:
         positive = all(v > 0 for v in k.values)
         log = k.log or (positive and max(k.values) / min(k.values) >= 8)
         return _Block(k, "ordinal-value", 1, log)
-    if k.memory != "neutral":
+    if k.memory != "neutral" or k.speed != "neutral":
         return _Block(k, "ordinal-index", 1, False)
     if len(k.values) == 2:
         return _Block(k, "binary", 1, False)
@@ -92,6 +93,17 @@ class Encoder:
             if b.knob.memory != "neutral" and b.width == 1:
                 idx.append(col)
                 signs.append(1.0 if b.knob.memory == "hungry" else -1.0)
+            col += b.width
+        return idx, signs
+
+    def speed_features(self) -> tuple[list[int], list[float]]:
+        """Feature indices of the speed-tagged knobs, and the sign of each one's effect on log step
+        time (-1 ``faster``: the feature grows towards the faster values; +1 ``slower``)."""
+        idx, signs, col = [], [], 0
+        for b in self.blocks:
+            if b.knob.speed != "neutral" and b.width == 1:
+                idx.append(col)
+                signs.append(-1.0 if b.knob.speed == "faster" else 1.0)
             col += b.width
         return idx, signs
 

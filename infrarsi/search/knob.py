@@ -1,17 +1,20 @@
-"""One knob of a search space: its type, values, default, memory tag and ``when`` condition."""
+"""One knob of a search space: its type, values, default, memory and speed tags and ``when`` condition."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from infrarsi.errors import SearchSpaceError
 from infrarsi.search.expr import Expression, reserved_name
 
 KNOB_TYPES = ("int", "float", "bool", "choice")
 MEMORY_TAGS = ("hungry", "saver", "neutral")
-KNOB_KEYS = ("name", "type", "values", "range", "log", "memory", "when", "default", "grid")
+KnobSpeed = Literal["faster", "slower", "neutral"]
+"""A knob's speed tag (``Knob.speed``)."""
+SPEED_TAGS: tuple[KnobSpeed, ...] = ("faster", "slower", "neutral")
+KNOB_KEYS = ("name", "type", "values", "range", "log", "memory", "speed", "when", "default", "grid")
 INT_GRID_MAX = 16
 """An int range with more values than this is searched on a grid of this many points."""
 FLOAT_GRID = 9
@@ -34,6 +37,11 @@ class Knob:
     """The value held where the knob is inactive, and for a config that omits it."""
     memory: str = "neutral"
     """``hungry`` (values listed from least to most memory), ``saver`` (least to most saving), or ``neutral``."""
+    speed: KnobSpeed = "neutral"
+    """``faster`` (the step gets faster further along the values, all else equal: larger numbers,
+    later choices, ``true``), ``slower`` (slower further along), or ``neutral`` (no claim). A weak
+    claim: the step-time model without an analytic prior starts from it (``models.time_gp``) and
+    the trials overrule it."""
     when: Expression | None = None
     """The knob exists only where this holds; elsewhere it takes ``default``."""
     lo: float | None = None
@@ -157,6 +165,9 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
     memory = raw.get("memory", "neutral")
     if memory not in MEMORY_TAGS:
         raise err(f"'memory' must be one of {list(MEMORY_TAGS)}; got {memory!r}.")
+    speed = raw.get("speed", "neutral")
+    if speed not in SPEED_TAGS:
+        raise err(f"'speed' must be one of {list(SPEED_TAGS)}; got {speed!r}.")
     log = raw.get("log", False)
     if not isinstance(log, bool):
         raise err(f"'log' must be true or false; got {log!r}.")
@@ -233,6 +244,7 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
         values=values,
         default=values[0],
         memory=memory,
+        speed=speed,
         when=when,
         lo=lo,
         hi=hi,
@@ -253,6 +265,7 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
             values=values,
             default=default,
             memory=memory,
+            speed=speed,
             when=when,
             lo=lo,
             hi=hi,
@@ -265,6 +278,7 @@ def parse_knob(raw: Any, *, file: str, position: int, known: frozenset[str]) -> 
             values=values,
             default=int(lo),
             memory=memory,
+            speed=speed,
             when=when,
             lo=lo,
             hi=hi,

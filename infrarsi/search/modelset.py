@@ -35,6 +35,7 @@ from infrarsi.search.models.memory_calibration import MemoryCalibration
 from infrarsi.search.models.predict import ExactMarginal, VariationalMarginal
 from infrarsi.search.models.time_gp import (
     State,
+    WeightTilt,
     acquisition_variance_cut,
     fit_time_gp,
     state_from_json,
@@ -98,6 +99,7 @@ class ModelSet:
         settings: OptimizerSettings,
         mean_indices: list[int],
         mean_signs: list[float],
+        speed: tuple[list[int], list[float]] = ([], []),
     ) -> None:
         self.features = features
         """Model inputs of configs and the analytic prior's fitted coefficients."""
@@ -111,6 +113,11 @@ class ModelSet:
         """Memory-tagged feature indices (for the Tobit prior mean)."""
         self.mean_signs = mean_signs
         """+1 for hungry, -1 for saver features."""
+        self.speed_tilt = WeightTilt(
+            tuple(speed[0]), tuple(speed[1]), settings.speed_prior_weight, settings.speed_prior_sd
+        )
+        """The speed tags' prior on the step-time model's linear mean (used without an analytic
+        prior; ``models.time_gp.WeightTilt``)."""
         self.time = _Slot()
         """The step-time GP."""
         self.memory = _Slot()
@@ -422,6 +429,7 @@ class ModelSet:
             offset=self.columns.time_offset(),
             config_sd=s.config_deviation_sd,
             kernel=s.time_kernel,
+            tilt=self.speed_tilt if s.speed_prior_weight > 0 else None,
         )
         cut = acquisition_variance_cut(
             self.time.model, s.config_deviation_sd, s.acquisition_config_sd

@@ -200,6 +200,12 @@ class OptimizerSettings:
     """Sd (log seconds) of the per-config deviation that the acquisition credits an untried config
     with (``time_gp.acquisition_variance_cut``). The model's 0.08 is sized for recommendation;
     credited in full, it made every untried neighbour of the incumbent an 8% lottery ticket."""
+    speed_prior_weight: float = 1.0
+    """Without an analytic prior, the prior mean of each speed-tagged knob's weight in the
+    step-time model's linear mean (``Knob.speed``; standardised log seconds over the knob's whole
+    range; ``models.time_gp.WeightTilt``). 0: the tags are ignored, every weight ``N(0, 1)``."""
+    speed_prior_sd: float = 0.5
+    """Sd of those weights' priors (the trials overrule a tag within a few sds)."""
     time_kernel: str = "rbf"
     """Smooth step-time kernel: ``rbf`` (BoTorch's, with its dimension-scaled lengthscale prior) or
     ``matern`` (Matern-5/2 with the same prior), a benchmark variant."""
@@ -311,6 +317,7 @@ class OptimizerSettings:
             "acquisition_sd_scale",
             "culprit_prior",
             "memory_calibration_prior_sd",
+            "speed_prior_sd",
         ):
             v = getattr(self, name)
             _rule(_number(v) and v > 0, name, "must be a finite number > 0", v)
@@ -323,6 +330,7 @@ class OptimizerSettings:
             "outlier_z",
             "transfer_rank_tie_log",
             "transfer_memory_sd_floor",
+            "speed_prior_weight",
         ):
             v = getattr(self, name)
             _rule(_number(v) and v >= 0, name, "must be a finite number >= 0", v)

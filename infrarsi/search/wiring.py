@@ -78,6 +78,7 @@ def wire(
         memory_capacity,
         settings,
         *encoder.memory_features(),
+        speed=encoder.speed_features(),
     )
     pickers = Pickers(space, settings, encoder, models, pool, rng, seed, memory_capacity, baseline)
     return Parts(transfer=model, pool=pool, models=models, pickers=pickers)

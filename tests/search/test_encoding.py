@@ -19,6 +19,25 @@ def test_features_are_in_the_unit_cube_and_memory_features_carry_their_direction
     assert sorted(signs) == sorted(1.0 if m == "hungry" else -1.0 for m in tags.values())
 
 
+SPEED = """
+name: speed-tags
+knobs:
+  - {name: stage, type: choice, values: [0, 1, 2], memory: saver, speed: slower}
+  - {name: ckpt, type: choice, values: [none, some, all], speed: slower}
+  - {name: kernel, type: bool, speed: faster}
+  - {name: layout, type: choice, values: [a, b, c]}
+"""
+
+
+def test_speed_tags_order_a_choice_and_carry_their_direction() -> None:
+    enc = Encoder(SearchSpace.from_yaml(SPEED))
+    # stage and ckpt are ordinal (one column each), kernel binary, layout one-hot (3 columns)
+    assert enc.dim == 6
+    assert enc.speed_features() == ([0, 1, 2], [1.0, 1.0, -1.0])
+    X = enc.encode([{"stage": 2, "ckpt": "some", "kernel": True, "layout": "b"}])
+    assert X.tolist() == [[1.0, 0.5, 1.0, 0.0, 1.0, 0.0]]
+
+
 def test_input_columns_name_the_prior_columns_after_the_features() -> None:
     cols = InputColumns(n_features=5, with_prior=True)
     assert (cols.prior_time, cols.prior_memory) == (5, 6)

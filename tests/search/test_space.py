@@ -144,6 +144,11 @@ BAD = [
         "'memory' must be one of",
     ),
     (
+        "knobs:\n  - name: a\n    type: bool\n    speed: fast\n",
+        "knob 'a'",
+        "'speed' must be one of",
+    ),
+    (
         "knobs:\n  - name: a\n    type: bool\n    when: 'b'\n  - name: b\n    type: bool\n    when: 'a'\n",
         "knob '",
         "cycle",

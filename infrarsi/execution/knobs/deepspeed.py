@@ -78,7 +78,7 @@ BUCKET = either(one_of("auto"), integer(lo=1))
 """A bucket size: ``auto`` or a positive element count."""
 
 
-@register_knob(ZERO_STAGE, values=one_of(0, 1, 2, 3), default=0, memory="saver")
+@register_knob(ZERO_STAGE, values=one_of(0, 1, 2, 3), default=0, memory="saver", speed="slower")
 def zero_stage(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     """ZeRO partitioning of optimizer state (1), gradients (2) and parameters (3).
 
@@ -100,7 +100,7 @@ def zero_stage(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
         z["stage3_max_reuse_distance"] = min(1_000_000_000, n)
 
 
-@register_knob(MICRO_BATCH_SIZE, values=integer(lo=1), default=1, memory="hungry")
+@register_knob(MICRO_BATCH_SIZE, values=integer(lo=1), default=1, memory="hungry", speed="faster")
 def micro_batch_size(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     """Sequences per rank per forward; gradient accumulation is derived from the fixed global batch.
 
@@ -129,6 +129,7 @@ def micro_batch_size(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     values=one_of("none", "selective", "full"),
     default="none",
     memory="saver",
+    speed="slower",
 )
 def activation_checkpointing(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     """Recomputation with ``torch.utils.checkpoint`` (non-reentrant) in the model code.
@@ -160,7 +161,12 @@ def dtype(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
 
 
 @register_knob(
-    OFFLOAD_OPTIMIZER, values=boolean(), default=False, memory="saver", after=(ZERO_STAGE,)
+    OFFLOAD_OPTIMIZER,
+    values=boolean(),
+    default=False,
+    memory="saver",
+    speed="slower",
+    after=(ZERO_STAGE,),
 )
 def offload_optimizer(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     """ZeRO-Offload of the optimizer state to CPU (needs zero_stage >= 1).
@@ -177,7 +183,14 @@ def offload_optimizer(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     z["offload_optimizer"] = {"device": "cpu", "pin_memory": ctx.device == "cuda"}
 
 
-@register_knob(OFFLOAD_PARAM, values=boolean(), default=False, memory="saver", after=(ZERO_STAGE,))
+@register_knob(
+    OFFLOAD_PARAM,
+    values=boolean(),
+    default=False,
+    memory="saver",
+    speed="slower",
+    after=(ZERO_STAGE,),
+)
 def offload_param(value: Any, build: TrialBuild, ctx: KnobContext) -> None:
     """ZeRO-3 parameter offload to CPU (needs zero_stage 3).
 

@@ -1,6 +1,6 @@
 """docs/KNOBS.md, generated from the knob registry so that a knob's documentation is declared once.
 
-``render()`` builds the page from every registered knob (``KNOBS``: values, default, memory tag,
+``render()`` builds the page from every registered knob (``KNOBS``: values, default, memory and speed tags,
 ``after=`` order, process environment, documentation line) and from the repository's search
 spaces (which space searches which values). ``python -m infrarsi.execution.knobs.docs`` writes
 it; ``--check`` exits 1 when the committed file is stale. tests/execution/knobs/test_docs.py fails
@@ -32,7 +32,7 @@ HEADER = f"""# Built-in knobs and the DeepSpeed keys they set
 Back to the [README](../README.md).
 
 Every knob is declared once, by `register_knob` in `infrarsi/execution/knobs/registry.py`: its
-handler, the values it accepts, its default, its memory tag, the knobs its handler runs after, the
+handler, the values it accepts, its default, its memory and speed tags, the knobs its handler runs after, the
 environment it needs at process start and its documentation line. This page is generated from
 those declarations. The built-in handlers are in `infrarsi/execution/knobs/deepspeed.py`, the
 `code_patch` knob's in `infrarsi/execution/knobs/code_patch.py` (see `docs/PATCHES.md`), the
@@ -59,6 +59,9 @@ Two places, nothing else:
 1. An entry under `knobs:` in a search space, e.g. `- {name: gradient_clipping, type: choice,
    values: [0.0, 1.0]}`. Add `memory: saver` or `memory: hungry`, with the values ordered from the
    least to the most saving (or hungry), when the knob moves memory: pairing and the memory model use it.
+   Add `speed: slower` or `speed: faster`, with the values ordered the same way (larger numbers
+   further along), when the knob's effect on step time has a direction on any hardware: the
+   step-time model without an analytic prior starts from it (a weak claim the trials overrule).
 2. One registered handler that applies the value to the trial's build (DeepSpeed config dict,
    model options, runtime options or environment), declaring everything else about the knob:
 
@@ -73,12 +76,13 @@ def gradient_clipping(value: float, build: TrialBuild, ctx: KnobContext) -> None
 
 `register_knob` takes `values=` (`one_of(...)`, `integer(lo, hi)`, `boolean()`, `either(...)`,
 `checked_by(fn, text)`; the values a search space may give the knob), `default=`, `memory=`
-(`saver`, `hungry` or `neutral`), `after=("zero_stage",)` (handlers whose output this one reads),
+(`saver`, `hungry` or `neutral`), `speed=` (`slower`, `faster` or `neutral`),
+`after=("zero_stage",)` (handlers whose output this one reads),
 `process_env=` (the environment a value needs at process start) and `doc=` (else the handler's
 docstring). A duplicate name, a default outside the knob's values or an `after=` cycle is a
 `KnobError` at import. `init` and the trial runner check a space against the registry before any
 trial (`check_space`): a knob with no handler (listing the known knobs), a value its handler's
-`values=` rejects, or a memory tag opposite to the registered one is refused with exit code 2,
+`values=` rejects, or a memory or speed tag opposite to the registered one is refused with exit code 2,
 naming the file, the knob, the rule and the fix. Then regenerate this page with
 `{command}`.
 
@@ -103,7 +107,10 @@ def _row(spec: KnobSpec) -> str:
     effect = _md(spec.doc)
     if spec.process_env is not None:
         effect += " (`process_env`: sets the rank processes' environment at start.)"
-    return f"| `{spec.name}` | {_md(spec.values.text)} | {default} | {spec.memory} | {after} | {effect} |"
+    return (
+        f"| `{spec.name}` | {_md(spec.values.text)} | {default} | {spec.memory} | {spec.speed} "
+        f"| {after} | {effect} |"
+    )
 
 
 def package_knobs() -> list[str]:
@@ -121,7 +128,7 @@ def space_table(spaces_dir: Path = SPACES_DIR) -> list[str]:
         space = SearchSpace.from_yaml(path)
         for k in space.knobs:
             vals = ", ".join(_value(v) for v in k.values)
-            key = f"{vals} (default {_value(k.default)}; memory {k.memory})"
+            key = f"{vals} (default {_value(k.default)}; memory {k.memory}; speed {k.speed})"
             found.setdefault(k.name, {}).setdefault(key, []).append(f"`{path.name}`")
     lines = [
         "## Which space searches which values",
@@ -147,8 +154,8 @@ def render() -> str:
         HEADER,
         "## Every registered knob, in handler order",
         "",
-        "| knob | values its handler accepts | default | memory | after | what it does and the keys it sets |",
-        "|---|---|---|---|---|---|",
+        "| knob | values its handler accepts | default | memory | speed | after | what it does and the keys it sets |",
+        "|---|---|---|---|---|---|---|",
     ]
     lines += [_row(KNOBS[name]) for name in package_knobs()]
     lines.append("")

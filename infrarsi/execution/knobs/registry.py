@@ -91,6 +91,10 @@ KnobMemory = Literal["saver", "hungry", "neutral"]
 """A knob's memory tag, as in a search space's ``memory:`` (see ``KnobSpec.memory``)."""
 MEMORY_TAGS: tuple[KnobMemory, ...] = ("saver", "hungry", "neutral")
 """Every memory tag."""
+KnobSpeed = Literal["faster", "slower", "neutral"]
+"""A knob's speed tag, as in a search space's ``speed:`` (see ``KnobSpec.speed``)."""
+SPEED_TAGS: tuple[KnobSpeed, ...] = ("faster", "slower", "neutral")
+"""Every speed tag."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,11 @@ class KnobSpec:
     """``saver`` (a memory saver: more saving further down a space's values, ``true`` saves),
     ``hungry`` (more memory further down) or ``neutral`` (no claim). A space may tag the knob
     ``neutral`` (out of pairing), never the opposite way."""
+    speed: KnobSpeed = "neutral"
+    """``slower`` (steps slower further down a space's values, ``true`` slower, all else equal),
+    ``faster`` or ``neutral`` (no claim, e.g. where it depends on the hardware). A space may tag
+    the knob ``neutral`` or, where the registration makes no claim, either way; never the
+    opposite way (``infrarsi.search.knob.Knob.speed``)."""
     after: tuple[str, ...] = ()
     """Knobs whose handlers run before this one (it reads what they set)."""
     process_env: ProcessEnv | None = None
@@ -249,6 +258,7 @@ def register_knob(
     values: KnobValues = ANY_VALUE,
     default: Any = NO_DEFAULT,
     memory: KnobMemory = "neutral",
+    speed: KnobSpeed = "neutral",
     after: Iterable[str] = (),
     process_env: ProcessEnv | None = None,
     doc: str | None = None,
@@ -256,7 +266,7 @@ def register_knob(
 ) -> Callable[[KnobHandler], KnobHandler]:
     """Declare knob ``name`` with ``fn`` as its handler (the fields are ``KnobSpec``'s; ``doc``
     defaults to the handler's docstring). A duplicate name, a default ``values`` rejects, an
-    unknown memory tag or an ``after=`` cycle raises ``KnobError``."""
+    unknown memory or speed tag or an ``after=`` cycle raises ``KnobError``."""
     after = (after,) if isinstance(after, str) else tuple(after)
 
     def deco(fn: KnobHandler) -> KnobHandler:
@@ -269,6 +279,10 @@ def register_knob(
         if memory not in MEMORY_TAGS:
             raise KnobError(
                 f"register_knob({name!r}): memory={memory!r}; rule: one of {list(MEMORY_TAGS)}."
+            )
+        if speed not in SPEED_TAGS:
+            raise KnobError(
+                f"register_knob({name!r}): speed={speed!r}; rule: one of {list(SPEED_TAGS)}."
             )
         if default is not NO_DEFAULT and not values.accepts(default):
             raise KnobError(
@@ -285,6 +299,7 @@ def register_knob(
             values=values,
             default=default,
             memory=memory,
+            speed=speed,
             after=after,
             process_env=process_env,
             doc=doc if doc is not None else _doc_of(fn),
@@ -381,7 +396,7 @@ def check_handlers(knob_names: Iterable[str], *, source: str = "search space") -
 def check_space(space: SearchSpace, *, source: str | None = None) -> None:
     """Check a search space against the registry before any trial: every knob has a handler
     (``check_handlers``), every value it searches (and its default) is one its handler accepts,
-    and no knob is tagged the opposite memory way from its registration. A ``KnobError`` names
+    and no knob is tagged the opposite memory or speed way from its registration. A ``KnobError`` names
     the file, each knob, the rule, the value and the fix. A space's ``default:`` may differ from
     the registered one: the space's wins for its configs (documented in docs/KNOBS.md)."""
     src = source or space.file
@@ -402,6 +417,13 @@ def check_space(space: SearchSpace, *, source: str | None = None) -> None:
                 f"{spec.memory!r}. Fix: tag it `memory: {spec.memory}` with its values ordered from the least to "
                 f"the most {'saving' if spec.memory == 'saver' else 'memory-hungry'}, or `memory: neutral`."
             )
+        if knob.speed != "neutral" and spec.speed != "neutral" and knob.speed != spec.speed:
+            problems.append(
+                f"knob {knob.name!r}: `speed: {knob.speed}` contradicts the handler's registered speed tag "
+                f"{spec.speed!r}. Fix: tag it `speed: {spec.speed}` with its values ordered from the "
+                f"{'fastest to the slowest' if spec.speed == 'slower' else 'slowest to the fastest'}, "
+                f"or `speed: neutral`."
+            )
     if problems:
         raise KnobError(f"{src}: " + " ".join(problems))
 
@@ -413,10 +435,12 @@ __all__ = [
     "KNOB_PROCESS_ENV",
     "MEMORY_TAGS",
     "NO_DEFAULT",
+    "SPEED_TAGS",
     "KnobContext",
     "KnobHandler",
     "KnobMemory",
     "KnobSpec",
+    "KnobSpeed",
     "KnobValues",
     "ProcessEnv",
     "TrialBuild",

@@ -37,6 +37,7 @@ from infrarsi.execution.knobs.registry import (
     KNOB_HANDLERS,
     KnobContext,
     KnobMemory,
+    KnobSpeed,
     KnobValues,
     TrialBuild,
     boolean,
@@ -68,35 +69,39 @@ def _record(name: str) -> Any:
     return handler
 
 
-SURROGATE_KNOBS: dict[str, tuple[KnobValues, KnobMemory, str]] = {
+SURROGATE_KNOBS: dict[str, tuple[KnobValues, KnobMemory, KnobSpeed, str]] = {
     TP: (
         integer(lo=1),
         "saver",
+        "neutral",
         "Tensor-parallel degree, simulated by the surrogate backend only. Record-only: "
         "sets runtime `tp`; no DeepSpeed key.",
     ),
     PP: (
         integer(lo=1),
         "saver",
+        "neutral",
         "Pipeline-parallel degree, simulated by the surrogate backend only. Record-only: "
         "sets runtime `pp`; no DeepSpeed key.",
     ),
     FLASH_ATTENTION: (
         boolean(),
         "saver",
+        "faster",
         "Flash attention on or off, simulated by the surrogate backend only. "
         "Record-only: sets runtime `flash_attention`; no DeepSpeed key.",
     ),
 }
-"""The surrogate-only knobs: the values each accepts, its memory tag and its documentation line."""
+"""The surrogate-only knobs: the values each accepts, its memory and speed tags and its
+documentation line."""
 
 
 def register_surrogate_knobs() -> None:
     """Register record-only handlers for the surrogate-only knobs that have none yet."""
     # The built-in handlers own the knobs they know; importing the registry loaded them.
-    for name, (values, memory, doc) in SURROGATE_KNOBS.items():
+    for name, (values, memory, speed, doc) in SURROGATE_KNOBS.items():
         if name not in KNOB_HANDLERS:
-            register_knob(name, values=values, memory=memory, doc=doc)(_record(name))
+            register_knob(name, values=values, memory=memory, speed=speed, doc=doc)(_record(name))
 
 
 register_surrogate_knobs()

@@ -102,12 +102,16 @@ class MemoryCalibration:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able state (``load_dict`` inverts it)."""
-        return {"checks": [list(astuple(c)) for c in self.checks], "checked_rows": self.checked_rows}
+        return {
+            "checks": [list(astuple(c)) for c in self.checks],
+            "checked_rows": self.checked_rows,
+        }
 
     def load_dict(self, raw: Mapping[str, Any] | None) -> None:
         """Restore ``to_dict``'s state (None or missing keys: no checks, as a fresh optimizer)."""
         raw = raw or {}
         self.checks = [
-            MemoryCheck(float(y), bool(c), float(m), float(s)) for y, c, m, s in raw.get("checks", [])
+            MemoryCheck(float(y), bool(c), float(m), float(s))
+            for y, c, m, s in raw.get("checks", [])
         ]
         self.checked_rows = int(raw.get("checked_rows", 0))

@@ -112,6 +112,8 @@ def test_a_duplicate_a_bad_default_and_a_bad_tag_are_refused(scratch: list[str])
         register_knob("test_bad_default", values=one_of(0, 1), default=7)(_noop)
     with pytest.raises(KnobError, match="memory='thrifty'"):
         register_knob("test_bad_tag", memory="thrifty")(_noop)  # type: ignore[arg-type]
+    with pytest.raises(KnobError, match="speed='quick'"):
+        register_knob("test_bad_tag", speed="quick")(_noop)  # type: ignore[arg-type]
     with pytest.raises(KnobError, match="names the knob itself"):
         register_knob("test_self", after=("test_self",))(_noop)
     assert not {"test_bad_default", "test_bad_tag", "test_self"} & set(KNOBS)
@@ -185,6 +187,27 @@ def test_a_memory_tag_opposite_to_the_registration_is_refused(tmp_path: Path) ->
             tmp_path,
             "  - {name: zero_stage, type: choice, values: [0, 3]}\n"
             "  - {name: dtype, type: choice, values: [bf16, fp32], memory: hungry}\n",
+        )
+    )
+
+
+def test_a_speed_tag_opposite_to_the_registration_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(
+        KnobError, match="`speed: faster` contradicts the handler's registered speed tag 'slower'"
+    ):
+        check_space(
+            _space(
+                tmp_path, "  - {name: zero_stage, type: choice, values: [0, 3], speed: faster}\n"
+            )
+        )
+    # the registered direction, neutral, and either way on a knob registered neutral (dtype: bf16
+    # is the faster on GPUs, not always on CPUs) are allowed
+    check_space(
+        _space(
+            tmp_path,
+            "  - {name: zero_stage, type: choice, values: [0, 3], speed: slower}\n"
+            "  - {name: micro_batch_size, type: int, values: [1, 8], speed: neutral}\n"
+            "  - {name: dtype, type: choice, values: [bf16, fp32], speed: slower}\n",
         )
     )
 

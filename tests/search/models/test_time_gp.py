@@ -119,3 +119,31 @@ def test_the_matern_kernel_variant_replaces_the_smooth_kernel() -> None:
     assert isinstance(plain.covar_module, MaternKernel)
     mean, var = ExactMarginal(plain)(_at(torch.tensor(0.3, dtype=torch.float64))[:, :1])
     assert torch.isfinite(mean).all() and bool((var > 0).all())
+
+
+def test_the_speed_tilt_sets_the_tagged_weights_prior_and_the_data_overrule_it() -> None:
+    tilt = time_gp.WeightTilt(indices=(0,), signs=(-1.0,), weight=1.0, sd=0.5)
+    loc, sd = tilt.loc_and_sd(3)
+    assert loc.flatten().tolist() == [-1.0, 0.0, 0.0] and sd.flatten().tolist() == [0.5, 1.0, 1.0]
+    # two points that differ only in an untagged feature: the tagged one was never varied, so
+    # the fit keeps its claim (the tagged feature's high value predicted faster) ...
+    X = torch.tensor([[0.0, 0.0, 0.5], [0.0, 1.0, 0.5], [0.0, 0.5, 0.0]], dtype=torch.float64)
+    y = torch.tensor([0.0, 0.2, 0.1], dtype=torch.float64)
+    tilted, _ = time_gp.fit_time_gp(X, y, maxiter=50, tilt=tilt)
+    plain, _ = time_gp.fit_time_gp(X, y, maxiter=50)
+    probe = torch.tensor([[0.0, 0.5, 0.5], [1.0, 0.5, 0.5]], dtype=torch.float64)
+    m_tilted, _ = ExactMarginal(tilted)(probe)
+    m_plain, _ = ExactMarginal(plain)(probe)
+    assert float(m_tilted[1] - m_tilted[0]) < -0.05
+    assert abs(float(m_plain[1] - m_plain[0])) < abs(float(m_tilted[1] - m_tilted[0]))
+    # ... and measurements that say the opposite win: the tagged feature's high value is slower
+    X2 = torch.tensor([[0.0, 0.5, 0.5], [1.0, 0.5, 0.5]] * 3, dtype=torch.float64)
+    y2 = torch.tensor([0.0, 0.3] * 3, dtype=torch.float64)
+    fitted, _ = time_gp.fit_time_gp(X2, y2, maxiter=80, tilt=tilt)
+    m, _ = ExactMarginal(fitted)(probe)
+    assert float(m[1] - m[0]) > 0.2
+    # with an analytic prior (an offset column) the tilt is not used
+    Xo = torch.cat([X, torch.zeros(3, 1, dtype=torch.float64)], dim=-1)
+    with_prior, _ = time_gp.fit_time_gp(Xo, y, maxiter=0, offset=(3, 3), tilt=tilt)
+    weights = with_prior.mean_module.inner.weights  # type: ignore[union-attr]
+    assert float(weights.detach().abs().max()) == 0.0
