@@ -215,6 +215,14 @@ class ModelSet:
         (``models.memory_calibration``)."""
         cal = self.memory_calibration
         start, cal.checked_rows = cal.checked_rows, len(rows)
+        if self.memory.model is None and self.memory.state is not None and 2 <= start < len(rows):
+            # restored from a saved state: rebuild the model it saved (fitted on the checked rows,
+            # no optimisation) so that it checks the new rows as the saved optimizer would have
+            self.update_memory(
+                self.inputs(rows[:start]),
+                torch.tensor(ys[:start], dtype=torch.float64),
+                torch.tensor(cens[:start], dtype=torch.bool),
+            )
         pred, noise = self._memory_predictor(calibrated=False)
         if pred is None or start >= len(rows):
             return

@@ -57,8 +57,13 @@ def test_the_space_table_lists_the_values_each_space_searches(tmp_path: Path) ->
         "name: b\nobjective: step_time\nknobs:\n"
         "  - {name: zero_stage, type: choice, values: [0, 3], memory: saver}\n"
     )
+    (tmp_path / "c.yaml").write_text(
+        "name: c\nobjective: step_time\nknobs:\n"
+        "  - {name: zero_stage, type: choice, values: [0, 3], memory: saver, speed: slower}\n"
+    )
     lines = space_table(tmp_path)
-    assert "  - `a.yaml`, `b.yaml`: 0, 3 (default 0; memory saver)" in lines
+    assert "  - `a.yaml`, `b.yaml`: 0, 3 (default 0; memory saver; speed neutral)" in lines
+    assert "  - `c.yaml`: 0, 3 (default 0; memory saver; speed slower)" in lines
 
 
 def test_check_mode_reports_a_stale_page_and_writes_nothing(
