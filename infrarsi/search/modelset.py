@@ -123,11 +123,11 @@ class ModelSet:
         self.memory = _Slot()
         """The censored memory GP."""
         self.feasibility = FeasibilityModel(settings=settings)
+        """P(no non-OOM failure) of a config."""
         self.memory_calibration = MemoryCalibration(
             settings.memory_calibration_window, settings.memory_calibration_prior_sd
         )
         """The memory model's prequential checks and the extra sd they call for."""
-        """P(no non-OOM failure) of a config."""
         self.time_outliers: set[int] = set()
         """Indices into the history's observations of ok step times left out as slow outliers."""
         self.time_trim_key: str | None = None
