@@ -12,6 +12,11 @@ warm-starts from the last parameters and runs a few iterations; a full refit (mo
 happens when the data grew by ``OptimizerSettings.full_refit_growth`` since the last full one
 (iterations: ``time_gp_iters``, ``memory_gp_iters``). When the parameters were already fitted on exactly
 the current data (e.g. after ``load_dict``), the model is rebuilt without optimisation.
+
+Why one module: every method reads or refits the same fitted state (the two GPs, their warm-start
+slots, the prior's coefficients, the trimmed outliers and the memory model's prequential checks),
+and the order of the steps of ``fit`` (checks, then the prior's memory coefficients, then the
+GPs) is the contract; split, each part would need the others' state.
 """
 
 from __future__ import annotations

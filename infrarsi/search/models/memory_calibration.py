@@ -1,5 +1,7 @@
-"""``MemoryCalibration``: how far the memory model's predictions of new configs have been off, as
-an extra sd on its predictions.
+"""``MemoryCalibration``: the memory model's misses on configs it had not seen, as an extra sd.
+
+How far the memory model's predictions of new configs have been off sets an extra sd on its
+predictions.
 
 The censored memory GP is fitted in-sample. With few distinct configs and no analytic prior, its
 monotone linear mean interpolates the measured peaks exactly, the kernel's scale collapses and the
