@@ -219,7 +219,7 @@ class ModelSet:
         among ``rows`` past ``memory_calibration.checked_rows`` that it had not seen
         (``models.memory_calibration``)."""
         cal = self.memory_calibration
-        start, cal.checked_rows = cal.checked_rows, len(rows)
+        start = cal.checked_rows
         if self.memory.model is None and self.memory.state is not None and 2 <= start < len(rows):
             # restored from a saved state: rebuild the model it saved (fitted on the checked rows,
             # no optimisation) so that it checks the new rows as the saved optimizer would have
@@ -228,18 +228,9 @@ class ModelSet:
                 torch.tensor(ys[:start], dtype=torch.float64),
                 torch.tensor(cens[:start], dtype=torch.bool),
             )
+        new = cal.take_new([self.features.space.key(c) for c in rows])
         pred, noise = self._memory_predictor(calibrated=False)
-        if pred is None or start >= len(rows):
-            return
-        space = self.features.space
-        seen = {space.key(c) for c in rows[:start]}
-        new: list[int] = []
-        for i in range(start, len(rows)):
-            key = space.key(rows[i])
-            if key not in seen:
-                seen.add(key)
-                new.append(i)
-        if not new:
+        if pred is None or not new:
             return
         with torch.no_grad():
             mean, var = pred(self.inputs([rows[i] for i in new]))

@@ -71,6 +71,19 @@ class MemoryCalibration:
         """Memory rows (``ModelSet.memory_rows``) already checked or fitted before a check was
         possible: the next check starts after them."""
 
+    def take_new(self, keys: Sequence[str]) -> list[int]:
+        """Indices of the rows (given by their configs' keys, in ``memory_rows`` order) past
+        ``checked_rows`` whose config no earlier row holds (replicates are not checks); marks every
+        row as checked."""
+        start, self.checked_rows = self.checked_rows, len(keys)
+        seen = set(keys[:start])
+        new: list[int] = []
+        for i in range(start, len(keys)):
+            if keys[i] not in seen:
+                seen.add(keys[i])
+                new.append(i)
+        return new
+
     def record(
         self,
         ys: Sequence[float],

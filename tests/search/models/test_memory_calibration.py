@@ -53,6 +53,14 @@ def test_only_the_last_window_checks_count() -> None:
     assert _cal(window=0).extra_sd() == 0.0
 
 
+def test_only_configs_new_to_the_rows_are_checked_once_each() -> None:
+    cal = MemoryCalibration(12, 0.5)
+    assert cal.take_new(["a", "b"]) == [0, 1] and cal.checked_rows == 2
+    # a replicate of a checked config, a new one twice, another new one
+    assert cal.take_new(["a", "b", "a", "c", "c", "d"]) == [3, 5]
+    assert cal.checked_rows == 6 and cal.take_new(["a", "b", "a", "c", "c", "d"]) == []
+
+
 def test_non_finite_predictions_are_not_checks_and_the_state_round_trips() -> None:
     cal = _cal()
     cal.record([0.0, -0.3], [True, False], [float("nan"), -0.4], [0.1, 0.0])
