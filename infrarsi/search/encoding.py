@@ -86,6 +86,14 @@ class Encoder:
         """Number of features ``d``."""
         self._cache: list[dict[str, list[float]]] = [{} for _ in self.blocks]
 
+    def groups(self) -> tuple[tuple[int, int], ...]:
+        """Per knob, in space order, the ``(start, width)`` of its feature columns."""
+        out, col = [], 0
+        for b in self.blocks:
+            out.append((col, b.width))
+            col += b.width
+        return tuple(out)
+
     def memory_features(self) -> tuple[list[int], list[float]]:
         """Feature indices of the single-column memory-tagged knobs, and their signs (+1 hungry, -1 saver)."""
         idx, signs, col = [], [], 0

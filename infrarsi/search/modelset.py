@@ -105,6 +105,7 @@ class ModelSet:
         mean_indices: list[int],
         mean_signs: list[float],
         speed: tuple[list[int], list[float]] = ([], []),
+        pairs: tuple[tuple[int, int], ...] = (),
     ) -> None:
         self.features = features
         """Model inputs of configs and the analytic prior's fitted coefficients."""
@@ -123,6 +124,9 @@ class ModelSet:
         )
         """The speed tags' prior on the step-time model's linear mean (used without an analytic
         prior; ``models.time_gp.WeightTilt``)."""
+        self.pairs = pairs
+        """Per knob, the ``(start, width)`` of its feature columns (the step-time model's
+        knob-value pair term, ``models.pair_kernel``)."""
         self.time = _Slot()
         """The step-time GP."""
         self.memory = _Slot()
@@ -434,6 +438,8 @@ class ModelSet:
             config_sd=s.config_deviation_sd,
             kernel=s.time_kernel,
             tilt=self.speed_tilt if s.speed_prior_weight > 0 else None,
+            pairs=self.pairs,
+            interaction_sd=s.interaction_sd,
         )
         cut = acquisition_variance_cut(
             self.time.model, s.config_deviation_sd, s.acquisition_config_sd

@@ -200,6 +200,10 @@ class OptimizerSettings:
     """Sd (log seconds) of the per-config deviation that the acquisition credits an untried config
     with (``time_gp.acquisition_variance_cut``). The model's 0.08 is sized for recommendation;
     credited in full, it made every untried neighbour of the incumbent an 8% lottery ticket."""
+    interaction_sd: float = 0.0
+    """Sd (log seconds) of the step-time model's knob-value pair term, used with the analytic
+    prior (``models.pair_kernel``; 0: no term): the doubt kept about every pair of knob values
+    that no measured config has held together, where an interaction the prior lacks could hide."""
     speed_prior_weight: float = 1.0
     """Without an analytic prior, the prior mean of each speed-tagged knob's weight in the
     step-time model's linear mean (``Knob.speed``; standardised log seconds over the knob's whole
@@ -331,6 +335,7 @@ class OptimizerSettings:
             "transfer_rank_tie_log",
             "transfer_memory_sd_floor",
             "speed_prior_weight",
+            "interaction_sd",
         ):
             v = getattr(self, name)
             _rule(_number(v) and v >= 0, name, "must be a finite number >= 0", v)

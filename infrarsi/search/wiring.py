@@ -79,6 +79,7 @@ def wire(
         settings,
         *encoder.memory_features(),
         speed=encoder.speed_features(),
+        pairs=encoder.groups(),
     )
     pickers = Pickers(space, settings, encoder, models, pool, rng, seed, memory_capacity, baseline)
     return Parts(transfer=model, pool=pool, models=models, pickers=pickers)

@@ -93,6 +93,20 @@ def run(c: dict[str, Any]):
     return Outcome(status="ok", step_time=step_time_s(c), peak_memory=mem)
 
 
+def dense_optimizer(settings: OptimizerSettings | None = None) -> Any:
+    """An optimizer over ``DENSE`` with the synthetic prior, seed 0 and ``BASELINE``."""
+    from infrarsi.search import Optimizer, SearchSpace
+
+    return Optimizer(
+        SearchSpace.from_yaml(DENSE),
+        memory_capacity=CAPACITY,
+        seed=0,
+        baseline=BASELINE,
+        prior=SyntheticPrior(),
+        settings=settings,
+    )
+
+
 TINY = """
 name: tiny
 knobs:

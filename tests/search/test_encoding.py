@@ -36,6 +36,8 @@ def test_speed_tags_order_a_choice_and_carry_their_direction() -> None:
     assert enc.speed_features() == ([0, 1, 2], [1.0, 1.0, -1.0])
     X = enc.encode([{"stage": 2, "ckpt": "some", "kernel": True, "layout": "b"}])
     assert X.tolist() == [[1.0, 0.5, 1.0, 0.0, 1.0, 0.0]]
+    # each knob's columns, for the step-time model's knob-value pair term
+    assert enc.groups() == ((0, 1), (1, 1), (2, 1), (3, 3))
 
 
 def test_input_columns_name_the_prior_columns_after_the_features() -> None:

@@ -13,6 +13,7 @@ from search_synthetic import (
     TINY,
     TINY_CAP,
     SyntheticPrior,
+    dense_optimizer,
     run,
     tiny_run,
 )
@@ -106,6 +107,25 @@ def test_with_a_prior_and_no_result_the_scores_come_from_the_prior_alone() -> No
     fits = np.array([run(c).status != "oom" for c in configs])
     assert fits.any() and not fits.all()
     assert scores.p_fit[fits].mean() > scores.p_fit[~fits].mean()  # the prior knows memory
+
+
+def test_the_interaction_setting_gives_the_step_time_model_its_pair_term() -> None:
+    from infrarsi.search.models.pair_kernel import PairKernel
+
+    space = SearchSpace.from_yaml(DENSE)
+    configs = (space.enumerate() or [])[::97][:6]
+
+    def pair_terms(sd: float) -> list[PairKernel]:
+        opt = dense_optimizer(OptimizerSettings(interaction_sd=sd))
+        for c in configs:
+            opt.tell(c, run(c))
+        opt.predict(configs[:1])
+        kernels = opt.models.time.model.covar_module.kernels  # type: ignore[union-attr]
+        return [b for k in kernels if isinstance(b := getattr(k, "base_kernel", None), PairKernel)]
+
+    assert pair_terms(0.0) == []
+    (term,) = pair_terms(0.25)
+    assert len(term.groups) == len(space.knobs)
 
 
 STRAGGLER_SPACE = """

@@ -26,6 +26,10 @@ predictive spread; the acquisition credits an untried config with only part of i
 analytic prior (``offset``): without one, the smooth GP is the whole model and the extra spread
 made the search explore more, and it did no better (prior off, 8 seeds at 24 trials, one machine:
 1.138 / 1.195 on the 1- / 2-node surrogate with the term, against 1.045 / 1.217 without it).
+
+With the prior and ``interaction_sd`` > 0 (off by default), a third fixed term keeps doubt about
+knob-value pairs no trial has held together (``models.pair_kernel``), where an interaction the
+prior lacks can hide.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import LogNormalPrior, NormalPrior
 
 from infrarsi.search.models.offset_mean import OffsetMean
+from infrarsi.search.models.pair_kernel import PairKernel
 from infrarsi.search.settings import DEFAULT_SETTINGS
 
 State = dict[str, torch.Tensor]
@@ -111,7 +116,7 @@ class WeightTilt:
 
 def _config_kernel(d: int) -> ScaleKernel:
     """An identity kernel over distinct configs (1 on the same features, ~0 elsewhere) with a
-    fixed scale, set per fit in standardised units (``_set_config_scale``)."""
+    fixed scale, set per fit in standardised units (``_set_fixed_scales``)."""
     k = ScaleKernel(RBFKernel(active_dims=list(range(d))))
     k.base_kernel.lengthscale = _IDENTITY_LENGTHSCALE
     k.base_kernel.raw_lengthscale.requires_grad_(False)
@@ -130,29 +135,59 @@ def _smooth_kernel(d: int, kernel: str, active_dims: list[int] | None) -> Kernel
     return get_covar_module_with_dim_scaled_prior(ard_num_dims=d, active_dims=active_dims)
 
 
-def _covar(d: int, config_sd: float, kernel: str) -> Kernel:
-    smooth = _smooth_kernel(d, kernel, list(range(d)))
-    return smooth if config_sd <= 0 else smooth + _config_kernel(d)
+def _pair_kernel(groups: tuple[tuple[int, int], ...]) -> ScaleKernel:
+    """The knob-value pair term (``models.pair_kernel``) with a fixed scale, set per fit in
+    standardised units (``_set_fixed_scales``)."""
+    k = ScaleKernel(PairKernel(groups))
+    k.raw_outputscale.requires_grad_(False)
+    return k
 
 
-def _set_config_scale(model: SingleTaskGP, config_sd: float) -> None:
-    """Put the per-config term's variance, ``config_sd**2`` in log seconds, in the model's
-    standardised units (the outcome's sd changes from fit to fit)."""
-    kernels: Any = getattr(model.covar_module, "kernels", ())
-    if len(kernels) == 2:
-        tf: Any = model.outcome_transform
-        sd = float(tf.stdvs.reshape(()))
-        with torch.no_grad():
-            kernels[1].outputscale = max((config_sd / max(sd, 1e-6)) ** 2, 1e-12)
+def _covar(
+    d: int,
+    config_sd: float,
+    kernel: str,
+    pairs: tuple[tuple[int, int], ...] = (),
+    interaction_sd: float = 0.0,
+) -> Kernel:
+    out: Kernel = _smooth_kernel(d, kernel, list(range(d)))
+    if config_sd > 0:
+        out = out + _config_kernel(d)
+    if interaction_sd > 0 and pairs:
+        out = out + _pair_kernel(pairs)
+    return out
+
+
+def _fixed_terms(model: SingleTaskGP) -> tuple[ScaleKernel | None, ScaleKernel | None]:
+    """The model's per-config term and knob-value pair term (None where it has none)."""
+    config = pair = None
+    for k in getattr(model.covar_module, "kernels", ())[1:]:
+        if isinstance(k, ScaleKernel) and isinstance(k.base_kernel, PairKernel):
+            pair = k
+        elif isinstance(k, ScaleKernel):
+            config = k
+    return config, pair
+
+
+def _set_fixed_scales(model: SingleTaskGP, config_sd: float, interaction_sd: float) -> None:
+    """Put the fixed terms' variances (``config_sd**2`` and ``interaction_sd**2`` in log seconds)
+    in the model's standardised units (the outcome's sd changes from fit to fit)."""
+    config, pair = _fixed_terms(model)
+    tf: Any = model.outcome_transform
+    sd = max(float(tf.stdvs.reshape(())), 1e-6)
+    with torch.no_grad():
+        for term, term_sd in ((config, config_sd), (pair, interaction_sd)):
+            if term is not None:
+                term.outputscale = max((term_sd / sd) ** 2, 1e-12)
 
 
 def acquisition_variance_cut(model: SingleTaskGP, config_sd: float, acquisition_sd: float) -> float:
     """What the acquisition takes off an untried config's posterior variance (log seconds squared):
     ``config_sd**2 - acquisition_sd**2`` when the model has the per-config term, else 0. An untried
     config's posterior of the term is its prior, so the cut leaves the smooth model's uncertainty
-    plus ``acquisition_sd**2`` (``OptimizerSettings.acquisition_config_sd``)."""
-    kernels: Any = getattr(model.covar_module, "kernels", ())
-    if len(kernels) != 2:
+    plus ``acquisition_sd**2`` (``OptimizerSettings.acquisition_config_sd``). The knob-value pair
+    term is credited in full: it is the acquisition's reason to leave the prior's basin."""
+    if _fixed_terms(model)[0] is None:
         return 0.0
     return max(config_sd**2 - acquisition_sd**2, 0.0)
 
@@ -164,6 +199,8 @@ def _build(
     config_sd: float,
     kernel: str,
     tilt: WeightTilt | None = None,
+    pairs: tuple[tuple[int, int], ...] = (),
+    interaction_sd: float = 0.0,
 ) -> SingleTaskGP:
     if (
         offset is None
@@ -184,9 +221,9 @@ def _build(
         Y,
         outcome_transform=Standardize(m=1),
         mean_module=mean,
-        covar_module=_covar(d, config_sd, kernel),
+        covar_module=_covar(d, config_sd, kernel, pairs, interaction_sd),
     )
-    _set_config_scale(model, config_sd)
+    _set_fixed_scales(model, config_sd, interaction_sd)
     return model
 
 
@@ -206,6 +243,8 @@ def fit_time_gp(
     config_sd: float = DEFAULT_SETTINGS.config_deviation_sd,
     kernel: str = DEFAULT_SETTINGS.time_kernel,
     tilt: WeightTilt | None = None,
+    pairs: tuple[tuple[int, int], ...] = (),
+    interaction_sd: float = DEFAULT_SETTINGS.interaction_sd,
 ) -> tuple[SingleTaskGP, State]:
     """Fit the GP.
 
@@ -221,6 +260,10 @@ def fit_time_gp(
         kernel: the smooth kernel, ``rbf`` or ``matern``.
         tilt: the speed tags' prior on the linear mean's weights, used only without ``offset``
             (with an analytic prior the prior carries the knobs' effects), or None.
+        pairs: per knob, the ``(start, width)`` of its feature columns (``Encoder.groups``), for
+            the knob-value pair term (``models.pair_kernel``).
+        interaction_sd: sd (log seconds) of that term, used only with ``offset`` and ``pairs``
+            (0: none).
 
     Returns:
         The fitted model in eval mode, and its parameters (for the next warm start).
@@ -231,11 +274,11 @@ def fit_time_gp(
     ):  # all equal: add a hint of spread to stay well posed
         Y = Y + 1e-6 * torch.arange(Y.shape[0], dtype=torch.float64).reshape(-1, 1)
     tilt = tilt if offset is None and tilt is not None and tilt.indices else None
-    model = _build(train_X, Y, offset, config_sd, kernel, tilt)
+    model = _build(train_X, Y, offset, config_sd, kernel, tilt, pairs, interaction_sd)
     if warm is not None:
         with contextlib.suppress(RuntimeError):  # shapes changed (another space): start fresh
             torch.nn.Module.load_state_dict(model, warm, strict=False)
-        _set_config_scale(model, config_sd)  # the warm state holds the previous fit's units
+        _set_fixed_scales(model, config_sd, interaction_sd)  # the warm state: the last fit's units
     _standardize_offset(model)
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     mll.train()
@@ -245,7 +288,7 @@ def fit_time_gp(
             if maxiter > 0:
                 fit_gpytorch_mll_scipy(mll, options={"maxiter": maxiter})
         except Exception:  # numerical trouble: fall back to the prior-initialised model
-            model = _build(train_X, Y, offset, config_sd, kernel, tilt)
+            model = _build(train_X, Y, offset, config_sd, kernel, tilt, pairs, interaction_sd)
             _standardize_offset(model)
     model.eval()
     return model, hyper_state(model)
